@@ -1,0 +1,26 @@
+"""Log-once helper: one INFO line per distinct event, never per layer per step."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Hashable
+
+_seen: set[Hashable] = set()
+_lock = threading.Lock()
+
+
+def log_once(logger: logging.Logger, key: Hashable, msg: str, *args, level: int = logging.INFO) -> bool:
+    """Log ``msg`` the first time ``key`` is seen in this process; return whether it logged."""
+    with _lock:
+        if key in _seen:
+            return False
+        _seen.add(key)
+    logger.log(level, msg, *args)
+    return True
+
+
+def reset_log_once() -> None:
+    """Forget every key (tests only)."""
+    with _lock:
+        _seen.clear()
