@@ -1,0 +1,1 @@
+"""SGLang backend classes, the attention-backend registry glue, and upstream hook functions."""

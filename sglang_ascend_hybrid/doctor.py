@@ -1,0 +1,119 @@
+"""``sglang-ascend-hybrid doctor``: what this machine has and what the plugin did."""
+
+from __future__ import annotations
+
+import glob
+import os
+import platform
+import sys
+from typing import TextIO
+
+from sglang_ascend_hybrid import __version__, patches
+from sglang_ascend_hybrid.envs import effective_settings
+from sglang_ascend_hybrid.versioning import installed_version
+
+# Device ops the plugin can use, by the seam name it looks them up under.
+KNOWN_DEVICE_OPS = (
+    "npu_fused_infer_attention_score",
+    "chunk_gated_delta_rule",
+    "recurrent_gated_delta_rule",
+    "causal_conv1d",
+    "sgl_kernel_npu.fla.mega_chunk_gdn:run_mega_chunk_gdn",
+    "sgl_kernel_npu.fla.chunk:chunk_gated_delta_rule_npu",
+)
+
+
+def cann_version() -> str | None:
+    for var in ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH"):
+        home = os.environ.get(var)
+        if not home:
+            continue
+        for path in glob.glob(os.path.join(home, "*", "ascend_toolkit_install.info")) + glob.glob(
+            os.path.join(home, "ascend_toolkit_install.info")
+        ):
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                for line in fh:
+                    if line.startswith("version="):
+                        return line.split("=", 1)[1].strip()
+        return f"found at {home} (version file not found)"
+    return None
+
+
+def collect() -> dict:
+    """Everything doctor prints, as data (also used by tests)."""
+    from sglang_ascend_hybrid.ops import seam
+    from sglang_ascend_hybrid.status import STATUS
+
+    versions = {
+        "python": platform.python_version(),
+        "sglang-ascend-hybrid": __version__,
+        "torch": installed_version("torch"),
+        "sglang": installed_version("sglang"),
+        "torch_npu": installed_version("torch_npu") or installed_version("torch-npu"),
+        "sgl-kernel-npu": installed_version("sgl-kernel-npu") or installed_version("sgl_kernel_npu"),
+        "CANN": cann_version(),
+    }
+    load_errors = _load_plugins_like_sglang()
+    ops = {name: seam.available(name) for name in KNOWN_DEVICE_OPS}
+    status = [
+        {"name": p.name, "target": p.target, "state": STATUS.patches[p.name].state if p.name in STATUS.patches else "not attempted",
+         "reason": STATUS.patches[p.name].reason if p.name in STATUS.patches else "", "runtime": p.runtime}
+        for p in patches.PATCHES
+    ]
+    return {
+        "versions": versions,
+        "device_ops": ops,
+        "patches": status,
+        "summary": STATUS.summary(),
+        "settings": effective_settings(),
+        "load_errors": load_errors,
+    }
+
+
+def _load_plugins_like_sglang() -> list[str]:
+    """Run SGLang's own plugin loaders (ours among them) and apply hooks, as a launch would."""
+    errors = []
+    if installed_version("sglang") is None:
+        return ["sglang is not installed: nothing to patch"]
+    try:
+        from sglang.srt.plugins import load_plugins
+
+        load_plugins()
+    except Exception as exc:  # report, never crash doctor
+        errors.append(f"SGLang plugin loading failed: {type(exc).__name__}: {exc}")
+    try:
+        from sglang.multimodal_gen.runtime.platforms import plugins as mm
+
+        mm.load_plugins()
+        mm.apply_plugin_hooks()
+    except Exception as exc:
+        errors.append(f"diffusion plugin loading failed: {type(exc).__name__}: {exc}")
+    from sglang_ascend_hybrid.status import STATUS
+
+    STATUS.refresh_applied()
+    return errors
+
+
+def render(info: dict, out: TextIO = sys.stdout) -> None:
+    w = out.write
+    w(f"sglang-ascend-hybrid {info['versions']['sglang-ascend-hybrid']} doctor\n\nVersions\n")
+    for name, ver in info["versions"].items():
+        w(f"  {name:22s} {ver or 'not found'}\n")
+    w("\nDevice ops (through the plugin's seam)\n")
+    for name, ok in info["device_ops"].items():
+        w(f"  {name:58s} {'present' if ok else 'absent'}\n")
+    w(f"\nPatches: {info['summary']}\n")
+    for p in info["patches"]:
+        reason = f"  ({p['reason']})" if p["reason"] else ""
+        w(f"  {p['state']:13s} {p['name']:28s} {p['target']}{reason}\n")
+    w("\nSettings\n")
+    for name, value in info["settings"].items():
+        w(f"  {name} = {value}\n")
+    for err in info["load_errors"]:
+        w(f"\nproblem: {err}\n")
+
+
+def main(args) -> int:
+    info = collect()
+    render(info)
+    return 0

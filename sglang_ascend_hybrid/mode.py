@@ -1,0 +1,36 @@
+"""Did the user ask for ``ascend_hybrid``?  (strict mode)
+
+On NPU SGLang resolves every attention backend to ``"ascend"``; the plugin
+records the original request here and in ``SGLANG_ASCEND_HYBRID_STRICT`` so
+every process (scheduler, detokenizer and DP-controller subprocesses inherit
+the environment) can tell.
+"""
+
+from __future__ import annotations
+
+import os
+
+from sglang_ascend_hybrid.envs import ENV
+
+BACKEND_NAME = "ascend_hybrid"
+_requested = False
+
+
+def record_request() -> None:
+    global _requested
+    _requested = True
+    os.environ[ENV.STRICT.name] = "1"
+
+
+def hybrid_requested() -> bool:
+    return _requested or ENV.STRICT.get()
+
+
+def strict() -> bool:
+    return hybrid_requested()
+
+
+def _reset_for_tests() -> None:
+    global _requested
+    _requested = False
+    os.environ.pop(ENV.STRICT.name, None)

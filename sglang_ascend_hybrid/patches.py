@@ -1,0 +1,177 @@
+"""The registry of every upstream symbol the plugin touches (see PATCHES.md).
+
+Each :class:`Patch` names its upstream target, the plugin hook, why it exists,
+how it is applied, how it is verified at startup and when it can be removed.
+``register()`` walks :data:`PATCHES`; ``doctor`` prints their status; the test
+suite checks every target exists in the tested SGLang release and that
+PATCHES.md lists every entry.
+
+Target verification is static (the target's source is parsed, not imported),
+so it is cheap and works for upstream modules that import NPU-only packages at
+module top.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import importlib.util
+from dataclasses import dataclass, field
+from typing import Callable, Literal
+
+Kind = Literal["hook", "resolution", "choices", "backend_registry"]
+Runtime = Literal["srt", "multimodal"]
+
+
+@dataclass(frozen=True)
+class Patch:
+    name: str
+    # Upstream symbol: "pkg.module.attr", "pkg.module.Class.method", or for
+    # kind="resolution" the overridable step name in SGLang's resolution pipeline.
+    target: str
+    kind: Kind
+    # "module:function" inside this package; resolved lazily at registration.
+    hook: str
+    why: str
+    how: str
+    removal: str
+    hook_type: Literal["around", "replace", "before", "after", ""] = ""
+    runtime: Runtime = "srt"
+    # Packages the target module imports at top; without them the patch is
+    # skipped (the target cannot be used on this machine either).
+    requires: tuple[str, ...] = ()
+    # Where the step name is declared, for kind="resolution".
+    step_registry: str = "sglang.srt.arg_groups.resolution_hooks._OVERRIDABLE_HOOKS"
+    extra_targets: tuple[str, ...] = field(default=())
+
+    def load_hook(self) -> Callable:
+        module, _, attr = self.hook.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+    @property
+    def verification(self) -> str:
+        if self.kind == "resolution":
+            return f"step name is in {self.step_registry}"
+        return "target parsed from the installed source (no import); applied state read back from SGLang's HookRegistry"
+
+
+RES_STEP = "sglang.srt.arg_groups.resolution_hooks"
+
+PATCHES: tuple[Patch, ...] = (
+    Patch(
+        name="backend-choices",
+        target="sglang.srt.arg_groups.choices.ATTENTION_BACKEND_CHOICES",
+        extra_targets=("sglang.srt.arg_groups.choices.DRAFT_ATTENTION_BACKEND_CHOICES",),
+        kind="choices",
+        hook="sglang_ascend_hybrid.backends.registry:add_backend_choices",
+        why="argparse rejects --attention-backend/--prefill-/--decode-attention-backend ascend_hybrid "
+            "and draft backends not in DRAFT_ATTENTION_BACKEND_CHOICES fall back to flashinfer on NPU",
+        how="append every name of the sglang.attention_backends entry-point group to both lists "
+            "(SGLang's own add_attention_backend_choices helper is list.extend on the first)",
+        removal="never for third-party backend names; SGLang offers no other registration path",
+    ),
+    Patch(
+        name="backend-factories",
+        target="sglang.srt.layers.attention.attention_registry.ATTENTION_BACKENDS",
+        kind="backend_registry",
+        hook="sglang_ascend_hybrid.backends.registry:add_backend_factories",
+        why="a backend name needs a factory in ATTENTION_BACKENDS",
+        how="ATTENTION_BACKENDS[name] = factory for every sglang.attention_backends entry point "
+            "(existing names are never overwritten)",
+        removal="when SGLang discovers backend entry points itself",
+    ),
+    Patch(
+        name="record-hybrid-request",
+        target="handle_npu_backends",
+        kind="resolution",
+        hook="sglang_ascend_hybrid.backends.ascend_hybrid:record_hybrid_request",
+        why="on NPU, set_default_server_args overwrites every attention backend with 'ascend' (and many "
+            "places compare == 'ascend' for Ascend KV pools, allocator, the hybrid-GDN assert), which "
+            "would erase the user's request for ascend_hybrid",
+        how="resolution hook wrapping the step: maps ascend_hybrid to 'ascend' so the whole Ascend stack "
+            "is used, records the request in-process and in SGLANG_ASCEND_HYBRID_STRICT (inherited by "
+            "scheduler/detokenizer subprocesses), then enforces strict mode (every patch applied)",
+        removal="when SGLang keeps a plugin backend name through NPU resolution",
+    ),
+)
+
+
+def by_name(name: str) -> Patch:
+    for p in PATCHES:
+        if p.name == name:
+            return p
+    raise KeyError(name)
+
+
+# ----------------------------------------------------------------- verification
+
+@functools.lru_cache(maxsize=None)
+def _parse(path: str) -> ast.Module:
+    with open(path, encoding="utf-8") as fh:
+        return ast.parse(fh.read(), filename=path)
+
+
+def _defines(body: list[ast.stmt], name: str) -> ast.AST | None:
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            return node
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return node
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
+            return node
+        if isinstance(node, (ast.ImportFrom, ast.Import)) and any((a.asname or a.name) == name for a in node.names):
+            return node
+        if isinstance(node, (ast.If, ast.Try)):  # conditional definitions at module level
+            inner = [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", [])]
+            for handler in getattr(node, "handlers", []):
+                inner.extend(handler.body)
+            found = _defines(inner, name)
+            if found is not None:
+                return found
+    return None
+
+
+def find_target(target: str) -> str | None:
+    """Check ``target`` exists in the installed sources without importing it.
+
+    Returns None when found, else the reason it is missing.
+    """
+    parts = target.split(".")
+    for split in range(len(parts) - 1, 0, -1):
+        module = ".".join(parts[:split])
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            continue
+        body = _parse(spec.origin).body
+        node: ast.AST | None = None
+        for name in parts[split:]:
+            node = _defines(body, name)
+            if node is None:
+                return f"{name!r} not found in {module} ({spec.origin})"
+            body = node.body if isinstance(node, ast.ClassDef) else []
+        return None
+    return f"module of {target!r} not found"
+
+
+def missing_requirements(patch: Patch) -> list[str]:
+    return [pkg for pkg in patch.requires if importlib.util.find_spec(pkg) is None]
+
+
+def verify(patch: Patch) -> str | None:
+    """None when the patch's targets exist in the installed upstream, else why not."""
+    if patch.kind == "resolution":
+        module, _, attr = patch.step_registry.rpartition(".")
+        try:
+            steps = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as exc:
+            return f"{patch.step_registry} not importable ({exc})"
+        return None if patch.target in steps else f"resolution step {patch.target!r} is not overridable"
+    for target in (patch.target, *patch.extra_targets):
+        reason = find_target(target)
+        if reason:
+            return reason
+    return None

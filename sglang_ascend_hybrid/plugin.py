@@ -1,0 +1,130 @@
+"""SGLang plugin entry points (see pyproject.toml).
+
+``register`` is the ``sglang.srt.plugins`` entry, called once per SGLang
+process (launcher, Engine, every scheduler / detokenizer / DP-controller
+subprocess).  ``register_multimodal`` is the ``sglang.multimodal_gen.plugins``
+entry of the diffusion runtime.  Both are idempotent, cheap (no ``torch_npu`` /
+``sgl_kernel_npu`` import, no device work) and never raise into SGLang: every
+problem is recorded in :data:`sglang_ascend_hybrid.status.STATUS` and logged;
+strict mode turns recorded failures into a startup error at resolution time
+(:func:`enforce_strict`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sglang_ascend_hybrid import __version__, patches
+from sglang_ascend_hybrid.envs import ENV
+from sglang_ascend_hybrid.status import DISABLED, FAILED, REGISTERED, SKIPPED, STATUS, APPLIED
+from sglang_ascend_hybrid.versioning import installed_version, sglang_version_problem
+
+logger = logging.getLogger("sglang_ascend_hybrid")
+
+
+def register() -> None:
+    """Entry point of ``sglang.srt.plugins``."""
+    try:
+        _register_runtime("srt")
+    except Exception:  # never raise into SGLang's plugin loader
+        logger.exception("sglang-ascend-hybrid: registration failed unexpectedly")
+
+
+def register_multimodal() -> None:
+    """Entry point of ``sglang.multimodal_gen.plugins`` (diffusion runtime)."""
+    try:
+        _register_runtime("multimodal")
+    except Exception:
+        logger.exception("sglang-ascend-hybrid: diffusion registration failed unexpectedly")
+
+
+def _register_runtime(runtime: str) -> None:
+    if ENV.DISABLE.get():
+        STATUS.disabled = True
+        for p in patches.PATCHES:
+            if p.runtime == runtime:
+                STATUS.set(p.name, p.target, DISABLED, "SGLANG_ASCEND_HYBRID_DISABLE=1")
+        logger.info("sglang-ascend-hybrid %s: disabled by %s=1", __version__, ENV.DISABLE.name)
+        return
+    STATUS.sglang_version = installed_version("sglang")
+    STATUS.version_problem = sglang_version_problem(STATUS.sglang_version)
+    if STATUS.sglang_version is None:
+        return
+    for patch in patches.PATCHES:
+        if patch.runtime == runtime:
+            _apply(patch)
+    STATUS.refresh_applied()
+    level = logging.WARNING if STATUS.in_state(FAILED) or STATUS.version_problem else logging.INFO
+    logger.log(level, "sglang-ascend-hybrid %s: %s", __version__, STATUS.summary())
+
+
+def _apply(patch: patches.Patch) -> None:
+    current = STATUS.patches.get(patch.name)
+    if current is not None and current.state in (REGISTERED, APPLIED):
+        return  # idempotent
+    missing = patches.missing_requirements(patch)
+    if missing:
+        STATUS.set(patch.name, patch.target, SKIPPED, f"needs {', '.join(missing)} (not installed)")
+        return
+    problem = patches.verify(patch)
+    if problem:
+        STATUS.set(patch.name, patch.target, FAILED, problem)
+        return
+    try:
+        hook = patch.load_hook()
+        if patch.kind == "hook":
+            _register_hook(patch, hook)
+            STATUS.set(patch.name, patch.target, REGISTERED)
+        elif patch.kind == "resolution":
+            _register_resolution_hook(patch.target, hook)
+            STATUS.set(patch.name, patch.target, APPLIED)
+        else:  # choices / backend_registry: the hook performs the change itself
+            hook()
+            STATUS.set(patch.name, patch.target, APPLIED)
+    except Exception as exc:
+        STATUS.set(patch.name, patch.target, FAILED, f"{type(exc).__name__}: {exc}")
+
+
+def _register_hook(patch: patches.Patch, hook) -> None:
+    from sglang.srt.plugins.hook_registry import HookType
+
+    if patch.runtime == "multimodal":
+        from sglang.multimodal_gen.runtime.platforms.plugins import HookRegistry
+    else:
+        from sglang.srt.plugins.hook_registry import HookRegistry
+    hook_type = HookType[patch.hook_type.upper()]
+    if any(h is hook for _, h, _ in HookRegistry._hooks.get(patch.target, ())):
+        return
+    HookRegistry.register(patch.target, hook, hook_type)
+
+
+def _register_resolution_hook(step: str, hook) -> None:
+    from sglang.srt.arg_groups import resolution_hooks
+
+    if hook in resolution_hooks._HOOKS.get(step, ()):
+        return
+    resolution_hooks.register_resolution_hook(step)(hook)
+
+
+class PluginPatchError(RuntimeError):
+    pass
+
+
+def enforce_strict() -> None:
+    """Called at resolution once SGLang has applied hooks: under ascend_hybrid any
+    patch that is not in place stops startup; under plain 'ascend' it is a warning."""
+    from sglang_ascend_hybrid.mode import strict
+
+    STATUS.fail_unapplied()
+    failed = STATUS.in_state(FAILED)
+    if not failed:
+        return
+    version = STATUS.sglang_version + (f" ({STATUS.version_problem})" if STATUS.version_problem else "")
+    text = (f"sglang-ascend-hybrid {__version__} could not apply its patches on SGLang {version}: "
+            + "; ".join(f"{p.target}: {p.reason}" for p in failed))
+    if strict():
+        raise PluginPatchError(
+            text + ". --attention-backend ascend_hybrid requires every patch; install a tested SGLang "
+            "release or use --attention-backend ascend to continue with these fixes missing."
+        )
+    logger.warning("%s; continuing because --attention-backend is not ascend_hybrid", text)

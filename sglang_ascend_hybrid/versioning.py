@@ -1,0 +1,48 @@
+"""Installed-version facts (no imports of the packages themselves)."""
+
+from __future__ import annotations
+
+import re
+from importlib import metadata
+
+from sglang_ascend_hybrid import TESTED_SGLANG_RANGE
+
+
+def installed_version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _release(version: str) -> tuple[int, ...]:
+    match = re.match(r"(\d+(?:\.\d+)*)", version)
+    if not match:
+        raise ValueError(f"unparseable version {version!r}")
+    return tuple(int(x) for x in match.group(1).split("."))
+
+
+def _cmp(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    n = max(len(a), len(b))
+    a, b = a + (0,) * (n - len(a)), b + (0,) * (n - len(b))
+    return (a > b) - (a < b)
+
+
+def in_range(version: str, spec: tuple[str, ...] = TESTED_SGLANG_RANGE) -> bool:
+    """``spec`` is a tuple of '>=X' / '<Y' / '==Z' clauses."""
+    ver = _release(version)
+    for clause in spec:
+        op = re.match(r"(>=|<=|==|<|>)", clause).group(1)
+        c = _cmp(ver, _release(clause[len(op):]))
+        ok = {">=": c >= 0, "<=": c <= 0, "==": c == 0, "<": c < 0, ">": c > 0}[op]
+        if not ok:
+            return False
+    return True
+
+
+def sglang_version_problem(version: str | None) -> str | None:
+    if version is None:
+        return "sglang is not installed"
+    if not in_range(version):
+        return f"sglang {version} is outside the tested range {','.join(TESTED_SGLANG_RANGE)}"
+    return None
