@@ -175,3 +175,48 @@ def verify(patch: Patch) -> str | None:
         if reason:
             return reason
     return None
+
+
+# ------------------------------------------------------------ the document
+
+def render_markdown() -> str:
+    """PATCHES.md, generated from :data:`PATCHES` (``python -m sglang_ascend_hybrid.patches``)."""
+    lines = [
+        "# Patch registry",
+        "",
+        "Every upstream symbol sglang-ascend-hybrid touches. Generated from",
+        "`sglang_ascend_hybrid/patches.py` by `python -m sglang_ascend_hybrid.patches > PATCHES.md`;",
+        "the test suite fails when this file is stale or a target is missing from the tested SGLang.",
+        "",
+        "At startup `register()` checks each target statically (the installed source is parsed, not",
+        "imported), registers hooks through SGLang's `HookRegistry` (which also rebinds",
+        "`from X import Y` copies), records applied / skipped / failed per patch, and logs a one-line",
+        "summary. `sglang-ascend-hybrid doctor` prints the record. Under",
+        "`--attention-backend ascend_hybrid` a failed patch stops startup with the target and the",
+        "SGLang version; under `ascend` it is a warning.",
+        "",
+        "| name | upstream target | kind | runtime |",
+        "|---|---|---|---|",
+    ]
+    for p in PATCHES:
+        kind = f"{p.kind} ({p.hook_type})" if p.hook_type else p.kind
+        lines.append(f"| `{p.name}` | `{p.target}` | {kind} | {p.runtime} |")
+    for p in PATCHES:
+        lines += ["", f"## `{p.name}`", "", f"- **Target**: `{p.target}`"]
+        for extra in p.extra_targets:
+            lines.append(f"- **Also**: `{extra}`")
+        lines += [
+            f"- **Plugin code**: `{p.hook}`" + (f" ({p.hook_type.upper()} hook)" if p.hook_type else ""),
+            f"- **Why**: {p.why}",
+            f"- **How**: {p.how}",
+            f"- **Verified at startup**: {p.verification}"
+            + (f"; skipped when {', '.join(p.requires)} is not installed" if p.requires else ""),
+            f"- **Remove when**: {p.removal}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(render_markdown())

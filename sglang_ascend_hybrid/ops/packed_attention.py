@@ -1,0 +1,298 @@
+"""Packed (varlen) attention that accepts sequences empty on one side.
+
+Drop-in replacement for SGLang's
+``sglang.multimodal_gen.runtime.layers.attention.backends.ascend_fa.fused_infer_attention_varlen``,
+which raises ``NotImplementedError`` when a sequence has queries but no keys or
+keys but no queries (ring-attention KV-only chunks, empty query segments).
+
+Semantics: a KV-only sequence produces no output rows; a query row with no keys
+gets output 0 and LSE ``-inf`` (ring merges then ignore it).  Every output row
+and LSE entry is defined, also for batches with no work at all.
+
+Dispatch, for inputs that pass upstream's argument checks:
+
+1. the device op ``npu_fused_infer_attention_score`` serves the tensors (NPU, or an
+   installed emulator) and no sequence is one-sided: the op is called exactly as
+   upstream calls it, with no extra copies (fast path);
+2. the op serves them and some sequences are one-sided: inputs are compacted
+   (one ``index_select`` per gathered tensor, index built on the host from the
+   boundaries), the op runs on the sequences non-empty on both sides, and the
+   query-only rows are filled with 0 / ``-inf``;
+3. otherwise (CPU tensors, no emulator): the pure-torch reference.
+
+Host boundaries (``cu_seqlens_*_host``) are used when given; otherwise each
+``cu_seqlens_*`` is read with one ``.tolist()``, as upstream does.  No other
+device-to-host transfer happens.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from itertools import pairwise
+from typing import Sequence
+
+import torch
+
+from sglang_ascend_hybrid.logutil import log_once
+from sglang_ascend_hybrid.ops import seam
+from sglang_ascend_hybrid.ops.packed_attention_reference import (  # noqa: F401  (re-exported)
+    PackedCase,
+    packed_attention_reference,
+    packed_case,
+    random_lengths,
+    random_packed_case,
+)
+
+logger = logging.getLogger(__name__)
+
+OP_NAME = "npu_fused_infer_attention_score"
+UPSTREAM_MODULE = "sglang.multimodal_gen.runtime.layers.attention.backends.ascend_fa"
+UPSTREAM_TARGET = f"{UPSTREAM_MODULE}.fused_infer_attention_varlen"
+# Text of the error the replacement removes; its absence from the upstream
+# source means upstream handles one-sided sequences itself.
+UPSTREAM_REFUSAL = "does not support a sequence that is empty only"
+
+_DEVICE_TYPES = ("npu", "cpu")
+
+
+# ---------------------------------------------------------------------------
+# Argument checks (upstream-compatible messages)
+# ---------------------------------------------------------------------------
+
+def packed_boundaries(
+    cu_seqlens: torch.Tensor | None,
+    cu_seqlens_host: Sequence[int] | None,
+    total_tokens: int,
+    name: str,
+) -> tuple[int, ...]:
+    """Validated host boundaries of one side; reads the device tensor (one
+    ``.tolist()``) only when no host copy is given."""
+    if cu_seqlens is None:
+        raise ValueError(f"{name} is required for NPU packed attention")
+    if cu_seqlens.ndim != 1 or cu_seqlens.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"{name} must be a 1D int32 or int64 tensor")
+    if cu_seqlens_host is not None and len(cu_seqlens_host) != cu_seqlens.numel():
+        raise ValueError(f"{name} and its host copy must have the same length")
+    raw = cu_seqlens.tolist() if cu_seqlens_host is None else cu_seqlens_host
+    bounds = tuple(int(b) for b in raw)
+    if len(bounds) < 2 or bounds[0] != 0:
+        raise ValueError(f"{name} must start with 0 and contain at least one sequence")
+    if bounds[-1] != total_tokens:
+        raise ValueError(
+            f"{name} must end at the packed token count {total_tokens}, got {bounds[-1]}")
+    if any(stop < start for start, stop in pairwise(bounds)):
+        raise ValueError(f"{name} must be non-decreasing")
+    return bounds
+
+
+def _check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    tensors = {"q": q, "k": k, "v": v}
+    bad = [n for n, t in tensors.items() if t.ndim != 3]
+    if bad:
+        raise ValueError("NPU packed attention requires q, k, and v in [T, N, D] layout; "
+                         f"invalid tensors: {', '.join(bad)}")
+    # Upstream accepts NPU tensors only; CPU tensors are accepted here too (they
+    # take the reference path, or an installed emulator).
+    bad = [n for n, t in tensors.items()
+           if t.device.type not in _DEVICE_TYPES or t.device != q.device]
+    if bad:
+        raise ValueError("NPU packed attention requires q, k, and v on the same NPU; "
+                         f"invalid tensors: {', '.join(bad)}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError("NPU packed attention requires q, k, and v with the same dtype")
+    if k.shape[:2] != v.shape[:2]:
+        raise ValueError("NPU packed attention requires matching K/V token and head counts")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError("NPU packed attention requires matching Q/K head dimensions")
+    # Upstream leaves this to the kernel; the reference path needs it too.
+    if k.shape[1] == 0 or q.shape[1] % k.shape[1]:
+        raise ValueError(f"NPU packed attention requires the query head count to be a "
+                         f"multiple of the key/value head count, got q heads={q.shape[1]}, "
+                         f"k heads={k.shape[1]}")
+
+
+# ---------------------------------------------------------------------------
+# Device path
+# ---------------------------------------------------------------------------
+
+def _empty_result(q: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every query row without keys: output 0, LSE -inf."""
+    out = q.new_zeros((q.shape[0], q.shape[1], v.shape[-1]))
+    lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32,
+                     device=q.device)
+    return out, lse
+
+
+def _call_op(q, k, v, q_ends, k_ends, scale, want_lse):
+    out, lse = seam.call(
+        OP_NAME, q, k, v,
+        num_heads=q.shape[1],
+        num_key_value_heads=k.shape[1],
+        scale=scale,
+        input_layout="TND",
+        actual_seq_lengths=q_ends,
+        actual_seq_lengths_kv=k_ends,
+        softmax_lse_flag=want_lse,
+    )
+    if not want_lse:
+        return out, None
+    if lse.shape != (q.shape[0], q.shape[1], 1):
+        raise RuntimeError("Unexpected Ascend TND softmax LSE shape: "
+                           f"expected {(q.shape[0], q.shape[1], 1)}, got {tuple(lse.shape)}")
+    return out, lse.squeeze(-1).transpose(0, 1).contiguous()
+
+
+def _fast_path(q, k, v, q_bounds, k_bounds, scale, want_lse):
+    """No one-sided sequence: exactly upstream's call."""
+    q_ends = [stop for start, stop in pairwise(q_bounds) if stop > start]
+    k_ends = [stop for start, stop in pairwise(k_bounds) if stop > start]
+    if not q_ends:  # nothing to attend (all sequences empty on both sides)
+        return _empty_result(q, v)
+    if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
+        if q.shape == k.shape == v.shape:
+            q, k, v = torch.stack((q, k, v), dim=0).unbind(0)
+        else:
+            q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    return _call_op(q, k, v, q_ends, k_ends, scale, want_lse)
+
+
+def _gather_index(runs: list[tuple[int, int]], device: torch.device) -> torch.Tensor:
+    """Row index covering the half-open ``runs`` in order, built on the host and
+    copied to ``device`` (a host-to-device copy, never a sync)."""
+    merged: list[list[int]] = []
+    for start, stop in runs:
+        if merged and merged[-1][1] == start:
+            merged[-1][1] = stop
+        else:
+            merged.append([start, stop])
+    starts = torch.tensor([s for s, _ in merged], dtype=torch.int64)
+    lens = torch.tensor([e - s for s, e in merged], dtype=torch.int64)
+    total = int(sum(e - s for s, e in merged))
+    shift = starts - (torch.cumsum(lens, 0) - lens)  # source start - packed start, per run
+    index = torch.repeat_interleave(shift, lens, output_size=total) + torch.arange(total)
+    return index.to(device)
+
+
+def _compacting_path(q, k, v, q_bounds, k_bounds, scale, want_lse, n_kv_only, n_q_only):
+    """Some sequences are one-sided: run the op on the two-sided ones only."""
+    log_once(logger, ("packed_attention", "compact"),
+             "sglang-ascend-hybrid: packed attention batch has sequences empty on one side "
+             "(first seen: %d KV-only, %d query-only); compacting them out of the NPU "
+             "kernel call (query-only rows get output 0, LSE -inf)", n_kv_only, n_q_only)
+    q_runs, k_runs, q_ends, k_ends = [], [], [], []
+    q_total = k_total = 0
+    for (qs, qe), (ks, ke) in zip(pairwise(q_bounds), pairwise(k_bounds)):
+        if qe > qs and ke > ks:
+            q_runs.append((qs, qe))
+            k_runs.append((ks, ke))
+            q_total += qe - qs
+            k_total += ke - ks
+            q_ends.append(q_total)
+            k_ends.append(k_total)
+    if not q_runs:
+        return _empty_result(q, v)
+
+    gather_q = q_total < q.shape[0]  # some query-only rows
+    gather_kv = k_total < k.shape[0]  # some KV-only rows
+    q_index = _gather_index(q_runs, q.device) if gather_q else None
+    qc = q.index_select(0, q_index) if gather_q else q.contiguous()
+    if gather_kv:
+        k_index = _gather_index(k_runs, k.device)
+        kc, vc = k.index_select(0, k_index), v.index_select(0, k_index)
+    else:
+        kc, vc = k.contiguous(), v.contiguous()
+
+    out_c, lse_c = _call_op(qc, kc, vc, q_ends, k_ends, scale, want_lse)
+    if not gather_q:
+        return out_c, lse_c
+    out = out_c.new_zeros((q.shape[0], out_c.shape[1], out_c.shape[2]))
+    out.index_copy_(0, q_index, out_c)
+    lse = None
+    if want_lse:
+        lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32,
+                         device=q.device)
+        lse.index_copy_(1, q_index, lse_c)
+    return out, lse
+
+
+def _device_path(q, k, v, q_bounds, k_bounds, scale, want_lse):
+    n_kv_only = n_q_only = 0
+    for (qs, qe), (ks, ke) in zip(pairwise(q_bounds), pairwise(k_bounds)):
+        if qe == qs and ke > ks:
+            n_kv_only += 1
+        elif qe > qs and ke == ks:
+            n_q_only += 1
+    if n_kv_only == 0 and n_q_only == 0:
+        return _fast_path(q, k, v, q_bounds, k_bounds, scale, want_lse)
+    return _compacting_path(q, k, v, q_bounds, k_bounds, scale, want_lse, n_kv_only, n_q_only)
+
+
+# ---------------------------------------------------------------------------
+# Public op
+# ---------------------------------------------------------------------------
+
+def fused_infer_attention_varlen(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    *,
+    cu_seqlens_q_host: Sequence[int] | None = None,
+    cu_seqlens_k_host: Sequence[int] | None = None,
+    softmax_scale: float | None = None,
+    return_softmax_lse: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Packed attention over ``[T, N, D]`` tensors; see the module docstring.
+
+    Returns ``out`` ``[Tq, Nq, Dv]`` (``q.dtype``) and, with
+    ``return_softmax_lse``, ``lse`` ``[Nq, Tq]`` fp32 (natural log).
+    """
+    _check_tensors(q, k, v)
+    q_bounds = packed_boundaries(cu_seqlens_q, cu_seqlens_q_host, q.shape[0], "cu_seqlens_q")
+    k_bounds = packed_boundaries(cu_seqlens_k, cu_seqlens_k_host, k.shape[0], "cu_seqlens_k")
+    if len(q_bounds) != len(k_bounds):
+        raise ValueError("cu_seqlens_q and cu_seqlens_k must describe the same batch")
+    scale = q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
+
+    if seam.serves(OP_NAME, q, k, v):
+        out, lse = _device_path(q, k, v, q_bounds, k_bounds, scale, return_softmax_lse)
+    else:
+        log_once(logger, ("packed_attention", "reference", q.device.type),
+                 "sglang-ascend-hybrid: packed attention on %s tensors without the %s "
+                 "kernel; using the pure-torch reference", q.device.type, OP_NAME)
+        out, lse = packed_attention_reference(q, k, v, q_bounds, k_bounds, scale)
+    return (out, lse) if return_softmax_lse else out
+
+
+# ---------------------------------------------------------------------------
+# Patch-registry helpers
+# ---------------------------------------------------------------------------
+
+def upstream_needs_replacement(module) -> bool:
+    """Whether the upstream ``ascend_fa`` module still refuses one-sided sequences
+    (its source carries the NotImplementedError text)."""
+    fn = getattr(module, "fused_infer_attention_varlen", None)
+    if fn is None:
+        return False
+    fn = inspect.unwrap(fn)
+    try:
+        return UPSTREAM_REFUSAL in inspect.getsource(fn)
+    except (OSError, TypeError):
+        return True  # no source to read: assume the shipped behaviour
+
+
+def probe_replacement(fn) -> bool:
+    """Startup check that ``fn`` (e.g. the patched upstream attribute) handles
+    one-sided sequences: a tiny CPU batch with a KV-only, a query-only and a
+    two-sided sequence must give 0 / -inf rows and finite two-sided rows."""
+    case = packed_case([0, 2, 3], [2, 0, 1], num_heads=2, num_kv_heads=1, head_dim=4)
+    try:
+        out, lse = fn(*case.args(), **case.kwargs())
+    except Exception:  # the original raises (CPU tensors, one-sided sequences)
+        return False
+    q_only, two_sided = slice(0, 2), slice(2, 5)
+    return (tuple(out.shape) == (5, 2, 4) and tuple(lse.shape) == (2, 5)
+            and bool((out[q_only] == 0).all()) and bool(torch.isneginf(lse[:, q_only]).all())
+            and bool(torch.isfinite(lse[:, two_sided]).all()))
