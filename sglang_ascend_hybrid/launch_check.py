@@ -113,6 +113,8 @@ class LaunchResult:
     log_lines: list[str] = field(default_factory=list)
     error_type: Optional[str] = None
     error: Optional[str] = None
+    # Did the plugin record a request for ascend_hybrid (strict mode) during resolution?
+    hybrid_requested: bool = False
     server_args: Any = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict:
@@ -171,7 +173,11 @@ def _importable_torch_npu() -> Iterator[bool]:
         # A real (or test-stub) torch_npu is importable; leave it alone.
         yield False
         return
+    import importlib.machinery
+
     stub = types.ModuleType("torch_npu")
+    # A spec keeps importlib.util.find_spec("torch_npu") (transformers probes it) working.
+    stub.__spec__ = importlib.machinery.ModuleSpec("torch_npu", loader=None)
     stub.__doc__ = "Temporary empty torch_npu from sglang_ascend_hybrid.launch_check."
     stub.__version__ = "0.0.0+launch-check"
     sys.modules["torch_npu"] = stub
@@ -187,8 +193,9 @@ def emulated_npu_platform(npu_memory_mb: int = DEFAULT_NPU_MEMORY_MB) -> Iterato
     """Make SGLang's startup resolution take its NPU branches on a CPU machine."""
     env = dict(RESOLUTION_ENV)
     env["SGLANG_ZBAL_LOCAL_MEM_SIZE"] = str(int(npu_memory_mb))
-    with _temporary_env(env), _importable_torch_npu():
+    with _temporary_env(env):
         _preimport()
+    with _temporary_env(env), _importable_torch_npu():
         import sglang.srt.platforms as platforms_mod
         import sglang.srt.utils as utils_pkg
         import sglang.srt.utils.common as common
@@ -344,6 +351,9 @@ def resolve_launch(
     if plugin_logger.getEffectiveLevel() > logging.INFO:
         plugin_logger.setLevel(logging.INFO)
     result = LaunchResult(argv=argv, ok=False)
+    from sglang_ascend_hybrid import mode
+
+    mode._reset_for_tests()  # each resolution starts as a fresh launch would
     try:
         with emulated_npu_platform(npu_memory_mb), _preserve_root_logging():
             if load_plugins:
@@ -372,6 +382,7 @@ def resolve_launch(
         plugin_logger.removeHandler(capture)
         plugin_logger.setLevel(old_level)
     result.log_lines = list(capture.lines)
+    result.hybrid_requested = mode.hybrid_requested()
     return result
 
 

@@ -94,6 +94,25 @@ PATCHES: tuple[Patch, ...] = (
             "scheduler/detokenizer subprocesses), then enforces strict mode (every patch applied)",
         removal="when SGLang keeps a plugin backend name through NPU resolution",
     ),
+    Patch(
+        name="short-conv-launch-defaults",
+        target="handle_model_specific_adjustments",
+        kind="resolution",
+        hook="sglang_ascend_hybrid.backends.launch_defaults:launch_defaults_hook",
+        why="on NPU SGLang defaults page_size to 128 while short-conv hybrids (LFM2, LFM2-MoE, LFM2-VL, "
+            "ZAYA1) get the no_buffer mamba radix cache, which asserts page_size 1 ('no_buffer only supports "
+            "page_size=1', or a later scheduler error for LFM2-VL). page_size 1 is not viable on Ascend (the "
+            "attention kernel takes the page size as its block size and needs a multiple of 16; 128 is the "
+            "tested value) and extra_buffer is not supported for these architectures, so the working "
+            "configuration is page_size 128 with the radix cache off (no prefix reuse)",
+        how="resolution hook declaring disable_radix_cache=True before the step, only for short-conv "
+            "architectures on NPU and only when the user set neither flag; one INFO line says what changed "
+            "and why; contradictory explicit flags (--mamba-radix-cache-strategy no_buffer / extra_buffer, a "
+            "page size that is not a multiple of 16, --enable-hierarchical-cache) fail with one message "
+            "naming the flags and the fix",
+        removal="when SGLang supports extra_buffer for LFM2 / ZAYA1 on NPU (the hook already steps aside "
+                "when SGLang reports extra_buffer as supported), or its NPU defaults resolve the conflict",
+    ),
 )
 
 
