@@ -112,6 +112,22 @@ PATCHES: tuple[Patch, ...] = (
             "naming the flags and the fix",
         removal="when SGLang supports extra_buffer for LFM2 / ZAYA1 on NPU (the hook already steps aside "
                 "when SGLang reports extra_buffer as supported), or its NPU defaults resolve the conflict",
+    ),    Patch(
+        name="packed-attention-one-sided",
+        target="sglang.multimodal_gen.runtime.layers.attention.backends.ascend_fa.fused_infer_attention_varlen",
+        kind="hook",
+        hook_type="replace",
+        runtime="multimodal",
+        hook="sglang_ascend_hybrid.ops.packed_attention:fused_infer_attention_varlen",
+        why="upstream raises NotImplementedError for a packed batch where a sequence is empty on only the "
+            "query or only the key/value side (ring-attention KV-only chunks, empty query segments) and "
+            "returns uninitialised tensors for all-empty batches",
+        how="REPLACE through the diffusion runtime's HookRegistry (rebinds from-import copies such as "
+            "AscendFAImpl's): same signature and argument checks; with no one-sided sequence the NPU op is "
+            "called exactly as upstream does; otherwise KV-only sequences are dropped and query-only rows "
+            "are filled with output 0 / LSE -inf around one compacted call",
+        removal="when upstream's fused_infer_attention_varlen no longer refuses one-sided sequences "
+                "(ops.packed_attention.upstream_needs_replacement(ascend_fa) returns False)",
     ),
 )
 

@@ -69,3 +69,63 @@ def test_disable_env_leaves_sglang_untouched():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "False disabled by SGLANG_ASCEND_HYBRID_DISABLE=1"
+
+
+@pytest.fixture(scope="module")
+def drift():
+    model = Path(__file__).parent.parent.parent / "examples" / "configs" / "qwen3_6-27b"
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0", HF_HUB_OFFLINE="1",
+               SGLANG_ZBAL_LOCAL_MEM_SIZE="65536")
+    env.pop("SGLANG_ASCEND_HYBRID_STRICT", None)
+    proc = subprocess.run([sys.executable, str(HERE / "probe_drift.py"), str(model)], capture_output=True,
+                          text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_drifted_target_is_a_warning_under_ascend(drift):
+    res = drift["ascend"]
+    assert res["ok"], res["error"]
+    assert res["resolved"]["attention_backend"] == "ascend"
+    assert not res["hybrid_requested"]
+
+
+def test_drifted_target_stops_startup_under_ascend_hybrid(drift):
+    res = drift["ascend_hybrid"]
+    assert not res["ok"]
+    assert res["error_type"] == "PluginPatchError"
+    assert "removed_in_a_later_release" in res["error"]
+    assert "SGLang 0.5.23" in res["error"]
+    assert res["hybrid_requested"]
+
+
+def test_ascend_hybrid_resolves_to_the_ascend_stack_and_is_recorded():
+    from sglang_ascend_hybrid.launch_check import resolve_isolated
+
+    model = Path(__file__).parent.parent.parent / "examples" / "configs" / "qwen3_6-27b"
+    (res,) = resolve_isolated([dict(model_path=model, tp_size=8, attention_backend="ascend_hybrid",
+                                    load_plugins=True,
+                                    extra_args=["--speculative-draft-attention-backend", "ascend_hybrid"])])
+    assert res["ok"], res["error"]
+    for field in ("attention_backend", "prefill_attention_backend", "decode_attention_backend"):
+        assert res["resolved"][field] == "ascend", field
+    assert res["hybrid_requested"]
+
+
+def test_diffusion_entry_point_replaces_packed_attention_everywhere():
+    """The sglang.multimodal_gen.plugins entry installs the one-sided-empty fix
+    through the diffusion runtime's own loader, visible at every import site."""
+    code = (
+        "from sglang.multimodal_gen.runtime.platforms import plugins as mm\n"
+        "mm.load_plugins(); mm.apply_plugin_hooks()\n"
+        "from sglang_ascend_hybrid.status import STATUS\n"
+        "STATUS.refresh_applied()\n"
+        "from sglang.multimodal_gen.runtime.layers.attention.backends import ascend_fa\n"
+        "from sglang_ascend_hybrid.ops import packed_attention as pa\n"
+        "st = STATUS.patches['packed-attention-one-sided']\n"
+        "print(st.state, pa.probe_replacement(ascend_fa.fused_infer_attention_varlen))\n"
+    )
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "applied True"

@@ -1,0 +1,431 @@
+"""Dispatch of packed attention: fast path calls the op exactly like upstream (no
+copies), compaction gathers once per tensor, no device-to-host syncs beyond
+upstream's, the emulator keeps the real op's contract, invalid input raises
+upstream's ValueErrors, and events are logged once."""
+
+from __future__ import annotations
+
+import logging
+from itertools import pairwise
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+from sglang_ascend_hybrid.emulators import fused_infer_attention as emu
+from sglang_ascend_hybrid.ops import packed_attention as pa
+from sglang_ascend_hybrid.ops import seam
+from sglang_ascend_hybrid.ops.packed_attention import fused_infer_attention_varlen, packed_case
+
+
+class Recorder:
+    """Emulator stand-in that records every call, then runs the CPU emulator."""
+
+    def __init__(self):
+        self.calls = []
+        self.inside = False
+
+    def __call__(self, *args, **kwargs):
+        self.calls.append((args, kwargs))
+        self.inside = True
+        try:
+            return emu.npu_fused_infer_attention_score(*args, **kwargs)
+        finally:
+            self.inside = False
+
+
+@pytest.fixture
+def recorder():
+    rec = Recorder()
+    with seam.install_emulators({emu.OP_NAME: rec}):
+        yield rec
+
+
+class OpLog(TorchFunctionMode):
+    """Names of torch functions called outside the op."""
+
+    def __init__(self, rec):
+        super().__init__()
+        self.rec = rec
+        self.names = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if not self.rec.inside:
+            self.names.append(getattr(func, "__name__", str(func)))
+        return func(*args, **(kwargs or {}))
+
+
+COPIES = {"index_select", "contiguous", "clone", "stack", "cat", "copy_", "index_copy_",
+          "gather", "to", "new_zeros", "full", "zeros", "empty", "masked_fill_"}
+
+
+# ---------------------------------------------------------------------------
+# Fast path: exactly upstream's call, no copies
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("host", [True, False])
+@pytest.mark.parametrize("want_lse", [True, False])
+def test_fast_path_passes_the_very_same_tensors(recorder, host, want_lse):
+    case = packed_case([3, 0, 4, 2], [5, 0, 1, 3], num_heads=4, num_kv_heads=2,
+                       dtype=torch.bfloat16, scale=0.3)
+    log = OpLog(recorder)
+    with log:
+        result = fused_infer_attention_varlen(
+            *case.args(), **case.kwargs(host=host, return_softmax_lse=want_lse))
+    assert len(recorder.calls) == 1
+    args, kwargs = recorder.calls[0]
+    assert args[0] is case.q and args[1] is case.k and args[2] is case.v
+    assert kwargs == {
+        "num_heads": 4, "num_key_value_heads": 2, "scale": 0.3, "input_layout": "TND",
+        "actual_seq_lengths": [3, 7, 9], "actual_seq_lengths_kv": [5, 6, 9],
+        "softmax_lse_flag": want_lse,
+    }
+    # the only copy is upstream's own: the LSE made [N, T] contiguous
+    assert not (COPIES - {"contiguous"}) & set(log.names), log.names
+    assert log.names.count("contiguous") == (1 if want_lse else 0)
+    out = result[0] if want_lse else result
+    assert out.shape == case.q.shape
+
+
+def test_fast_path_non_contiguous_same_shapes_stacks_once_like_upstream(recorder):
+    case = packed_case([3, 2], [3, 2], num_heads=2, num_kv_heads=2, head_dim=8,
+                       dtype=torch.bfloat16)
+    q, k, v = (t.transpose(0, 1).contiguous().transpose(0, 1) for t in (case.q, case.k, case.v))
+    log = OpLog(recorder)
+    with log:
+        fused_infer_attention_varlen(q, k, v, case.cu_seqlens_q, case.cu_seqlens_k,
+                                     **case.kwargs())
+    args, _ = recorder.calls[0]
+    assert all(t.is_contiguous() for t in args[:3])
+    storages = {t.untyped_storage().data_ptr() for t in args[:3]}
+    assert len(storages) == 1  # one stacked buffer, as upstream
+    assert log.names.count("stack") == 1 and "index_select" not in log.names
+
+
+# ---------------------------------------------------------------------------
+# Compaction path
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("q_lens,k_lens,gathers", [
+    ([3, 0, 4, 2], [5, 2, 1, 3], {"q": False, "kv": True}),   # KV-only only
+    ([3, 2, 4, 2], [5, 0, 1, 0], {"q": True, "kv": False}),   # query-only only
+    ([0, 3, 2, 0, 4], [3, 0, 2, 1, 2], {"q": True, "kv": True}),
+])
+def test_compaction_gathers_once_per_tensor(recorder, q_lens, k_lens, gathers):
+    case = packed_case(q_lens, k_lens, num_heads=4, num_kv_heads=2, dtype=torch.bfloat16, seed=4)
+    log = OpLog(recorder)
+    with log:
+        out, lse = fused_infer_attention_varlen(*case.args(), **case.kwargs())
+    assert len(recorder.calls) == 1
+    args, kwargs = recorder.calls[0]
+    live = [(qs, qe, ks, ke) for (qs, qe), (ks, ke) in zip(pairwise(case.q_bounds),
+                                                         pairwise(case.k_bounds))
+            if qe > qs and ke > ks]
+    q_rows = [r for qs, qe, _, _ in live for r in range(qs, qe)]
+    k_rows = [r for _, _, ks, ke in live for r in range(ks, ke)]
+    assert torch.equal(args[0], case.q[q_rows])
+    assert torch.equal(args[1], case.k[k_rows]) and torch.equal(args[2], case.v[k_rows])
+    ends_q, ends_k, tq, tk = [], [], 0, 0
+    for qs, qe, ks, ke in live:
+        tq, tk = tq + qe - qs, tk + ke - ks
+        ends_q.append(tq)
+        ends_k.append(tk)
+    assert kwargs["actual_seq_lengths"] == ends_q and kwargs["actual_seq_lengths_kv"] == ends_k
+    expected_selects = (1 if gathers["q"] else 0) + (2 if gathers["kv"] else 0)
+    assert log.names.count("index_select") == expected_selects
+    assert (args[0] is case.q) == (not gathers["q"])
+    assert (args[1] is case.k) == (not gathers["kv"])
+    # scatter back only when query rows were removed: output and LSE
+    assert log.names.count("index_copy_") == (2 if gathers["q"] else 0)
+    ref_out, ref_lse = pa.packed_attention_reference(case.q, case.k, case.v, case.q_bounds,
+                                                     case.k_bounds, case.scale)
+    assert torch.equal(out, ref_out)
+    assert torch.equal(lse, ref_lse)
+
+
+def test_all_query_only_never_calls_the_op(recorder):
+    case = packed_case([2, 3], [0, 0], dtype=torch.bfloat16)
+    out, lse = fused_infer_attention_varlen(*case.args(), **case.kwargs())
+    assert recorder.calls == []
+    assert (out == 0).all() and torch.isneginf(lse).all()
+
+
+def test_all_empty_never_calls_the_op(recorder):
+    case = packed_case([0, 0], [0, 0], dtype=torch.bfloat16)
+    out, lse = fused_infer_attention_varlen(*case.args(), **case.kwargs())
+    assert recorder.calls == []
+    assert out.shape == (0, 4, 16) and lse.shape == (4, 0)
+
+
+# ---------------------------------------------------------------------------
+# No device-to-host syncs beyond upstream's
+# ---------------------------------------------------------------------------
+
+SYNC_NAMES = {"tolist", "item", "cpu", "numpy", "__bool__", "__int__", "__float__",
+              "__index__", "nonzero", "equal", "allclose", "any", "all", "__len__", "__iter__"}
+SYNCS: list[str] = []
+COUNTING = [False]
+
+
+class DeviceStandIn(torch.Tensor):
+    """A CPU tensor standing in for an NPU tensor: records every call that would
+    read device data on the host (tensors derived from it are stand-ins too)."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if COUNTING[0] and name in SYNC_NAMES:
+            SYNCS.append(name)
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def _standin(t):
+    return t.as_subclass(DeviceStandIn)
+
+
+class PausingEmulator:
+    """The op runs on the device: its internals are not the wrapper's syncs."""
+
+    def __call__(self, *args, **kwargs):
+        COUNTING[0] = False
+        try:
+            out, lse = emu.npu_fused_infer_attention_score(*args, **kwargs)
+        finally:
+            COUNTING[0] = True
+        return out.as_subclass(DeviceStandIn), lse.as_subclass(DeviceStandIn)
+
+
+@pytest.mark.parametrize("path", ["reference", "fast", "compact", "all_query_only"])
+@pytest.mark.parametrize("host", [True, False])
+def test_no_new_device_to_host_syncs(path, host):
+    lens = {"reference": ([3, 0, 2], [1, 4, 0]), "fast": ([3, 0, 2], [1, 0, 4]),
+            "compact": ([3, 0, 2, 4], [1, 4, 0, 2]), "all_query_only": ([3, 2], [0, 0])}[path]
+    case = packed_case(*lens, dtype=torch.bfloat16, seed=8)
+    args = [_standin(t) for t in case.args()]
+    emulated = {} if path == "reference" else {emu.OP_NAME: PausingEmulator()}
+    SYNCS.clear()
+    with seam.install_emulators(emulated):
+        COUNTING[0] = True
+        try:
+            out, lse = fused_infer_attention_varlen(*args, **case.kwargs(host=host))
+        finally:
+            COUNTING[0] = False
+    # upstream reads each cu_seqlens with one .tolist() when no host copy is given
+    assert SYNCS == ([] if host else ["tolist", "tolist"])
+    ref_out, ref_lse = pa.packed_attention_reference(case.q, case.k, case.v, case.q_bounds,
+                                                     case.k_bounds, case.scale)
+    assert torch.equal(out.as_subclass(torch.Tensor), ref_out)
+    assert torch.equal(lse.as_subclass(torch.Tensor), ref_lse)
+
+
+def test_sync_detector_detects_syncs():
+    """The stand-in really sees host reads (so the test above can fail)."""
+    t = _standin(torch.tensor([0, 2, 5]))
+    SYNCS.clear()
+    COUNTING[0] = True
+    try:
+        t.tolist()
+        t[1].item()
+        bool(t[0] == 0)
+        t.cpu()
+    finally:
+        COUNTING[0] = False
+    assert SYNCS == ["tolist", "item", "__bool__", "cpu"]
+
+
+# ---------------------------------------------------------------------------
+# Emulator contract (what the real op accepts and refuses)
+# ---------------------------------------------------------------------------
+
+def _op_kwargs(**overrides):
+    kw = dict(num_heads=4, num_key_value_heads=2, scale=0.25, input_layout="TND",
+              actual_seq_lengths=[3, 5], actual_seq_lengths_kv=[2, 6], softmax_lse_flag=True)
+    kw.update(overrides)
+    return kw
+
+
+def _op_tensors(dtype=torch.bfloat16):
+    case = packed_case([3, 2], [2, 4], num_heads=4, num_kv_heads=2, dtype=dtype, scale=0.25)
+    return case
+
+
+def test_emulator_valid_call_shapes():
+    case = _op_tensors()
+    out, lse = emu.npu_fused_infer_attention_score(case.q, case.k, case.v, **_op_kwargs())
+    assert out.shape == (5, 4, 16) and out.dtype == torch.bfloat16
+    assert lse.shape == (5, 4, 1) and lse.dtype == torch.float32
+    ref_out, ref_lse = pa.packed_attention_reference(case.q, case.k, case.v, case.q_bounds,
+                                                     case.k_bounds, case.scale)
+    assert torch.equal(out, ref_out) and torch.equal(lse[..., 0].T, ref_lse)
+    _, lse_off = emu.npu_fused_infer_attention_score(
+        case.q, case.k, case.v, **_op_kwargs(softmax_lse_flag=False))
+    assert lse_off.numel() == 0
+
+
+@pytest.mark.parametrize("overrides,match", [
+    ({"actual_seq_lengths": [0, 5], "actual_seq_lengths_kv": [2, 6]}, "strictly increasing"),
+    ({"actual_seq_lengths": [3, 3, 5], "actual_seq_lengths_kv": [2, 4, 6]}, "strictly increasing"),
+    ({"actual_seq_lengths": [3, 5], "actual_seq_lengths_kv": [6, 6]}, "strictly increasing"),
+    ({"actual_seq_lengths": [5], "actual_seq_lengths_kv": [2, 6]}, "sequences but"),
+    ({"actual_seq_lengths": [3, 4]}, "must end at the packed token count 5"),
+    ({"actual_seq_lengths": None}, "requires actual_seq_lengths"),
+    ({"actual_seq_lengths": [], "actual_seq_lengths_kv": []}, "at least one"),
+    ({"num_heads": 2}, "num_heads=2"),
+    ({"num_key_value_heads": 4}, "num_key_value_heads=4"),
+])
+def test_emulator_refuses_like_the_real_op(overrides, match):
+    case = _op_tensors()
+    with pytest.raises(RuntimeError, match=match):
+        emu.npu_fused_infer_attention_score(case.q, case.k, case.v, **_op_kwargs(**overrides))
+
+
+def test_emulator_refuses_fp32_non_contiguous_and_unmodelled_arguments():
+    case = _op_tensors(torch.float32)
+    with pytest.raises(RuntimeError, match="float16 or bfloat16"):
+        emu.npu_fused_infer_attention_score(case.q, case.k, case.v, **_op_kwargs())
+    case = _op_tensors()
+    strided = case.q.transpose(0, 1).contiguous().transpose(0, 1)
+    with pytest.raises(RuntimeError, match="contiguous"):
+        emu.npu_fused_infer_attention_score(strided, case.k, case.v, **_op_kwargs())
+    with pytest.raises(NotImplementedError, match="TND"):
+        emu.npu_fused_infer_attention_score(case.q, case.k, case.v,
+                                            **_op_kwargs(input_layout="BNSD"))
+    with pytest.raises(NotImplementedError, match="atten_mask"):
+        emu.npu_fused_infer_attention_score(case.q, case.k, case.v,
+                                            atten_mask=torch.ones(1), **_op_kwargs())
+    with pytest.raises(TypeError, match="bogus"):
+        emu.npu_fused_infer_attention_score(case.q, case.k, case.v, bogus=1, **_op_kwargs())
+    # defaults of unmodelled arguments are fine
+    emu.npu_fused_infer_attention_score(case.q, case.k, case.v, sparse_mode=0,
+                                        pre_tokens=2147483647, **_op_kwargs())
+
+
+def test_upstream_style_call_with_one_sided_sequences_is_what_the_op_refuses():
+    """Passing one-sided sequences straight through (cumulative ends including the
+    empty ones) is refused; the wrapper never does that."""
+    case = packed_case([3, 0, 2], [2, 4, 0], dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="strictly increasing"):
+        emu.npu_fused_infer_attention_score(
+            case.q, case.k, case.v, num_heads=4, num_key_value_heads=2, scale=0.25,
+            input_layout="TND", actual_seq_lengths=list(case.q_bounds[1:]),
+            actual_seq_lengths_kv=list(case.k_bounds[1:]), softmax_lse_flag=True)
+    with seam.install_emulators(emu.emulators()):
+        out, _ = fused_infer_attention_varlen(*case.args(), **case.kwargs())
+    assert out.shape == case.q.shape
+
+
+# ---------------------------------------------------------------------------
+# Invalid input: upstream's ValueError messages
+# ---------------------------------------------------------------------------
+
+def _invalid_cases():
+    c = packed_case([3, 2], [2, 4], num_heads=4, num_kv_heads=2)
+    q, k, v, cq, ck = c.args()
+    i32 = torch.int32
+    yield "rank", (q[None], k, v, cq, ck), {}, (
+        "NPU packed attention requires q, k, and v in [T, N, D] layout; invalid tensors: q")
+    yield "device", (q, k.to("meta"), v, cq, ck), {}, (
+        "NPU packed attention requires q, k, and v on the same NPU; invalid tensors: k")
+    yield "dtype", (q, k.double(), v, cq, ck), {}, (
+        "NPU packed attention requires q, k, and v with the same dtype")
+    yield "kv_tokens", (q, k, v[:-1], cq, ck), {}, (
+        "NPU packed attention requires matching K/V token and head counts")
+    yield "kv_heads", (q, k, v[:, :1], cq, ck), {}, (
+        "NPU packed attention requires matching K/V token and head counts")
+    yield "head_dim", (q, k[..., :8], v, cq, ck), {}, (
+        "NPU packed attention requires matching Q/K head dimensions")
+    yield "gqa", (q[:, :3], k, v, cq, ck), {}, (
+        "NPU packed attention requires the query head count to be a multiple of the "
+        "key/value head count, got q heads=3, k heads=2")
+    yield "none", (q, k, v, None, ck), {}, "cu_seqlens_q is required for NPU packed attention"
+    yield "2d", (q, k, v, cq[None], ck), {}, "cu_seqlens_q must be a 1D int32 or int64 tensor"
+    yield "float", (q, k, v, cq, ck.float()), {}, "cu_seqlens_k must be a 1D int32 or int64 tensor"
+    yield "host_len", (q, k, v, cq, ck), {"cu_seqlens_q_host": (0, 5)}, (
+        "cu_seqlens_q and its host copy must have the same length")
+    yield "start", (q, k, v, torch.tensor([1, 3, 5], dtype=i32), ck), {}, (
+        "cu_seqlens_q must start with 0 and contain at least one sequence")
+    yield "single", (q[:0], k[:0], v[:0], torch.tensor([0], dtype=i32),
+                     torch.tensor([0], dtype=i32)), {}, (
+        "cu_seqlens_q must start with 0 and contain at least one sequence")
+    yield "end", (q, k, v, cq, ck), {"cu_seqlens_k_host": (0, 2, 7)}, (
+        "cu_seqlens_k must end at the packed token count 6, got 7")
+    yield "decreasing", (q, k, v, torch.tensor([0, 4, 3, 5], dtype=i32),
+                         torch.tensor([0, 2, 4, 6], dtype=i32)), {}, (
+        "cu_seqlens_q must be non-decreasing")
+    yield "batch", (q, k, v, cq, torch.tensor([0, 2, 4, 6], dtype=i32)), {}, (
+        "cu_seqlens_q and cu_seqlens_k must describe the same batch")
+
+
+@pytest.mark.parametrize("name,args,kwargs,message", list(_invalid_cases()),
+                         ids=[c[0] for c in _invalid_cases()])
+@pytest.mark.parametrize("emulated", [False, True])
+def test_invalid_input_raises_upstream_value_error(name, args, kwargs, message, emulated):
+    with seam.install_emulators(emu.emulators() if emulated else {}):
+        with pytest.raises(ValueError) as info:
+            fused_infer_attention_varlen(*args, **kwargs)
+    assert str(info.value) == message
+
+
+# ---------------------------------------------------------------------------
+# Logging and helpers
+# ---------------------------------------------------------------------------
+
+def test_compaction_and_reference_are_logged_once(caplog):
+    case = packed_case([3, 0, 2], [2, 4, 0], dtype=torch.bfloat16)
+    with caplog.at_level(logging.INFO, logger=pa.__name__):
+        for _ in range(3):
+            fused_infer_attention_varlen(*case.args(), **case.kwargs())
+        with seam.install_emulators(emu.emulators()):
+            for _ in range(3):
+                fused_infer_attention_varlen(*case.args(), **case.kwargs())
+    messages = [r.getMessage() for r in caplog.records if r.name == pa.__name__]
+    assert sum("pure-torch reference" in m for m in messages) == 1
+    assert sum("compacting" in m for m in messages) == 1
+    assert all(r.levelno == logging.INFO for r in caplog.records if r.name == pa.__name__)
+
+
+def test_fast_path_logs_nothing(caplog):
+    case = packed_case([3, 2], [2, 4], dtype=torch.bfloat16)
+    with caplog.at_level(logging.INFO, logger=pa.__name__):
+        with seam.install_emulators(emu.emulators()):
+            fused_infer_attention_varlen(*case.args(), **case.kwargs())
+    assert not [r for r in caplog.records if r.name == pa.__name__]
+
+
+def test_probe_replacement_tells_fixed_from_refusing():
+    def refusing(*args, **kwargs):
+        raise NotImplementedError("NPU packed attention does not support a sequence that is "
+                                  "empty only on the query or key/value side")
+
+    def wrong_fill(*args, **kwargs):
+        out, lse = fused_infer_attention_varlen(*args, **kwargs)
+        return out, torch.nan_to_num(lse, neginf=0.0)
+
+    assert pa.probe_replacement(fused_infer_attention_varlen)
+    assert not pa.probe_replacement(refusing)
+    assert not pa.probe_replacement(wrong_fill)
+
+
+def test_upstream_needs_replacement_reads_the_source():
+    import types
+
+    fixed = types.ModuleType("fixed_upstream")
+    fixed.fused_infer_attention_varlen = fused_infer_attention_varlen
+    assert not pa.upstream_needs_replacement(fixed)
+    assert not pa.upstream_needs_replacement(types.ModuleType("no_function"))
+
+
+def test_random_packed_case_helper():
+    case = pa.random_packed_case(5, num_seqs=40, one_sided_fraction=0.5, both_empty_fraction=0.2)
+    pairs = list(zip(pairwise(case.q_bounds), pairwise(case.k_bounds)))
+    kinds = {((qe > qs), (ke > ks)) for (qs, qe), (ks, ke) in pairs}
+    assert kinds == {(True, True), (True, False), (False, True), (False, False)}
+    assert case.cu_seqlens_q.tolist() == list(case.q_bounds)
+    assert case.q.shape[0] == case.q_bounds[-1] and case.k.shape[0] == case.k_bounds[-1]
+    with pytest.raises(ValueError, match="same batch size"):
+        packed_case([1], [1, 2])
+
+
+def test_probe_replacement_works_with_emulators_installed():
+    with seam.install_emulators(emu.emulators()):
+        assert pa.probe_replacement(fused_infer_attention_varlen)
