@@ -12,6 +12,16 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Operator tools of the sglang-ascend-hybrid plugin.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("doctor", help="versions, NPU ops found, patch status, effective settings")
+    p = sub.add_parser("plan", help="what the plugin will run for a model config, per TP size")
+    p.add_argument("--config", required=True, help="a Hugging Face config.json, or a directory holding one")
+    p.add_argument("--tp", type=int, nargs="+", help="TP sizes (default: 1 2 4 8 16)")
+    p.add_argument("--json", action="store_true", help="print a JSON list, one object per TP size")
+    p.add_argument("--kernel-heads", help="value-head counts the GDN mega kernel accepts, e.g. 8,12,16 "
+                   "(default: the installed sgl-kernel-npu's set, or the current release's)")
+    st = sub.add_parser("selftest", help="check the plugin's ops against the pure-torch references on a device")
+    from sglang_ascend_hybrid import selftest
+
+    selftest.add_arguments(st)
     return parser
 
 
@@ -22,6 +32,14 @@ def main(argv: list[str] | None = None) -> int:
         from sglang_ascend_hybrid import doctor
 
         return doctor.main(args)
+    if args.command == "plan":
+        from sglang_ascend_hybrid import plan
+
+        return plan.main(args)
+    if args.command == "selftest":
+        from sglang_ascend_hybrid import selftest
+
+        return selftest.main(args)
     return 2
 
 

@@ -94,8 +94,8 @@ def _load_plugins_like_sglang() -> list[str]:
     return errors
 
 
-def render(info: dict, out: TextIO = sys.stdout) -> None:
-    w = out.write
+def render(info: dict, out: TextIO | None = None) -> None:
+    w = (out or sys.stdout).write
     w(f"sglang-ascend-hybrid {info['versions']['sglang-ascend-hybrid']} doctor\n\nVersions\n")
     for name, ver in info["versions"].items():
         w(f"  {name:22s} {ver or 'not found'}\n")

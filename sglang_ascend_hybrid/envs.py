@@ -70,6 +70,11 @@ class _Registry:
         "Largest compute overhead (launched / real value-head work) a head plan may "
         "have before GDN falls back to the next kernel rung.",
     )
+    CONV_BACKEND = EnvVar(
+        "SGLANG_ASCEND_HYBRID_CONV_BACKEND", "auto", str,
+        "auto (default) walks the short-conv causal_conv1d ladder (npu_v2 -> npu_aclnn -> "
+        "torch); a rung name forces that rung.",
+    )
 
 
 ENV = _Registry()

@@ -113,6 +113,47 @@ PATCHES: tuple[Patch, ...] = (
         removal="when SGLang supports extra_buffer for LFM2 / ZAYA1 on NPU (the hook already steps aside "
                 "when SGLang reports extra_buffer as supported), or its NPU defaults resolve the conflict",
     ),    Patch(
+        name="short-conv-backend",
+        target="sglang.srt.layers.attention.attention_registry.attn_backend_wrapper",
+        kind="hook",
+        hook_type="around",
+        hook="sglang_ascend_hybrid.backends.short_conv:attn_backend_wrapper_around",
+        why="on NPU upstream raises NotImplementedError for ZayaConfig / Lfm2Config / Lfm2MoeConfig / "
+            "Lfm2VlConfig: the conv-state sidecar (ShortConvAttnBackend.conv_state_metadata) has no Ascend "
+            "implementation and the model code assumes the CUDA conv-state layout",
+        how="AROUND: on NPU with one of those configs return AscendShortConvHybridAttnBackend wrapping "
+            "AscendShortConvAttnBackend (ShortConvAttnBackend plumbing on AscendMambaAttnBackendBase); its "
+            "conv_state_metadata hands the model strided CUDA-layout views of the window-major NPU pool (no "
+            "copy, writes land in the pool); speculative decoding is refused at construction with a message "
+            "naming the flag to drop; every other model and device calls the original",
+        removal="when SGLang ships an Ascend short-conv sidecar (sgl-project/sglang#38252 covers LFM2 / "
+                "LFM2-MoE only, with the newest sgl-kernel-npu; ZAYA1 is not covered)",
+    ),
+    Patch(
+        name="conv1d-prefill",
+        target="sglang.srt.layers.attention.mamba.causal_conv1d.causal_conv1d_fn",
+        kind="hook",
+        hook_type="around",
+        hook="sglang_ascend_hybrid.ops.causal_conv1d:causal_conv1d_fn_around",
+        why="LFM2's short-conv prefill calls causal_conv1d_fn, which off CUDA runs SGLang's Triton kernel "
+            "that assumes a [slots, dim, W-1] contiguous conv state; the NPU pool is window-major",
+        how="AROUND (SGLang's HookRegistry also rebinds the copy imported into sglang.srt.models.lfm2): "
+            "NPU tensors, window-major state views and installed emulators go to the plugin's op (sgl-kernel-"
+            "npu v2 window-major ops -> torch.ops.npu.causal_conv1d -> vectorised torch); everything else "
+            "calls the original",
+        removal="with the short-conv-backend patch",
+    ),
+    Patch(
+        name="conv1d-decode",
+        target="sglang.srt.layers.attention.mamba.causal_conv1d.causal_conv1d_update",
+        kind="hook",
+        hook_type="around",
+        hook="sglang_ascend_hybrid.ops.causal_conv1d:causal_conv1d_update_around",
+        why="LFM2's short-conv decode calls causal_conv1d_update with the same layout assumption",
+        how="AROUND, same routing as conv1d-prefill",
+        removal="with the short-conv-backend patch",
+    ),
+    Patch(
         name="packed-attention-one-sided",
         target="sglang.multimodal_gen.runtime.layers.attention.backends.ascend_fa.fused_infer_attention_varlen",
         kind="hook",

@@ -59,6 +59,11 @@ class Ladder:
         with self._lock:
             self._refused.add((rung, signature))
 
+    def forget_refusals(self) -> None:
+        """Forget every call-time refusal (tests; a reloaded kernel)."""
+        with self._lock:
+            self._refused.clear()
+
     def candidates(self, signature: Hashable, *args, **kwargs) -> list[Rung]:
         return [
             r for r in self.rungs

@@ -14,6 +14,12 @@ from sglang_ascend_hybrid.status import STATUS  # noqa: E402
 from sglang.srt.arg_groups import choices, resolution_hooks  # noqa: E402
 from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS  # noqa: E402
 
+STATUS.refresh_applied()
+import sglang.srt.layers.attention.mamba.causal_conv1d as conv_mod  # noqa: E402
+import sglang.srt.models.lfm2 as lfm2  # noqa: E402
+
+facts["lfm2_conv_rebound"] = (lfm2.causal_conv1d_fn is conv_mod.causal_conv1d_fn
+                              and getattr(conv_mod.causal_conv1d_fn, "__wrapped__", None) is not None)
 facts["status"] = {n: [s.state, s.reason] for n, s in STATUS.patches.items()}
 facts["summary"] = STATUS.summary()
 facts["factory_entry_point"] = getattr(ATTENTION_BACKENDS.get("ascend_hybrid"), "entry_point", None)

@@ -42,6 +42,8 @@ def test_load_plugins_runs_register_through_entry_points(facts):
         else:
             assert state == "applied", (name, state, reason)
     assert "SGLang 0.5.23" in facts["summary"]
+    # SGLang's HookRegistry rebound the from-import copy inside the LFM2 model module too.
+    assert facts["lfm2_conv_rebound"]
 
 
 def test_attention_backends_holds_the_entry_point_factory(facts):

@@ -139,12 +139,25 @@ def _chunk_layout(bounds: list[int], chunk: int, device) -> _ChunkLayout:
                         tok.reshape(-1).to(device), valid.reshape(-1).to(device), chunk_seq, chunk_pos)
 
 
-def _to_chunks(x: torch.Tensor, layout: _ChunkLayout, chunk: int) -> torch.Tensor:
-    """[T, H, D] (or [T, H]) -> [F, H, C, D] (or [F, H, C]) with zero rows as padding."""
-    pad = torch.zeros((1,) + tuple(x.shape[1:]), dtype=x.dtype, device=x.device)
-    rows = torch.cat([x, pad]).index_select(0, layout.token_index)
-    rows = rows.reshape((-1, chunk) + tuple(x.shape[1:]))
-    return rows.transpose(1, 2)
+def _to_chunks(x: torch.Tensor, layout: _ChunkLayout, chunk: int, value_heads: int) -> torch.Tensor:
+    """Gather ``[T, H, D]`` (or ``[T, H]``) into contiguous chunk blocks ``[F, Hv, C, D]``
+    (or ``[F, Hv, C]``) in fp32, in one gather; key heads are expanded to value heads
+    on the way (value head h reads key head h // (Hv // H)); padding rows are zero."""
+    T, H = x.shape[0], x.shape[1]
+    rows = layout.token_index.numel()
+    F = rows // chunk
+    tail = tuple(x.shape[2:])
+    if F == 0 or T == 0:
+        return torch.zeros((F, value_heads, chunk) + tail, dtype=torch.float32, device=x.device)
+    head = torch.arange(value_heads, device=x.device) // (value_heads // H)
+    tok = layout.token_index.clamp(max=T - 1).view(F, 1, chunk)
+    idx = (tok * H + head.view(1, -1, 1)).reshape(-1)
+    out = x.reshape((T * H,) + tail).index_select(0, idx).to(torch.float32)
+    out = out.view((F, value_heads, chunk) + tail)
+    pad = ~layout.valid.view(F, chunk)
+    if bool(pad.any()):
+        out.transpose(1, 2)[pad] = 0
+    return out
 
 
 def chunk_gdn_torch(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=None,
@@ -165,36 +178,40 @@ def chunk_gdn_torch(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=N
     layout = _chunk_layout(bounds, C, dev)
 
     f32 = torch.float32
-    qc = _to_chunks(_expand_keys(q[0].to(f32), Hv), layout, C)   # [F, Hv, C, K]
-    kc = _to_chunks(_expand_keys(k[0].to(f32), Hv), layout, C)   # [F, Hv, C, K]
-    vc = _to_chunks(v[0].to(f32), layout, C)                       # [F, Hv, C, V]
-    gc = _to_chunks(g[0].to(f32), layout, C).cumsum(-1)            # [F, Hv, C] cumulative decay
-    bc = _to_chunks(beta[0].to(f32), layout, C)                    # [F, Hv, C]
+    qc = _to_chunks(q[0], layout, C, Hv)            # [F, Hv, C, K]
+    kc = _to_chunks(k[0], layout, C, Hv)            # [F, Hv, C, K]
+    vc = _to_chunks(v[0], layout, C, Hv)            # [F, Hv, C, V]
+    gc = _to_chunks(g[0], layout, C, Hv).cumsum(-1)  # [F, Hv, C] cumulative decay G_r
+    bc = _to_chunks(beta[0], layout, C, Hv)          # [F, Hv, C]
+    F = qc.shape[0]
 
     # Intra-chunk factors, every chunk and head at once.
     lower_incl = torch.ones(C, C, dtype=torch.bool, device=dev).tril()
-    diff = (gc.unsqueeze(-1) - gc.unsqueeze(-2)).masked_fill(~lower_incl, float("-inf"))
-    decay = diff.exp()                                             # exp(G_r - G_j), j <= r
-    A = (kc @ kc.transpose(-1, -2)) * decay * bc.unsqueeze(-1)
-    A = A.tril(-1)
-    eye = torch.eye(C, dtype=f32, device=dev)
-    # (I + A) [U0 | W] = [beta v | beta exp(G) k]
-    rhs = torch.cat([vc * bc.unsqueeze(-1), kc * (bc * gc.exp()).unsqueeze(-1)], dim=-1)
-    sol = torch.linalg.solve_triangular(A + eye, rhs, upper=False, unitriangular=True)
-    u0, w = sol[..., :V], sol[..., V:]
-    qk = (qc @ kc.transpose(-1, -2)) * decay * scale                # causal, decayed
-    qg = qc * (gc.exp() * scale).unsqueeze(-1)                     # query seen through the start state
-    last = gc[..., -1:]                                            # total decay of each chunk
-    k_end = kc * (last - gc).exp().unsqueeze(-1)                   # key decayed to the chunk end
-    last_exp = last.exp().unsqueeze(-1)                            # [F, Hv, 1, 1]
-    w_qg = torch.cat([w, qg], dim=-2)                              # both multiply the start state
+    decay = (gc.unsqueeze(-1) - gc.unsqueeze(-2)).masked_fill_(~lower_incl, float("-inf")).exp_()
+    kk = kc @ kc.transpose(-1, -2)
+    qk = (qc @ kc.transpose(-1, -2)).mul_(decay).mul_(scale)      # causal, decayed scores
+    # A[r, j] = beta_r exp(G_r - G_j) k_r.k_j for j < r;  T = (I + A)^-1
+    a = kk.mul_(decay).mul_(bc.unsqueeze(-1)).tril_(-1)
+    a.diagonal(dim1=-2, dim2=-1).fill_(1.0)
+    eye = torch.eye(C, dtype=f32, device=dev).expand_as(a)
+    t_inv = torch.linalg.solve_triangular(a, eye, upper=False, unitriangular=True)
+    del a, kk, decay
+    gexp = gc.exp()
+    u0 = t_inv @ (vc * bc.unsqueeze(-1))                             # [F, Hv, C, V]
+    w = t_inv @ (kc * (bc * gexp).unsqueeze(-1))                     # [F, Hv, C, K]
+    del t_inv, vc
+    qg = qc.mul_((gexp * scale).unsqueeze(-1))                       # query through the start state
+    last = gc[..., -1:]                                              # total decay of each chunk
+    k_end_t = (kc * (last - gc).exp().unsqueeze(-1)).transpose(-1, -2).contiguous()  # [F, Hv, K, C]
+    last_exp = last.exp().unsqueeze(-1)                              # [F, Hv, 1, 1]
+    del kc
 
     # State hand-over between chunks: key-first [*, Hv, K, V] inside.
     S = torch.zeros(n, Hv, K, V, dtype=f32, device=dev)
-    if initial_state is not None:
-        S = initial_state.to(f32).transpose(-1, -2)
-    S = S.index_select(0, layout.order) if n else S
-    F = qc.shape[0]
+    if initial_state is not None and n:
+        S = initial_state.to(f32).transpose(-1, -2).index_select(0, layout.order)
+    elif n:
+        S = S.index_select(0, layout.order)
     out = torch.empty(F, Hv, C, V, dtype=f32, device=dev)
     h_flat = torch.empty(F, Hv, K, V, dtype=f32, device=dev) if chunk_states else None
     for c, m in enumerate(layout.active):
@@ -202,12 +219,12 @@ def chunk_gdn_torch(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=N
         S_a = S[:m]
         if h_flat is not None:
             h_flat[sl] = S_a
-        ws = w_qg[sl] @ S_a                                        # [m, Hv, 2C, V]
-        u = u0[sl] - ws[..., :C, :]
-        out[sl] = torch.baddbmm(ws[..., C:, :].reshape(-1, C, V), qk[sl].reshape(-1, C, C),
-                                u.reshape(-1, C, V)).view(m, Hv, C, V)
-        S_new = torch.baddbmm((S_a * last_exp[sl]).reshape(-1, K, V),
-                              k_end[sl].transpose(-1, -2).reshape(-1, K, C), u.reshape(-1, C, V))
+        u = u0[sl] - w[sl] @ S_a                                     # [m, Hv, C, V]
+        o_c = out[sl]
+        torch.matmul(qg[sl], S_a, out=o_c)
+        o_c.view(-1, C, V).baddbmm_(qk[sl].reshape(-1, C, C), u.view(-1, C, V))
+        S_new = torch.baddbmm((S_a * last_exp[sl]).view(-1, K, V),
+                              k_end_t[sl].reshape(-1, K, C), u.view(-1, C, V))
         S[:m] = S_new.view(m, Hv, K, V)
 
     o = torch.zeros(T, Hv, V, dtype=f32, device=dev)

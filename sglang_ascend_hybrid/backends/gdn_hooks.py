@@ -1,0 +1,117 @@
+"""Integration hooks: SGLang's Ascend GDN prefill goes through the GDN kernel ladder.
+
+``ascend_chunk_gdn`` (AROUND ``sglang.srt.hardware_backend.npu.attention.
+ascend_gdn_backend.AscendGDNAttnBackend.chunk_gdn``, SGLang 0.5.23)
+    The narrowest symbol around the prefill kernel call
+    (``torch.ops.npu.chunk_gated_delta_rule``): it receives q / k / v / g / beta,
+    a gathered copy of the SSM states and ``query_start_loc``, and returns
+    ``(o [T, Hv, V], final [N, Hv, V, K], h [NT, Hv, V, K])``; ``forward_extend``
+    then writes ``final`` into the pool.  The hook calls the original; when the
+    op refuses the shape it marks the shape refused (later calls skip the
+    original), logs once, and runs the rest of the ladder (mega through a head
+    plan, triton, torch) on the same inputs.  The per-chunk states ``h`` are
+    produced whenever radix-cache tracking may read them
+    (``forward_metadata.has_mamba_track_mask``), which rules the mega kernel out
+    (its chunks are 128 tokens).  ``GDN_ATTN_BACKEND_TRITON=1`` keeps its
+    upstream meaning: prefill goes to the Triton chunk path (then torch).
+``sgl_chunk_gated_delta_rule_npu`` (AROUND ``sgl_kernel_npu.fla.chunk.
+chunk_gated_delta_rule_npu``, older SGLang releases' prefill entry)
+    Calls the original; when the mega kernel inside refuses the head pair
+    (failure B: ``unsupported mega_chunk_gdn (NumValueHeads, NumKeyHeads) pair``)
+    it runs the ladder below that entry with the original inputs, returning the
+    entry's own layouts (key-first states, ``h [1, NT, H, K, V]``).
+
+Neither hook writes the caller's state tensors: the ladder returns new ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+
+from sglang_ascend_hybrid.logutil import log_once
+from sglang_ascend_hybrid.ops.gdn import dispatch
+from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states
+
+logger = logging.getLogger(__name__)
+
+ASCEND_CHUNK_GDN_TARGET = (
+    "sglang.srt.hardware_backend.npu.attention.ascend_gdn_backend.AscendGDNAttnBackend.chunk_gdn")
+SGL_CHUNK_NPU_TARGET = "sgl_kernel_npu.fla.chunk.chunk_gated_delta_rule_npu"
+
+
+def _triton_requested() -> bool:
+    return os.environ.get("GDN_ATTN_BACKEND_TRITON", "0").strip() == "1"
+
+
+def _log_refusal(sig, kernel: str, exc: BaseException, taken: str) -> None:
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    log_once(logger, ("gdn-hook-refusal", kernel, sig),
+             "sglang-ascend-hybrid: gdn_prefill kernel %s refused %s (%s); using %s for this shape from now on",
+             kernel, sig, first, taken)
+
+
+def ascend_chunk_gdn(original, self, q, k, v, g, beta, initial_state, cu_seqlens):
+    """AROUND hook of ``AscendGDNAttnBackend.chunk_gdn`` (see module docstring)."""
+    T, Hk, K = q.shape
+    Hv, V = v.shape[-2], v.shape[-1]
+    need_h = bool(getattr(getattr(self, "forward_metadata", None), "has_mamba_track_mask", True))
+    sig = dispatch.GdnSignature(Hv, Hk, K, V, q.dtype, need_h)
+    skip: tuple = ("npu_chunk",)
+    if _triton_requested():
+        skip = ("npu_chunk", "mega")
+        log_once(logger, ("gdn-hook-triton",), "sglang-ascend-hybrid: GDN_ATTN_BACKEND_TRITON=1: GDN prefill "
+                 "uses the Triton chunk kernel (torch if it refuses)")
+    elif not dispatch.PREFILL.refused("npu_chunk", sig):
+        try:
+            return original(self, q, k, v, g, beta, initial_state, cu_seqlens)
+        except Exception as exc:
+            if not dispatch._npu_op_refusal(exc):
+                raise
+            dispatch.PREFILL.mark_refused("npu_chunk", sig)
+            _log_refusal(sig, "npu_chunk (torch.ops.npu.chunk_gated_delta_rule)", exc, "the GDN ladder")
+    o, final, h = chunk_with_states(
+        q.reshape(1, T, Hk, K), k.reshape(1, T, Hk, K), v.reshape(1, T, Hv, V),
+        g.reshape(1, T, Hv).float(), beta.reshape(1, T, Hv), cu_seqlens=cu_seqlens,
+        initial_state=initial_state, use_qk_l2norm=True, chunk_states=need_h, skip=skip)
+    if h is None:  # nobody reads it (no radix-cache tracking): upstream's shape, zeros
+        num_chunks = dispatch.ChunkCall(q, k, v, g, beta, cu_seqlens, None, 1.0).num_chunks()
+        h = k.new_zeros(num_chunks, Hv, V, K)
+    return o.reshape(T, Hv, V), final, h.to(k.dtype)
+
+
+def sgl_chunk_gated_delta_rule_npu(original, q, k, v, g, beta, scale=None, initial_state=None,
+                                   output_final_state=True, cu_seqlens=None, head_first=False,
+                                   use_qk_l2norm_in_kernel=False, **kwargs):
+    """AROUND hook of sgl-kernel-npu's ``chunk_gated_delta_rule_npu`` (see module docstring)."""
+    args = dict(scale=scale, initial_state=initial_state, output_final_state=output_final_state,
+                cu_seqlens=cu_seqlens, head_first=head_first, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+                **kwargs)
+    if dispatch.IN_LADDER.get() or head_first or kwargs:
+        return original(q, k, v, g, beta, **args)
+    B, T, Hk, K = q.shape
+    Hv, V = v.shape[-2], v.shape[-1]
+    sig = dispatch.GdnSignature(Hv, Hk, K, V, q.dtype, True)
+    if not dispatch.PREFILL.refused("triton", sig):
+        try:
+            return original(q, k, v, g, beta, **args)
+        except Exception as exc:
+            if not (dispatch._mega_refusal(exc) or dispatch._triton_refusal(exc)):
+                raise
+            dispatch.PREFILL.mark_refused("triton", sig)
+            _log_refusal(sig, "chunk_gated_delta_rule_npu (sgl-kernel-npu)", exc, "the GDN ladder")
+    if B != 1 and cu_seqlens is None:  # equal-length batch: pack it
+        cu_seqlens = torch.arange(0, (B + 1) * T, T, device=q.device)
+        q, k, v, g, beta = (x.reshape(1, B * T, *x.shape[2:]) for x in (q, k, v, g, beta))
+    elif cu_seqlens is None:
+        cu_seqlens = torch.tensor([0, T], device=q.device)
+    state_vf = None if initial_state is None else initial_state.float().transpose(-1, -2)
+    o, final, h = chunk_with_states(q, k, v, g.float(), beta, cu_seqlens=cu_seqlens, initial_state=state_vf,
+                                    scale=scale, use_qk_l2norm=use_qk_l2norm_in_kernel, chunk_states=True,
+                                    skip=("npu_chunk", "triton"))
+    o = o.reshape(B, T, Hv, V)
+    final = final.transpose(-1, -2).contiguous() if output_final_state else None
+    h = h.transpose(-1, -2).unsqueeze(0).to(k.dtype)
+    return o, final, h

@@ -1,0 +1,174 @@
+"""Ascend short-conv sidecar for LFM2 / LFM2-MoE / LFM2-VL / ZAYA1, and its registry hook.
+
+Upstream ``attn_backend_wrapper`` raises ``NotImplementedError`` on NPU for the
+short-conv hybrids because ``ShortConvAttnBackend`` (the conv-state sidecar the
+model reaches through ``get_attn_backend().conv_state_metadata``) is
+CUDA-only.  This module provides:
+
+``AscendShortConvAttnBackend``
+    ``ShortConvAttnBackend``'s per-step plumbing (int64 slot indices refreshed
+    once per step into a graph-stable buffer, ``has_initial_state``, the
+    ``slot_ids_cpu`` / ``has_prefix_cpu`` host mirrors) stacked on
+    ``AscendMambaAttnBackendBase`` (MRO: ShortConv -> AscendMambaBase ->
+    MambaAttnBackendBase), so NPU graph capture / replay metadata and the
+    pad-slot handling are the Ascend ones.  ``conv_state_metadata`` hands the
+    model CUDA-layout strided views of the window-major NPU pool
+    (:mod:`.conv_state_layout`): no per-step copies, writes land in the pool.
+``AscendShortConvHybridAttnBackend``
+    ``AscendHybridLinearAttnBackend`` + ``conv_state_metadata`` forwarding.
+:func:`attn_backend_wrapper_around`
+    AROUND hook for ``sglang.srt.layers.attention.attention_registry.attn_backend_wrapper``:
+    on NPU with a ZayaConfig / Lfm2Config / Lfm2MoeConfig / Lfm2VlConfig model it
+    returns the backend above; everything else calls the original.
+
+Speculative decoding is refused at backend construction: LFM2's
+``shortconv_target_verify`` runs SGLang's Triton update with a CUDA-layout
+speculative tape and the generic rollback, neither of which matches the NPU
+pool's extra draft window, so serving would give wrong tokens.
+
+The upstream Ascend module imports ``sgl_kernel_npu`` at module top, so the
+classes are built lazily (:func:`backend_classes`), only when needed.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+from sglang_ascend_hybrid.backends.conv_state_layout import layer_cache_cuda_view
+from sglang_ascend_hybrid.logutil import log_once
+
+logger = logging.getLogger(__name__)
+
+ATTN_BACKEND_WRAPPER_TARGET = "sglang.srt.layers.attention.attention_registry.attn_backend_wrapper"
+
+SPECULATIVE_UNSUPPORTED = (
+    "sglang-ascend-hybrid: speculative decoding is not supported for short-conv hybrid models "
+    "(LFM2 / LFM2-MoE / LFM2-VL / ZAYA1) on Ascend: the verify step's conv-state tape and rollback "
+    "do not match the NPU pool's window-major draft window and would produce wrong tokens. "
+    "Drop --speculative-algorithm (and the other --speculative-* flags) to serve this model."
+)
+
+
+def short_conv_config_classes() -> tuple:
+    from sglang.srt.configs.lfm2 import Lfm2Config
+    from sglang.srt.configs.lfm2_moe import Lfm2MoeConfig
+    from sglang.srt.configs.lfm2_vl import Lfm2VlConfig
+    from sglang.srt.configs.zaya import ZayaConfig
+
+    return (ZayaConfig, Lfm2Config, Lfm2MoeConfig, Lfm2VlConfig)
+
+
+def short_conv_config(model_config):
+    """The model's mamba2 config if it is one of the four short-conv hybrids, else None
+    (the same test upstream's short-conv branch makes)."""
+    from sglang.srt.configs.hybrid_arch import mamba2_config
+
+    cfg = mamba2_config(model_config)
+    return cfg if isinstance(cfg, short_conv_config_classes()) else None
+
+
+def npu_detected() -> bool:
+    """Upstream's short-conv branch asks ``sglang.srt.utils.is_npu()`` at call time; so do we."""
+    from sglang.srt import utils
+
+    return bool(utils.is_npu())
+
+
+def refuse_speculative(model_runner) -> None:
+    from sglang.srt.mem_cache.memory_pool import MambaPool
+
+    algo = getattr(getattr(model_runner, "server_args", None), "speculative_algorithm", None)
+    cache = model_runner.req_to_token_pool.mamba_pool.mamba_cache
+    if algo is not None or isinstance(cache, MambaPool.SpeculativeState):
+        raise ValueError(f"{SPECULATIVE_UNSUPPORTED} (speculative_algorithm={algo!r})")
+
+
+def _expected_cuda_conv_shapes(model_runner):
+    """Per conv state (channels, state_len) from the model config, or None when unknown."""
+    try:
+        cfg = short_conv_config(model_runner.model_config)
+        params = cfg.mamba2_cache_params
+        return [tuple(int(n) for n in shape) for shape in params.shape.conv]
+    except Exception:  # config not readable here (e.g. TP context not published)
+        return None
+
+
+def conv_window_major_flags(model_runner) -> list:
+    """Which pool conv tensors are window-major ``[L, slots, window, C]``.
+
+    On NPU every conv state is (``_init_npu_conv_state``); a pool already in the
+    CUDA layout ``[L, slots, C, S]`` is passed through unchanged.  Shapes that
+    match neither raise ``ValueError``."""
+    convs = model_runner.req_to_token_pool.mamba_pool.mamba_cache.conv
+    expected = _expected_cuda_conv_shapes(model_runner)
+    if expected is None or len(expected) != len(convs):
+        return [True] * len(convs)
+    flags = []
+    for i, (conv, (channels, state_len)) in enumerate(zip(convs, expected)):
+        tail = tuple(conv.shape[-2:])
+        if tail == (state_len, channels):
+            flags.append(True)
+        elif tail == (channels, state_len):
+            flags.append(False)
+        else:
+            raise ValueError(f"conv state {i} of the mamba pool has shape {tuple(conv.shape)}: expected "
+                             f"(layers, slots, {state_len}, {channels}) window-major or "
+                             f"(layers, slots, {channels}, {state_len})")
+    return flags
+
+
+@functools.lru_cache(maxsize=None)
+def backend_classes():
+    """(AscendShortConvAttnBackend, AscendShortConvHybridAttnBackend), built on first use."""
+    from sglang.srt.hardware_backend.npu.attention.ascend_hybrid_linear_attn_backend import (
+        AscendHybridLinearAttnBackend,
+        AscendMambaAttnBackendBase,
+    )
+    from sglang.srt.layers.attention.linear.short_conv_backend import ShortConvAttnBackend
+
+    class AscendShortConvAttnBackend(ShortConvAttnBackend, AscendMambaAttnBackendBase):
+        """ShortConvAttnBackend's plumbing on the Ascend mamba base; window-major pool views."""
+
+        def __init__(self, model_runner):
+            refuse_speculative(model_runner)
+            self._window_major = conv_window_major_flags(model_runner)
+            super().__init__(model_runner)
+
+        def conv_state_metadata(self, layer_id, forward_batch):
+            meta = super().conv_state_metadata(layer_id, forward_batch)
+            return meta._replace(layer_cache=layer_cache_cuda_view(meta.layer_cache, self._window_major))
+
+    class AscendShortConvHybridAttnBackend(AscendHybridLinearAttnBackend):
+        """Ascend hybrid wrapper that exposes the short-conv sidecar to the model."""
+
+        def __init__(self, full_attn_backend, short_conv_backend, full_attn_layers):
+            super().__init__(full_attn_backend, short_conv_backend, full_attn_layers)
+            self.short_conv_backend = short_conv_backend
+
+        def conv_state_metadata(self, layer_id, forward_batch):
+            return self.short_conv_backend.conv_state_metadata(layer_id, forward_batch)
+
+    return AscendShortConvAttnBackend, AscendShortConvHybridAttnBackend
+
+
+def build_short_conv_backend(runner, full_attn_backend, cfg):
+    sidecar_cls, hybrid_cls = backend_classes()
+    sidecar = sidecar_cls(runner)
+    full_attn_layers = [0] if runner.is_draft_worker else list(cfg.full_attention_layer_ids)
+    log_once(logger, ("short-conv-backend", type(cfg).__name__),
+             "sglang-ascend-hybrid: %s on NPU uses the Ascend short-conv backend "
+             "(window-major conv pool, plugin causal_conv1d)", type(cfg).__name__)
+    return hybrid_cls(full_attn_backend, sidecar, full_attn_layers)
+
+
+def attn_backend_wrapper_around(original, runner, full_attn_backend, *args, **kwargs):
+    """AROUND hook for ``attention_registry.attn_backend_wrapper`` (see module docstring)."""
+    if npu_detected():
+        cfg = short_conv_config(runner.model_config)
+        if cfg is not None:
+            return build_short_conv_backend(runner, full_attn_backend, cfg)
+    return original(runner, full_attn_backend, *args, **kwargs)
+
+
+HOOKS = ((ATTN_BACKEND_WRAPPER_TARGET, attn_backend_wrapper_around, "AROUND"),)

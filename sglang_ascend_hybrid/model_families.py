@@ -1,0 +1,160 @@
+"""What a Hugging Face ``config.json`` means for this plugin: model family,
+GDN head layout, short-conv geometry, full-attention layers, per TP rank.
+
+Pure functions on the JSON dict (no transformers / SGLang import), shared by
+``plan`` and the launch-resolution helpers.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+GDN_MODEL_TYPES = {"qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text",
+                   "qwen3_6", "qwen3_6_moe"}
+SHORT_CONV_MODEL_TYPES = {"lfm2", "lfm2_moe", "lfm2_vl", "zaya"}
+
+
+class ConfigError(ValueError):
+    """A config.json this plugin cannot interpret (bad JSON, unrelated model, missing fields)."""
+
+
+class TPSplitError(ConfigError):
+    """The model is fine but cannot be split over this TP size."""
+
+
+@dataclass(frozen=True)
+class GDNLayout:
+    value_heads: int   # per rank
+    key_heads: int     # per rank
+    head_dim: int
+    value_head_dim: int
+
+
+@dataclass(frozen=True)
+class ShortConvLayout:
+    kind: str          # "lfm2_short_conv" | "zaya_cca"
+    width: int         # conv kernel width W (state keeps W - 1 inputs)
+    channels: int      # per rank conv channels
+    extra_state_channels: int | None = None  # ZAYA1 prev-hidden state (replicated)
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    model_type: str
+    family: str        # "gdn" | "short_conv"
+    num_layers: int
+    full_attention_layers: int
+    linear_layers: int
+    attention_heads: int   # global
+    kv_heads: int          # global
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    if not p.is_file():
+        raise ConfigError(f"no config.json at {path}")
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p} does not hold a JSON object")
+    return data
+
+
+def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    inner = cfg.get("text_config")
+    if isinstance(inner, dict):
+        merged = dict(inner)
+        merged.setdefault("model_type", cfg.get("model_type"))
+        merged["_outer_model_type"] = cfg.get("model_type")
+        return merged
+    return cfg
+
+
+def _need(cfg: dict[str, Any], key: str) -> Any:
+    if key not in cfg:
+        raise ConfigError(f"config of model_type {cfg.get('_outer_model_type') or cfg.get('model_type')!r} "
+                          f"lacks the field {key!r}")
+    return cfg[key]
+
+
+def model_type(cfg: dict[str, Any]) -> str:
+    mt = cfg.get("model_type")
+    if not isinstance(mt, str):
+        raise ConfigError("config.json has no model_type")
+    return mt
+
+
+def family(cfg: dict[str, Any]) -> str:
+    mt = model_type(cfg)
+    if mt in GDN_MODEL_TYPES:
+        return "gdn"
+    if mt in SHORT_CONV_MODEL_TYPES:
+        return "short_conv"
+    raise ConfigError(
+        f"model_type {mt!r} is not a family this plugin serves "
+        f"(GDN: {', '.join(sorted(GDN_MODEL_TYPES))}; short-conv: {', '.join(sorted(SHORT_CONV_MODEL_TYPES))})"
+    )
+
+
+def _layer_split(t: dict[str, Any], fam: str) -> tuple[int, int, int]:
+    n = int(_need(t, "num_hidden_layers"))
+    types = t.get("layer_types")
+    if fam == "short_conv" and model_type(t) == "zaya" or t.get("_outer_model_type") == "zaya":
+        zl = t.get("zaya_layers")
+        full = sum(1 for x in zl if x == "a") if zl else (n + 1) // 2
+        return n, full, full  # CCA layers are the attention layers (conv + attention in one)
+    if isinstance(types, list) and types:
+        full = sum(1 for x in types if x in ("full_attention", "attention"))
+        return len(types), full, len(types) - full
+    interval = int(t.get("full_attention_interval", 4))
+    full = sum(1 for i in range(n) if (i + 1) % interval == 0)
+    return n, full, n - full
+
+
+def facts(cfg: dict[str, Any]) -> ModelFacts:
+    fam = family(cfg)
+    t = text_config(cfg)
+    n, full, linear = _layer_split(t, fam)
+    heads = int(_need(t, "num_attention_heads"))
+    return ModelFacts(model_type=model_type(cfg), family=fam, num_layers=n, full_attention_layers=full,
+                      linear_layers=linear, attention_heads=heads,
+                      kv_heads=int(t.get("num_key_value_heads", heads)))
+
+
+def _divide(total: int, tp: int, what: str) -> int:
+    if tp < 1:
+        raise ConfigError(f"tp must be >= 1, got {tp}")
+    if total % tp:
+        raise TPSplitError(f"{what} ({total}) is not divisible by tp={tp}")
+    return total // tp
+
+
+def gdn_layout(cfg: dict[str, Any], tp: int) -> GDNLayout:
+    t = text_config(cfg)
+    hv = int(_need(t, "linear_num_value_heads"))
+    hk = int(_need(t, "linear_num_key_heads"))
+    return GDNLayout(
+        value_heads=_divide(hv, tp, "linear_num_value_heads"),
+        key_heads=_divide(hk, tp, "linear_num_key_heads"),
+        head_dim=int(t.get("linear_key_head_dim", 128)),
+        value_head_dim=int(t.get("linear_value_head_dim", 128)),
+    )
+
+
+def short_conv_layout(cfg: dict[str, Any], tp: int) -> ShortConvLayout:
+    t = text_config(cfg)
+    if model_type(t) == "zaya" or t.get("_outer_model_type") == "zaya":
+        channels = (int(_need(t, "num_attention_heads")) + int(_need(t, "num_key_value_heads"))) * int(
+            t.get("head_dim") or int(_need(t, "hidden_size")) // int(t["num_attention_heads"]))
+        width = (int(t.get("cca_time0", 2)) - 1) + (int(t.get("cca_time1", 2)) - 1) + 1
+        return ShortConvLayout("zaya_cca", width, _divide(channels, tp, "CCA channels"),
+                               extra_state_channels=int(_need(t, "hidden_size")))
+    return ShortConvLayout("lfm2_short_conv", int(_need(t, "conv_L_cache")),
+                           _divide(int(_need(t, "hidden_size")), tp, "hidden_size"))

@@ -1,0 +1,265 @@
+"""Vectorised pure-torch causal conv1d with SGLang's conv-state contract.
+
+This is the CPU path and the last rung of the conv ladder in
+:mod:`sglang_ascend_hybrid.ops.causal_conv1d`.  Semantics are those of
+``sglang.srt.layers.attention.mamba.causal_conv1d`` (and its Triton kernels):
+
+* conv states are any strided ``[slots, dim, state_len]`` tensor with
+  ``state_len >= width - 1``; only the first ``width - 1`` columns are read and
+  written (a transposed view of a window-major NPU pool works, writes land in
+  the pool);
+* ``cache_indices == pad_slot_id`` skips the sequence: its state is untouched
+  (its output rows are unspecified, as in the kernels);
+* ``has_initial_state`` False (or None) means zeros before the first token;
+* the final state is the last ``width - 1`` inputs, left-filled from the old
+  state (or zeros) when the sequence is shorter;
+* a zero-length sequence leaves its state unchanged.
+
+Prefill packs every sequence as ``[initial state (W-1 columns), tokens]`` into
+one buffer and runs a single depthwise ``F.conv1d`` over it: no Python loop
+over tokens or sequences.  Fp16 / bf16 inputs are computed in fp32 (as the
+kernels accumulate) and cast back.
+
+Input checks raise ``ValueError`` naming the argument, the value and what was
+expected, before anything is written.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+PAD_SLOT_ID = -1
+_INT_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def activation_is_silu(activation) -> bool:
+    """``None`` / False -> identity, ``"silu"`` / ``"swish"`` / True -> SiLU."""
+    if activation is None or activation is False:
+        return False
+    if activation is True or activation in ("silu", "swish"):
+        return True
+    raise ValueError(f"activation={activation!r}: expected None, 'silu' or 'swish'")
+
+
+def _need(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ValueError(msg)
+
+
+def _check_index_vector(t, name: str, length: int, dtypes=_INT_DTYPES) -> None:
+    if t is None:
+        return
+    _need(isinstance(t, torch.Tensor), f"{name}={type(t).__name__}: expected a tensor")
+    _need(t.dim() == 1 and t.shape[0] == length,
+          f"{name} has shape {tuple(t.shape)}: expected ({length},)")
+    _need(t.dtype in dtypes, f"{name} has dtype {t.dtype}: expected one of {list(dtypes)}")
+
+
+def check_weight(weight, bias, dim: int) -> int:
+    """Validate ``weight [dim, width]`` / ``bias [dim]``; return the width."""
+    _need(isinstance(weight, torch.Tensor) and weight.dim() == 2,
+          f"weight has shape {tuple(getattr(weight, 'shape', ()))}: expected (dim={dim}, width)")
+    _need(weight.shape[0] == dim,
+          f"weight has shape {tuple(weight.shape)}: expected first dim == x channels ({dim})")
+    _need(weight.shape[1] >= 2, f"weight has width {weight.shape[1]}: expected width >= 2")
+    _need(weight.is_floating_point(), f"weight has dtype {weight.dtype}: expected a floating dtype")
+    if bias is not None:
+        _need(bias.dim() == 1 and bias.shape[0] == dim,
+              f"bias has shape {tuple(bias.shape)}: expected ({dim},)")
+    return int(weight.shape[1])
+
+
+def check_conv_states(conv_states, name: str, dim: int, width: int) -> None:
+    if conv_states is None:
+        return
+    _need(isinstance(conv_states, torch.Tensor) and conv_states.dim() == 3,
+          f"{name} has shape {tuple(getattr(conv_states, 'shape', ()))}: "
+          f"expected (slots, dim={dim}, state_len>={width - 1})")
+    _need(conv_states.shape[1] == dim and conv_states.shape[2] >= width - 1,
+          f"{name} has shape {tuple(conv_states.shape)}: expected (slots, {dim}, >= {width - 1})")
+    _need(conv_states.is_floating_point(),
+          f"{name} has dtype {conv_states.dtype}: expected a floating dtype")
+
+
+def check_slot_range(indices: Optional[torch.Tensor], name: str, num_slots: int,
+                     pad_slot_id: int) -> None:
+    """Every index is ``pad_slot_id`` or in ``[0, num_slots)`` (reads the values: a host sync)."""
+    if indices is None or indices.numel() == 0:
+        return
+    idx = indices.detach().to("cpu", torch.int64)
+    bad = (idx != pad_slot_id) & ((idx < 0) | (idx >= num_slots))
+    if bool(bad.any()):
+        first = int(idx[bad][0])
+        raise ValueError(f"{name} contains slot {first}: expected pad_slot_id ({pad_slot_id}) "
+                         f"or a slot in [0, {num_slots})")
+
+
+def check_fn_inputs(x, weight, bias, query_start_loc, cache_indices, has_initial_state,
+                    conv_states) -> int:
+    """Shape / dtype checks of ``causal_conv1d_fn`` (no host sync); returns the width."""
+    _need(isinstance(x, torch.Tensor) and x.dim() == 2,
+          f"x has shape {tuple(getattr(x, 'shape', ()))}: expected (dim, total_tokens)")
+    _need(x.is_floating_point(), f"x has dtype {x.dtype}: expected a floating dtype")
+    dim = x.shape[0]
+    width = check_weight(weight, bias, dim)
+    _need(query_start_loc is not None and query_start_loc.dim() == 1 and query_start_loc.shape[0] >= 1,
+          f"query_start_loc has shape {tuple(getattr(query_start_loc, 'shape', ()))}: expected (batch + 1,)")
+    _need(query_start_loc.dtype in _INT_DTYPES,
+          f"query_start_loc has dtype {query_start_loc.dtype}: expected an integer dtype")
+    batch = query_start_loc.shape[0] - 1
+    _check_index_vector(cache_indices, "cache_indices", batch)
+    _check_index_vector(has_initial_state, "has_initial_state", batch, _INT_DTYPES + (torch.bool,))
+    check_conv_states(conv_states, "conv_states", dim, width)
+    if has_initial_state is not None:
+        _need(conv_states is not None, "has_initial_state is given but conv_states is None: "
+              "expected conv_states to read the initial states from")
+    return width
+
+
+def check_query_start_loc_values(query_start_loc: torch.Tensor, total_tokens: int) -> None:
+    qsl = query_start_loc.detach().to("cpu", torch.int64)
+    if qsl.numel() and (int(qsl[0]) < 0 or bool((qsl[1:] < qsl[:-1]).any()) or int(qsl[-1]) > total_tokens):
+        raise ValueError(f"query_start_loc={qsl.tolist()}: expected non-decreasing offsets in "
+                         f"[0, {total_tokens}] (x has {total_tokens} tokens)")
+
+
+def check_update_inputs(x, conv_state, weight, bias, conv_state_indices) -> int:
+    _need(isinstance(x, torch.Tensor) and x.dim() in (2, 3),
+          f"x has shape {tuple(getattr(x, 'shape', ()))}: expected (batch, dim) or (batch, dim, seqlen)")
+    _need(x.is_floating_point(), f"x has dtype {x.dtype}: expected a floating dtype")
+    batch, dim = x.shape[0], x.shape[1]
+    width = check_weight(weight, bias, dim)
+    check_conv_states(conv_state, "conv_state", dim, width)
+    _need(conv_state is not None, "conv_state is None: expected (slots, dim, state_len)")
+    _check_index_vector(conv_state_indices, "conv_state_indices", batch)
+    if conv_state_indices is None:
+        _need(conv_state.shape[0] >= batch,
+              f"conv_state has {conv_state.shape[0]} slots: expected >= batch ({batch}) "
+              "when conv_state_indices is None")
+    return width
+
+
+# --------------------------------------------------------------------------- math
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _write_states(conv_states: torch.Tensor, slots: torch.Tensor, new: torch.Tensor,
+                  write: torch.Tensor, state_len: int) -> None:
+    rows = write.nonzero().squeeze(1)
+    if rows.numel():
+        conv_states[slots.index_select(0, rows), :, :state_len] = (
+            new.index_select(0, rows).to(conv_states.dtype))
+
+
+def causal_conv1d_fn_torch(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    query_start_loc: Optional[torch.Tensor] = None,
+    cache_indices: Optional[torch.Tensor] = None,
+    has_initial_state: Optional[torch.Tensor] = None,
+    conv_states: Optional[torch.Tensor] = None,
+    activation=None,
+    pad_slot_id: int = PAD_SLOT_ID,
+) -> torch.Tensor:
+    """Varlen prefill: ``x [dim, T]`` -> ``out [dim, T]``; ``conv_states`` updated in place."""
+    width = check_fn_inputs(x, weight, bias, query_start_loc, cache_indices,
+                            has_initial_state, conv_states)
+    silu = activation_is_silu(activation)
+    dim, total = x.shape
+    check_query_start_loc_values(query_start_loc, total)
+    if conv_states is not None:
+        check_slot_range(cache_indices, "cache_indices", conv_states.shape[0], pad_slot_id)
+        if cache_indices is None:
+            _need(conv_states.shape[0] >= query_start_loc.shape[0] - 1,
+                  f"conv_states has {conv_states.shape[0]} slots: expected >= batch "
+                  f"({query_start_loc.shape[0] - 1}) when cache_indices is None")
+
+    s = width - 1
+    batch = query_start_loc.shape[0] - 1
+    dev = x.device
+    cd = _compute_dtype(x.dtype)
+    qsl = query_start_loc.to(device=dev, dtype=torch.int64)
+    seq_ids = torch.arange(batch, device=dev)
+
+    # Packed layout: segment 0 holds tokens before qsl[0] (normally none),
+    # segment b + 1 holds [state_b (s columns), tokens of sequence b], the last
+    # segment any tokens after qsl[-1].  Each segment is preceded by its own s
+    # state columns, so one conv over the buffer never mixes sequences.
+    tok = torch.arange(total, device=dev)
+    seg = torch.searchsorted(qsl, tok, right=True)  # 0 .. batch + 1
+    dest = tok + (seg + 1) * s
+    packed = torch.zeros((dim, total + (batch + 2) * s), dtype=cd, device=dev)
+    packed.index_copy_(1, dest, x.to(cd))
+
+    slots = cache_indices.to(device=dev, dtype=torch.int64) if cache_indices is not None else seq_ids
+    valid = slots != pad_slot_id
+    if conv_states is not None and has_initial_state is not None and batch > 0:
+        safe = torch.where(valid, slots, torch.zeros_like(slots))
+        init = conv_states.index_select(0, safe)[:, :, :s].to(device=dev, dtype=cd)
+        use = has_initial_state.to(dev).bool() & valid
+        init = init * use[:, None, None].to(cd)
+        init_pos = (qsl[:-1] + (seq_ids + 1) * s)[:, None] + torch.arange(s, device=dev)
+        packed.index_copy_(1, init_pos.reshape(-1), init.permute(1, 0, 2).reshape(dim, batch * s))
+
+    w = weight.to(device=dev, dtype=cd).unsqueeze(1)
+    b = bias.to(device=dev, dtype=cd) if bias is not None else None
+    conv = F.conv1d(packed.unsqueeze(0), w, b, groups=dim).squeeze(0)  # [dim, P - s]
+    out = conv.index_select(1, dest - s)
+    if silu:
+        out = F.silu(out)
+
+    if conv_states is not None and batch > 0:
+        ends = qsl[1:] + (seq_ids + 2) * s  # exclusive end of segment b + 1
+        cols = ends[:, None] - s + torch.arange(s, device=dev)
+        new = packed.index_select(1, cols.reshape(-1)).view(dim, batch, s).permute(1, 0, 2)
+        seq_lens = qsl[1:] - qsl[:-1]
+        _write_states(conv_states, slots.to(conv_states.device), new.to(conv_states.device),
+                      (valid & (seq_lens > 0)).to(conv_states.device), s)
+    return out.to(x.dtype)
+
+
+def causal_conv1d_update_torch(
+    x: torch.Tensor,
+    conv_state: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    activation=None,
+    conv_state_indices: Optional[torch.Tensor] = None,
+    pad_slot_id: int = PAD_SLOT_ID,
+) -> torch.Tensor:
+    """Decode step: ``x [B, dim]`` or ``[B, dim, L]``; ``conv_state`` updated in place."""
+    width = check_update_inputs(x, conv_state, weight, bias, conv_state_indices)
+    silu = activation_is_silu(activation)
+    check_slot_range(conv_state_indices, "conv_state_indices", conv_state.shape[0], pad_slot_id)
+
+    squeeze = x.dim() == 2
+    x3 = x.unsqueeze(-1) if squeeze else x
+    batch, dim, _ = x3.shape
+    s = width - 1
+    dev = x.device
+    cd = _compute_dtype(x.dtype)
+    slots = (conv_state_indices.to(device=dev, dtype=torch.int64)
+             if conv_state_indices is not None else torch.arange(batch, device=dev))
+    valid = slots != pad_slot_id
+    safe = torch.where(valid, slots, torch.zeros_like(slots))
+    state = conv_state.index_select(0, safe.to(conv_state.device))[:, :, :s].to(device=dev, dtype=cd)
+    full = torch.cat([state, x3.to(cd)], dim=-1)  # [B, dim, s + L]
+    w = weight.to(device=dev, dtype=cd).unsqueeze(1)
+    b = bias.to(device=dev, dtype=cd) if bias is not None else None
+    out = F.conv1d(full, w, b, groups=dim)
+    if silu:
+        out = F.silu(out)
+    _write_states(conv_state, slots.to(conv_state.device), full[:, :, -s:].to(conv_state.device),
+                  valid.to(conv_state.device), s)
+    out = out.to(x.dtype)
+    return out.squeeze(-1) if squeeze else out

@@ -1,0 +1,161 @@
+"""Public GDN ops: chunked prefill and one-token decode on any head layout."""
+
+from __future__ import annotations
+
+import logging
+from typing import Optional
+
+import torch
+
+from sglang_ascend_hybrid.envs import ENV
+from sglang_ascend_hybrid.logutil import log_once
+from sglang_ascend_hybrid.ops.gdn import dispatch
+from sglang_ascend_hybrid.ops.gdn.reference import l2norm
+
+logger = logging.getLogger(__name__)
+
+
+def _fail(name: str, value, expected: str):
+    raise ValueError(f"{name}={value}: expected {expected}")
+
+
+def _shape(t) -> str:
+    return f"shape {tuple(t.shape)}" if isinstance(t, torch.Tensor) else repr(t)
+
+
+def _backend(requested: str, ladder_names: tuple, op: str) -> str:
+    if not isinstance(requested, str):
+        _fail("backend", repr(requested), f"'auto' or one of {ladder_names}")
+    if requested != "auto":
+        if requested not in ladder_names:
+            _fail("backend", repr(requested), f"'auto' or one of {ladder_names}")
+        return requested
+    forced = ENV.GDN_BACKEND.get().strip()
+    if forced == "auto":
+        return "auto"
+    known = set(dispatch.prefill_rungs()) | set(dispatch.decode_rungs())
+    if forced not in known:
+        raise ValueError(f"environment variable {ENV.GDN_BACKEND.name}={forced!r}: expected 'auto' or one "
+                         f"of {sorted(known)}")
+    if forced not in ladder_names:
+        log_once(logger, ("gdn-env-backend", op, forced),
+                 "sglang-ascend-hybrid: %s=%s is not a GDN %s kernel; %s walks its ladder %s",
+                 ENV.GDN_BACKEND.name, forced, op, op, ladder_names)
+        return "auto"
+    return forced
+
+
+def _check_prefill(q, k, v, g, beta, cu_seqlens, initial_state):
+    for name, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta), ("cu_seqlens", cu_seqlens)):
+        if not isinstance(t, torch.Tensor):
+            _fail(name, repr(t), "a torch.Tensor")
+    if q.dim() != 4 or q.shape[0] != 1:
+        _fail("q", _shape(q), "[1, T, Hk, K] (packed, batch 1)")
+    if k.shape != q.shape:
+        _fail("k", _shape(k), f"the shape of q {tuple(q.shape)}")
+    T, Hk, K = q.shape[1], q.shape[2], q.shape[3]
+    if v.dim() != 4 or v.shape[0] != 1 or v.shape[1] != T:
+        _fail("v", _shape(v), f"[1, {T}, Hv, V]")
+    Hv, V = v.shape[2], v.shape[3]
+    if Hk == 0 or Hv % Hk:
+        _fail("v", _shape(v), f"a value-head count that is a multiple of the {Hk} key heads")
+    for name, t in (("g", g), ("beta", beta)):
+        if tuple(t.shape) != (1, T, Hv):
+            _fail(name, _shape(t), f"[1, {T}, {Hv}]")
+    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2 or cu_seqlens.dtype.is_floating_point:
+        _fail("cu_seqlens", _shape(cu_seqlens), "an integer tensor [N + 1], N >= 1")
+    bounds = cu_seqlens.tolist()
+    if bounds[0] != 0 or bounds[-1] != T or any(b < a for a, b in zip(bounds, bounds[1:])):
+        _fail("cu_seqlens", bounds if len(bounds) <= 16 else f"{bounds[:8]}...",
+              f"non-decreasing offsets from 0 to T={T}")
+    n = len(bounds) - 1
+    if initial_state is not None and tuple(initial_state.shape) != (n, Hv, V, K):
+        _fail("initial_state", _shape(initial_state), f"[N, Hv, V, K] = [{n}, {Hv}, {V}, {K}] (value-first)")
+
+
+def chunk_gated_delta_rule(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale: Optional[float] = None,
+                           use_qk_l2norm: bool = False, output_final_state: bool = True,
+                           backend: str = "auto"):
+    """Gated DeltaNet over a packed varlen batch, through the kernel ladder.
+
+    q, k ``[1, T, Hk, K]``; v ``[1, T, Hv, V]`` (``Hv % Hk == 0``); g (log-space decay)
+    and beta ``[1, T, Hv]``; ``cu_seqlens [N + 1]``; ``initial_state`` value-first
+    ``[N, Hv, V, K]`` (zeros when None).  ``backend``: ``"auto"`` (the ladder; on CPU
+    tensors that is the torch path; ``SGLANG_ASCEND_HYBRID_GDN_BACKEND`` may force a
+    rung) or one of ``npu_chunk``, ``mega``, ``triton``, ``torch``.
+
+    Returns ``(o [1, T, Hv, V] in q.dtype, final_state [N, Hv, V, K] fp32 or None)``.
+    ``initial_state`` is never written.
+    """
+    _check_prefill(q, k, v, g, beta, cu_seqlens, initial_state)
+    backend = _backend(backend, dispatch.prefill_rungs(), "prefill")
+    o, final, _ = chunk_with_states(q, k, v, g, beta, cu_seqlens=cu_seqlens, initial_state=initial_state,
+                                    scale=scale, use_qk_l2norm=use_qk_l2norm, backend=backend,
+                                    _checked=True)
+    return o, (final if output_final_state else None)
+
+
+def chunk_with_states(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=None, use_qk_l2norm=False,
+                      chunk_states: bool = False, backend: str = "auto", skip: tuple = (), _checked=False):
+    """Like :func:`chunk_gated_delta_rule`, returning ``(o, final, h)``; ``h`` is the state at
+    the start of every 64-token chunk ``[num_chunks, Hv, V, K]`` when ``chunk_states``.
+    ``skip`` names rungs not to try (used by integration hooks)."""
+    if not _checked:
+        _check_prefill(q, k, v, g, beta, cu_seqlens, initial_state)
+        backend = _backend(backend, dispatch.prefill_rungs(), "prefill")
+    if scale is None:
+        scale = q.shape[-1] ** -0.5
+    if use_qk_l2norm:
+        q, k = l2norm(q), l2norm(k)
+    call = dispatch.ChunkCall(q, k, v, g, beta, cu_seqlens, initial_state, float(scale), chunk_states)
+    return dispatch.run_prefill(call, backend, skip=skip)
+
+
+def recurrent_gated_delta_rule(q, k, v, g, beta, *, state_pool, state_indices, scale: Optional[float] = None,
+                               use_qk_l2norm: bool = False, backend: str = "auto"):
+    """One decode step (one token per sequence) on an SSM state pool.
+
+    q, k ``[1, B, Hk, K]``; v ``[1, B, Hv, V]``; g, beta ``[1, B, Hv]``; ``state_pool``
+    value-first ``[slots, Hv, V, K]``; ``state_indices [B]`` (slot per sequence; ``-1``
+    = padding: skipped, its output row is 0).  Updates the pool rows in place, after
+    the kernel succeeded.  Returns ``o [1, B, Hv, V]`` in q.dtype.
+    """
+    for name, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta), ("state_pool", state_pool),
+                    ("state_indices", state_indices)):
+        if not isinstance(t, torch.Tensor):
+            _fail(name, repr(t), "a torch.Tensor")
+    if q.dim() != 4 or q.shape[0] != 1:
+        _fail("q", _shape(q), "[1, B, Hk, K] (one token per sequence)")
+    if k.shape != q.shape:
+        _fail("k", _shape(k), f"the shape of q {tuple(q.shape)}")
+    B, Hk, K = q.shape[1], q.shape[2], q.shape[3]
+    if v.dim() != 4 or v.shape[:2] != (1, B):
+        _fail("v", _shape(v), f"[1, {B}, Hv, V]")
+    Hv, V = v.shape[2], v.shape[3]
+    if Hv % Hk:
+        _fail("v", _shape(v), f"a value-head count that is a multiple of the {Hk} key heads")
+    for name, t in (("g", g), ("beta", beta)):
+        if tuple(t.shape) != (1, B, Hv):
+            _fail(name, _shape(t), f"[1, {B}, {Hv}]")
+    if state_pool.dim() != 4 or tuple(state_pool.shape[1:]) != (Hv, V, K):
+        _fail("state_pool", _shape(state_pool), f"[slots, {Hv}, {V}, {K}] (value-first)")
+    if state_indices.dim() != 1 or state_indices.numel() != B or state_indices.dtype.is_floating_point:
+        _fail("state_indices", _shape(state_indices), f"an integer tensor [{B}]")
+    backend = _backend(backend, dispatch.decode_rungs(), "decode")
+    if scale is None:
+        scale = K ** -0.5
+    if use_qk_l2norm:
+        q, k = l2norm(q), l2norm(k)
+    idx = state_indices.long()
+    live = (idx >= 0).nonzero().squeeze(-1)
+    slots = idx.index_select(0, live)
+    if slots.numel() and int(slots.max()) >= state_pool.shape[0]:
+        _fail("state_indices", f"max {int(slots.max())}", f"slots below {state_pool.shape[0]} or -1 (padding)")
+    call = dispatch.StepCall(q[0].index_select(0, live), k[0].index_select(0, live), v[0].index_select(0, live),
+                             g[0].index_select(0, live), beta[0].index_select(0, live),
+                             state_pool.index_select(0, slots).float(), float(scale))
+    o_live, new_states = dispatch.run_decode(call, backend)
+    state_pool.index_copy_(0, slots, new_states.to(state_pool.dtype))
+    out = torch.zeros(1, B, Hv, V, dtype=q.dtype, device=q.device)
+    out[0].index_copy_(0, live, o_live.to(q.dtype))
+    return out

@@ -1,0 +1,420 @@
+"""``sglang-ascend-hybrid selftest``: the plugin's public ops against the pure-torch references.
+
+Every check runs one public op of the plugin on small inputs and compares it with
+the pure-torch reference computed on the CPU in fp32:
+
+* ``causal_conv1d_fn`` (varlen prefill: a pad slot, a sequence shorter than
+  ``width - 1``, mixed ``has_initial_state``, conv states as the transposed view of
+  a window-major pool) and ``causal_conv1d_update`` (decode); outputs and the
+  final pool contents are compared;
+* ``chunk_gated_delta_rule`` (GDN prefill) on a head pair the mega kernel takes
+  natively and on one the planner pads; ``recurrent_gated_delta_rule`` (decode);
+* ``fused_infer_attention_varlen`` (packed attention) on a batch with a KV-only and
+  a query-only sequence; output and LSE (``-inf`` rows must match exactly).
+
+``--device cpu`` puts the CPU emulators of the device kernels behind the seam
+(:func:`sglang_ascend_hybrid.ops.seam.install_emulators`), so the device-kernel
+dispatch paths run; a check also fails when the device kernel it targets was not
+called.  ``--device npu`` runs the same cases on NPU tensors with the real kernels
+(whatever rung each op's ladder picks) and nothing emulated.
+
+Exit code: 0 all checks pass, 1 any failure, 2 ``--device npu`` without a usable NPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+
+from sglang_ascend_hybrid.ops import seam
+
+# Absolute tolerances (fp16 / bf16 device ops vs an fp32 reference).
+TOL_CONV = 2e-2
+TOL_GDN = 3e-2
+TOL_ATTN = 3e-2
+
+
+@dataclass
+class Result:
+    op: str
+    case: str
+    error: float
+    tolerance: float
+    ms: float
+    ok: bool
+    note: str = ""
+    skipped: bool = False
+
+    @property
+    def verdict(self) -> str:
+        return "SKIP" if self.skipped else ("PASS" if self.ok else "FAIL")
+
+
+@dataclass
+class Check:
+    op: str
+    case: str
+    run: Callable[[str, bool], tuple[float, float]]  # (device, quick) -> (max abs error, op time ms)
+    tolerance: float
+    emulators: Callable[[], dict] = field(default=dict)  # CPU only: seam name -> emulator
+    expect: tuple[str, ...] = ()  # seam ops the case targets (CPU: must be called; NPU: must be installed)
+    npu_env: dict = field(default_factory=dict)  # NPU only: env forcing the rung of ``expect``
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _sync(device: str) -> None:
+    if device == "npu":
+        torch.npu.synchronize()  # type: ignore[attr-defined]
+
+
+def _timed(device: str, fn: Callable):
+    _sync(device)
+    start = time.perf_counter()
+    out = fn()
+    _sync(device)
+    return out, (time.perf_counter() - start) * 1e3
+
+
+def _err(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.detach().float().cpu(), b.detach().float().cpu()
+    if a.shape != b.shape:
+        raise AssertionError(f"shape {tuple(a.shape)} != reference shape {tuple(b.shape)}")
+    if a.numel() == 0:
+        return 0.0
+    diff = (a - b).abs()
+    if not torch.isfinite(diff).all():
+        return math.inf
+    return float(diff.max())
+
+
+def npu_status() -> tuple[bool, str]:
+    """Whether an NPU is usable here, and why not."""
+    if not seam.package_available("torch_npu"):
+        return False, "torch_npu is not importable"
+    try:
+        ok = bool(torch.npu.is_available())  # type: ignore[attr-defined]
+    except Exception as exc:  # noqa: BLE001
+        return False, f"torch.npu.is_available() failed: {exc}"
+    return (True, "") if ok else (False, "torch.npu.is_available() is False (no NPU device)")
+
+
+# --------------------------------------------------------------------------- short conv
+
+
+def _conv_emulators(which: str) -> Callable[[], dict]:
+    def build() -> dict:
+        from sglang_ascend_hybrid.emulators import causal_conv1d as emu
+
+        ops = emu.emulators()
+        names = (emu.OP_FN_V2, emu.OP_UPDATE_V2) if which == "v2" else (emu.OP_ACLNN,)
+        return {n: ops[n] for n in names}
+
+    return build
+
+
+def _conv_fn_case(device: str, quick: bool) -> tuple[float, float]:
+    from sglang_ascend_hybrid.ops import causal_conv1d as conv
+    from sglang_ascend_hybrid.ops.causal_conv1d_reference import causal_conv1d_fn_torch
+
+    gen = torch.Generator().manual_seed(1)
+    dim, width, dtype = (32 if quick else 64), 4, torch.float16
+    s = width - 1
+    # seq 1 is shorter than width - 1; seq 3 is padding; slot 0 is the reserved pad slot.
+    lens = [5, 2, 9, 4] if quick else [17, 2, 33, 6]
+    slots = [3, 1, 2, -1]
+    has_init = [True, False, True, True]
+    total = sum(lens)
+    x = torch.randn(dim, total, generator=gen).to(dtype)
+    weight = (torch.randn(dim, width, generator=gen) * 0.5).to(dtype)
+    bias = (torch.randn(dim, generator=gen) * 0.1).to(dtype)
+    pool = torch.randn(6, s, dim, generator=gen).to(dtype)  # window-major [slots, W-1, dim]
+    qsl = torch.tensor([0] + lens, dtype=torch.int32).cumsum(0).to(torch.int32)
+    idx = torch.tensor(slots, dtype=torch.int32)
+    his = torch.tensor(has_init, dtype=torch.bool)
+
+    ref_pool = pool.float().clone()
+    ref = causal_conv1d_fn_torch(x.float(), weight.float(), bias.float(), qsl, idx, his,
+                                 ref_pool.transpose(1, 2), "silu", -1)
+    dev_pool = pool.to(device).clone()
+    out, ms = _timed(device, lambda: conv.causal_conv1d_fn(
+        x.to(device), weight.to(device), bias.to(device), qsl.to(device), idx.to(device),
+        his.to(device), dev_pool.transpose(1, 2), activation="silu", pad_slot_id=-1))
+    real = slice(0, total - lens[-1])  # the pad sequence's rows are unspecified
+    err = max(_err(out[:, real], ref[:, real]),
+              _err(dev_pool[1:], ref_pool[1:]))  # slot 0: pad rows may write it
+    return err, ms
+
+
+def _conv_update_case(device: str, quick: bool) -> tuple[float, float]:
+    from sglang_ascend_hybrid.ops import causal_conv1d as conv
+    from sglang_ascend_hybrid.ops.causal_conv1d_reference import causal_conv1d_update_torch
+
+    gen = torch.Generator().manual_seed(2)
+    dim, width, dtype = (32 if quick else 64), 4, torch.float16
+    s = width - 1
+    slots = [2, -1, 1, 4]
+    x = torch.randn(len(slots), dim, generator=gen).to(dtype)
+    weight = (torch.randn(dim, width, generator=gen) * 0.5).to(dtype)
+    bias = (torch.randn(dim, generator=gen) * 0.1).to(dtype)
+    pool = torch.randn(5, s, dim, generator=gen).to(dtype)
+    idx = torch.tensor(slots, dtype=torch.int32)
+
+    ref_pool = pool.float().clone()
+    ref = causal_conv1d_update_torch(x.float(), ref_pool.transpose(1, 2), weight.float(), bias.float(),
+                                     "silu", idx, -1)
+    dev_pool = pool.to(device).clone()
+    out, ms = _timed(device, lambda: conv.causal_conv1d_update(
+        x.to(device), dev_pool.transpose(1, 2), weight.to(device), bias.to(device), activation="silu",
+        conv_state_indices=idx.to(device), pad_slot_id=-1))
+    live = torch.tensor([i for i, sl in enumerate(slots) if sl != -1])
+    err = max(_err(out.cpu().index_select(0, live), ref.index_select(0, live)),
+              _err(dev_pool[1:], ref_pool[1:]))
+    return err, ms
+
+
+# --------------------------------------------------------------------------- GDN
+
+
+def _gdn_inputs(lens, hk, hv, dim, seed, dtype):
+    gen = torch.Generator().manual_seed(seed)
+    T = sum(lens)
+    q = torch.randn(1, T, hk, dim, generator=gen).to(dtype)
+    k = torch.randn(1, T, hk, dim, generator=gen).to(dtype)
+    v = torch.randn(1, T, hv, dim, generator=gen).to(dtype)
+    g = F.logsigmoid(torch.randn(1, T, hv, generator=gen) + 2.0)
+    beta = torch.rand(1, T, hv, generator=gen).to(dtype)
+    cu = torch.tensor([0] + list(lens)).cumsum(0).to(torch.int32)
+    h0 = torch.randn(len(lens), hv, dim, dim, generator=gen) * 0.1
+    h0[1::2] = 0  # mixed: every other sequence starts from zeros
+    return q, k, v, g, beta, cu, h0
+
+
+def _gdn_prefill_case(hk: int, hv: int) -> Callable[[str, bool], tuple[float, float]]:
+    def run(device: str, quick: bool) -> tuple[float, float]:
+        from sglang_ascend_hybrid.ops import gdn
+
+        lens = [21, 11] if quick else [50, 13, 65]
+        q, k, v, g, beta, cu, h0 = _gdn_inputs(lens, hk, hv, 128, 10 + hv, torch.float16)
+        ref_o, ref_final = gdn.chunk_gated_delta_rule(
+            q.float(), k.float(), v.float(), g, beta.float(), cu_seqlens=cu.long(), initial_state=h0,
+            use_qk_l2norm=True, backend="torch")
+        d = device
+        (o, final), ms = _timed(device, lambda: gdn.chunk_gated_delta_rule(
+            q.to(d), k.to(d), v.to(d), g.to(d), beta.to(d), cu_seqlens=cu.to(d), initial_state=h0.to(d),
+            use_qk_l2norm=True))
+        return max(_err(o, ref_o), _err(final, ref_final)), ms
+
+    return run
+
+
+def _gdn_decode_case(device: str, quick: bool) -> tuple[float, float]:
+    from sglang_ascend_hybrid.ops import gdn
+
+    hk, hv, dim = (2, 4, 128) if quick else (4, 8, 128)
+    slots = [2, -1, 0, 3]
+    q, k, v, g, beta, _, _ = _gdn_inputs([len(slots)], hk, hv, dim, 7, torch.float16)
+    pool = torch.randn(5, hv, dim, dim, generator=torch.Generator().manual_seed(8)) * 0.1
+    idx = torch.tensor(slots, dtype=torch.int32)
+    ref_pool = pool.clone()
+    ref = gdn.recurrent_gated_delta_rule(q.float(), k.float(), v.float(), g, beta.float(),
+                                         state_pool=ref_pool, state_indices=idx.long(),
+                                         use_qk_l2norm=True, backend="torch")
+    d = device
+    dev_pool = pool.to(d)
+    out, ms = _timed(device, lambda: gdn.recurrent_gated_delta_rule(
+        q.to(d), k.to(d), v.to(d), g.to(d), beta.to(d), state_pool=dev_pool, state_indices=idx.to(d),
+        use_qk_l2norm=True))
+    return max(_err(out, ref), _err(dev_pool, ref_pool)), ms
+
+
+def _gdn_emulators(*names: str) -> Callable[[], dict]:
+    def build() -> dict:
+        from sglang_ascend_hybrid.emulators import gdn as emu
+
+        ops = emu.emulators()
+        return {n: ops[n] for n in names}
+
+    return build
+
+
+# --------------------------------------------------------------------------- packed attention
+
+
+def _attention_case(dtype: torch.dtype) -> Callable[[str, bool], tuple[float, float]]:
+    def run(device: str, quick: bool) -> tuple[float, float]:
+        from sglang_ascend_hybrid.ops import packed_attention as pa
+        from sglang_ascend_hybrid.ops.packed_attention_reference import packed_attention_reference, packed_case
+
+        # two-sided, KV-only, query-only, two-sided, empty on both sides
+        q_lens, k_lens = ([3, 0, 4, 5, 0], [4, 6, 0, 7, 0]) if quick else ([9, 0, 11, 16, 0], [12, 20, 0, 24, 0])
+        case = packed_case(q_lens, k_lens, num_heads=4, num_kv_heads=2, head_dim=32 if quick else 64,
+                           dtype=dtype, seed=3)
+        ref_out, ref_lse = packed_attention_reference(case.q.float(), case.k.float(), case.v.float(),
+                                                      case.q_bounds, case.k_bounds, case.scale)
+        args = [t.to(device) for t in case.args()]
+        (out, lse), ms = _timed(device, lambda: pa.fused_infer_attention_varlen(*args, **case.kwargs()))
+        lse, ref_lse = lse.float().cpu(), ref_lse.float().cpu()
+        ninf, ref_ninf = torch.isneginf(lse), torch.isneginf(ref_lse)
+        if not torch.equal(ninf, ref_ninf):
+            raise AssertionError(f"-inf LSE entries differ from the reference "
+                                 f"({int((ninf != ref_ninf).sum())} mismatching)")
+        fin = ~ref_ninf
+        return max(_err(out, ref_out), _err(lse[fin], ref_lse[fin])), ms
+
+    return run
+
+
+def _attention_emulators() -> dict:
+    from sglang_ascend_hybrid.emulators import fused_infer_attention as emu
+
+    return emu.emulators()
+
+
+# --------------------------------------------------------------------------- the checks
+
+
+_GDN_MEGA = {"SGLANG_ASCEND_HYBRID_GDN_BACKEND": "mega"}
+
+
+def checks() -> list[Check]:
+    from sglang_ascend_hybrid.emulators import causal_conv1d as conv_emu
+    from sglang_ascend_hybrid.emulators import gdn as gdn_emu
+    from sglang_ascend_hybrid.emulators import fused_infer_attention as attn_emu
+
+    return [
+        Check("causal_conv1d_fn", "varlen fp16 W=4 pad/short/init (v2)", _conv_fn_case, TOL_CONV,
+              _conv_emulators("v2"), (conv_emu.OP_FN_V2,),
+              npu_env={"SGLANG_ASCEND_HYBRID_CONV_BACKEND": "npu_v2"}),
+        Check("causal_conv1d_fn", "varlen fp16 W=4 pad/short/init (aclnn)", _conv_fn_case, TOL_CONV,
+              _conv_emulators("aclnn"), (conv_emu.OP_ACLNN,),
+              npu_env={"SGLANG_ASCEND_HYBRID_CONV_BACKEND": "npu_aclnn"}),
+        Check("causal_conv1d_update", "decode fp16 W=4 pad slot (v2)", _conv_update_case, TOL_CONV,
+              _conv_emulators("v2"), (conv_emu.OP_UPDATE_V2,),
+              npu_env={"SGLANG_ASCEND_HYBRID_CONV_BACKEND": "npu_v2"}),
+        Check("causal_conv1d_update", "decode fp16 W=4 pad slot (aclnn)", _conv_update_case, TOL_CONV,
+              _conv_emulators("aclnn"), (conv_emu.OP_ACLNN,),
+              npu_env={"SGLANG_ASCEND_HYBRID_CONV_BACKEND": "npu_aclnn"}),
+        Check("chunk_gated_delta_rule", "heads (16,8) D=128 fp16 native", _gdn_prefill_case(8, 16), TOL_GDN,
+              _gdn_emulators(gdn_emu.OP_MEGA), (gdn_emu.OP_MEGA,), npu_env=_GDN_MEGA),
+        Check("chunk_gated_delta_rule", "heads (6,2) D=128 fp16 planned", _gdn_prefill_case(2, 6), TOL_GDN,
+              _gdn_emulators(gdn_emu.OP_MEGA), (gdn_emu.OP_MEGA,), npu_env=_GDN_MEGA),
+        Check("recurrent_gated_delta_rule", "decode D=128 fp16 pad slot", _gdn_decode_case, TOL_GDN,
+              _gdn_emulators(gdn_emu.OP_NPU_RECURRENT), (gdn_emu.OP_NPU_RECURRENT,),
+              npu_env={"SGLANG_ASCEND_HYBRID_GDN_BACKEND": "npu_recurrent"}),
+        Check("fused_infer_attention_varlen", "bf16 KV-only + query-only", _attention_case(torch.bfloat16),
+              TOL_ATTN, _attention_emulators, (attn_emu.OP_NAME,)),
+        Check("fused_infer_attention_varlen", "fp16 KV-only + query-only", _attention_case(torch.float16),
+              TOL_ATTN, _attention_emulators, (attn_emu.OP_NAME,)),
+    ]
+
+
+def _counting(ops: dict, calls: dict) -> dict:
+    def wrap(name, fn):
+        def counted(*args, **kwargs):
+            calls[name] = calls.get(name, 0) + 1
+            return fn(*args, **kwargs)
+
+        return counted
+
+    return {name: wrap(name, fn) for name, fn in ops.items()}
+
+
+@contextlib.contextmanager
+def _env(values: dict) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def run_check(check: Check, device: str, quick: bool) -> Result:
+    calls: dict[str, int] = {}
+    if device == "npu":
+        absent = [n.rsplit(":", 1)[-1] for n in check.expect if not seam.available(n)]
+        if absent:
+            return Result(check.op, check.case, math.nan, check.tolerance, math.nan, True,
+                          f"kernel not installed: {', '.join(absent)}", skipped=True)
+    try:
+        if device == "cpu":
+            with seam.install_emulators(_counting(check.emulators(), calls)):
+                err, ms = check.run(device, quick)
+        else:
+            with _env(check.npu_env):
+                err, ms = check.run(device, quick)
+    except Exception as exc:  # noqa: BLE001  (a crash is a failed check, not a crashed selftest)
+        return Result(check.op, check.case, math.nan, check.tolerance, math.nan, False,
+                      f"{type(exc).__name__}: {exc}".splitlines()[0][:200])
+    ok = err <= check.tolerance
+    note = ""
+    if device == "cpu":
+        missing = [n.rsplit(":", 1)[-1] for n in check.expect if not calls.get(n)]
+        if missing:
+            ok = False
+            note = f"device kernel not called: {', '.join(missing)}"
+    return Result(check.op, check.case, err, check.tolerance, ms, ok, note)
+
+
+def run_all(device: str = "cpu", quick: bool = False) -> list[Result]:
+    return [run_check(c, device, quick) for c in checks()]
+
+
+def format_table(results: list[Result]) -> str:
+    head = ("op", "case", "max abs error", "tolerance", "time (ms)", "verdict")
+    rows = [(r.op, r.case, f"{r.error:.3e}", f"{r.tolerance:.1e}", f"{r.ms:.1f}",
+             r.verdict) for r in results]
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(head)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(head, widths)).rstrip(),
+             "  ".join("-" * w for w in widths)]
+    for r, row in zip(results, rows):
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        if r.note:
+            lines.append(f"    ^ {r.note}")
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``selftest`` subcommand's options (for the CLI)."""
+    parser.add_argument("--device", choices=("cpu", "npu"), default="cpu",
+                        help="cpu: device paths through the CPU emulators; npu: the real kernels")
+    parser.add_argument("--quick", action="store_true", help="smaller cases")
+
+
+def main(args) -> int:
+    device = getattr(args, "device", "cpu") or "cpu"
+    quick = bool(getattr(args, "quick", False))
+    if device not in ("cpu", "npu"):
+        print(f"selftest: --device {device!r}: expected 'cpu' or 'npu'")
+        return 2
+    if device == "npu":
+        ok, why = npu_status()
+        if not ok:
+            print(f"selftest: --device npu asked but no NPU is usable here ({why}); "
+                  "run with --device cpu to test the plugin with the CPU emulators")
+            return 2
+    mode = "CPU emulators behind the device seam" if device == "cpu" else "real NPU kernels"
+    print(f"sglang-ascend-hybrid selftest: device={device} ({mode}){' quick' if quick else ''}; "
+          "references: pure torch, fp32 on CPU")
+    results = run_all(device, quick)
+    print(format_table(results))
+    failed = [r for r in results if not r.ok]
+    skipped = sum(r.skipped for r in results)
+    print(f"{len(results) - len(failed) - skipped}/{len(results)} checks passed"
+          + (f", {skipped} skipped" if skipped else "")
+          + (f"; FAILED: {', '.join(f'{r.op} [{r.case}]' for r in failed)}" if failed else ""))
+    return 1 if failed else 0

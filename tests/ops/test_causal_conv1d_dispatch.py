@@ -1,0 +1,189 @@
+"""Kernel ladder of the plugin conv ops with the NPU kernels emulated behind the seam
+(fp16, as the real ops require), checked against SGLang's Triton kernels; and the
+AROUND hooks' routing."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from sglang.kernels.ops.mamba.causal_conv1d_triton import (
+    causal_conv1d_fn as triton_fn,
+    causal_conv1d_update as triton_update,
+)
+from sglang_ascend_hybrid.backends.conv_state_layout import cuda_layout_view
+from sglang_ascend_hybrid.emulators import causal_conv1d as emu
+from sglang_ascend_hybrid.ops import causal_conv1d as ops
+from sglang_ascend_hybrid.ops import seam
+
+DIM = 32
+LENS = [5, 2, 0, 1, 4]
+SLOTS = [1, -1, 3, 4, 6]
+HAS_INIT = [True, False, True, False, True]
+
+
+def _ops(*names):
+    table = emu.emulators()
+    return {n: table[n] for n in names}
+
+
+def _prefill_case(width, gen):
+    qsl = torch.tensor([0] + torch.tensor(LENS).cumsum(0).tolist(), dtype=torch.int32)
+    x = torch.randn(DIM, sum(LENS), generator=gen).half()
+    weight = (torch.randn(DIM, width, generator=gen) * 0.5).half()
+    bias = torch.randn(DIM, generator=gen).half()
+    pool = torch.randn(8, width - 1, DIM, generator=gen).half()  # window-major, contiguous
+    return x, qsl, weight, bias, pool
+
+
+@pytest.mark.parametrize("width", [2, 3, 4])
+@pytest.mark.parametrize("installed,expected_rung", [
+    ((emu.OP_FN_V2, emu.OP_ACLNN), "npu_v2"),
+    ((emu.OP_ACLNN,), "npu_aclnn"),
+])
+def test_prefill_device_rungs_match_triton(width, installed, expected_rung):
+    gen = torch.Generator().manual_seed(width)
+    x, qsl, weight, bias, pool = _prefill_case(width, gen)
+    idx = torch.tensor(SLOTS, dtype=torch.int32)
+    his = torch.tensor(HAS_INIT)
+    ref_pool = pool.clone()
+    before = pool.clone()
+    call = ops._FnCall(x, weight, bias, qsl, idx, his, cuda_layout_view(pool), "silu", -1)
+    with seam.install_emulators(_ops(*installed)):
+        sig = ("fn", width, DIM, "float16", "window-major")
+        assert ops.FN_LADDER.choose(sig, call).name == expected_rung
+        out = ops.causal_conv1d_fn(x, weight, bias, query_start_loc=qsl, cache_indices=idx,
+                                   has_initial_state=his, conv_states=cuda_layout_view(pool),
+                                   activation="silu")
+    ref = triton_fn(x, weight, bias, cuda_layout_view(ref_pool), qsl, LENS, cache_indices=idx,
+                    has_initial_state=his, activation="silu")
+    real = torch.ones(sum(LENS), dtype=torch.bool)
+    real[5:7] = False  # padded sequence
+    torch.testing.assert_close(out[:, real], ref[:, real], rtol=2e-3, atol=2e-3)
+    # slot 0 is SGLang's reserved padding slot: the v2 kernel writes pad rows there
+    torch.testing.assert_close(pool[1:], ref_pool[1:], rtol=0, atol=0)
+    for slot in (2, 3, 5, 7):  # pad / zero-length / outside the batch: untouched
+        assert torch.equal(pool[slot], before[slot])
+
+
+@pytest.mark.parametrize("width", [2, 4])
+@pytest.mark.parametrize("installed,expected_rung", [
+    ((emu.OP_UPDATE_V2, emu.OP_ACLNN), "npu_v2"),
+    ((emu.OP_ACLNN,), "npu_aclnn"),
+])
+def test_decode_device_rungs_match_triton(width, installed, expected_rung):
+    gen = torch.Generator().manual_seed(40 + width)
+    pool = torch.randn(8, width - 1, DIM, generator=gen).half()
+    ref_pool = pool.clone()
+    weight = (torch.randn(DIM, width, generator=gen) * 0.5).half()
+    idx = torch.tensor([2, -1, 5, 0], dtype=torch.int32)
+    with seam.install_emulators(_ops(*installed)):
+        for step in range(3):
+            x = torch.randn(4, DIM, generator=gen).half()
+            call = ops._UpdateCall(x, cuda_layout_view(pool), weight, None, None, idx, -1)
+            assert ops.UPDATE_LADDER.choose(("update",), call).name == expected_rung
+            out = ops.causal_conv1d_update(x, cuda_layout_view(pool), weight, None, None,
+                                           conv_state_indices=idx)
+            ref = triton_update(x, cuda_layout_view(ref_pool), weight, None, None, conv_state_indices=idx)
+            keep = torch.tensor([True, False, True, True])
+            torch.testing.assert_close(out[keep], ref[keep], rtol=2e-3, atol=2e-3)
+            torch.testing.assert_close(pool, ref_pool, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("why,dim,width,dtype", [
+    ("dim", 24, 3, torch.float16),
+    ("width", 32, 5, torch.float16),
+    ("dtype", 32, 3, torch.float32),
+])
+def test_out_of_limits_goes_to_torch_and_logs_once(caplog, why, dim, width, dtype):
+    gen = torch.Generator().manual_seed(9)
+    pool = torch.randn(4, width - 1, dim, generator=gen).to(dtype)
+    ref = pool.clone()
+    weight = torch.randn(dim, width, generator=gen).to(dtype)
+    idx = torch.tensor([1, 3], dtype=torch.int32)
+    call = ops._UpdateCall(torch.zeros(2, dim, dtype=dtype), cuda_layout_view(pool), weight, None,
+                           None, idx, -1)
+    with seam.install_emulators(emu.emulators()), caplog.at_level(logging.INFO):
+        assert ops.UPDATE_LADDER.choose(("update",), call).name == "torch"
+        for _ in range(3):
+            x = torch.randn(2, dim, generator=gen).to(dtype)
+            out = ops.causal_conv1d_update(x, cuda_layout_view(pool), weight, conv_state_indices=idx)
+            expect = ops.causal_conv1d_update(x, cuda_layout_view(ref), weight, conv_state_indices=idx)
+    torch.testing.assert_close(out, expect)
+    lines = [r for r in caplog.records if "outside the NPU conv kernels' limits" in r.getMessage()]
+    assert len(lines) == 1 and r"update" in lines[0].getMessage()
+
+
+def test_refusal_falls_back_to_next_rung(caplog):
+    """A kernel that refuses the shape at call time is marked and the next rung runs."""
+    gen = torch.Generator().manual_seed(5)
+    x, qsl, weight, bias, pool = _prefill_case(3, gen)
+    ref_pool = pool.clone()
+    idx = torch.tensor(SLOTS, dtype=torch.int32)
+
+    def refusing_v2(*a, **k):
+        raise RuntimeError("causal_conv1d_fn_v2: unsupported shape (aclnn 161002)")
+
+    ops.FN_LADDER._refused.clear()
+    with seam.install_emulators({emu.OP_FN_V2: refusing_v2, emu.OP_ACLNN: emu.emulate_npu_causal_conv1d}), \
+            caplog.at_level(logging.INFO):
+        out = ops.causal_conv1d_fn(x, weight, bias, query_start_loc=qsl, cache_indices=idx,
+                                   conv_states=cuda_layout_view(pool), activation=None)
+    ops.FN_LADDER._refused.clear()
+    ref = triton_fn(x, weight, bias, cuda_layout_view(ref_pool), qsl, LENS, cache_indices=idx, activation=None)
+    real = torch.ones(sum(LENS), dtype=torch.bool)
+    real[5:7] = False
+    torch.testing.assert_close(out[:, real], ref[:, real], rtol=2e-3, atol=2e-3)
+    torch.testing.assert_close(pool, ref_pool, rtol=0, atol=0)
+    assert any("refused" in r.getMessage() and "npu_aclnn" in r.getMessage() for r in caplog.records)
+
+
+def test_forced_backend_env(monkeypatch):
+    monkeypatch.setenv("SGLANG_ASCEND_HYBRID_CONV_BACKEND", "torch")
+    gen = torch.Generator().manual_seed(6)
+    pool = torch.randn(4, 2, DIM, generator=gen).half()
+    called = []
+    with seam.install_emulators({emu.OP_UPDATE_V2: lambda *a, **k: called.append(1)}):
+        ops.causal_conv1d_update(torch.randn(1, DIM).half(), cuda_layout_view(pool),
+                                 torch.randn(DIM, 3).half(), conv_state_indices=torch.tensor([1]))
+    assert not called
+
+
+# --------------------------------------------------------------------------- AROUND hooks
+
+
+def test_hooks_route_window_major_to_plugin_and_cuda_layout_to_original():
+    gen = torch.Generator().manual_seed(12)
+    calls = []
+
+    def original(*a, **k):
+        calls.append("original")
+        return "upstream"
+
+    x = torch.randn(DIM, 3, generator=gen)
+    weight = torch.randn(DIM, 3, generator=gen)
+    qsl = torch.tensor([0, 3], dtype=torch.int32)
+    cuda_states = torch.zeros(2, DIM, 2)
+    assert ops.causal_conv1d_fn_around(original, x, weight, None, qsl, torch.tensor([1]), None,
+                                       cuda_states, None) == "upstream"
+    pool = torch.zeros(2, 2, DIM)
+    out = ops.causal_conv1d_fn_around(original, x, weight, None, query_start_loc=qsl,
+                                      cache_indices=torch.tensor([1]), conv_states=cuda_layout_view(pool),
+                                      activation=None)
+    assert calls == ["original"] and out.shape == x.shape
+    torch.testing.assert_close(pool[1], x[:, 1:].t())
+
+    assert ops.causal_conv1d_update_around(original, torch.randn(1, DIM), cuda_states, weight) == "upstream"
+    ops.causal_conv1d_update_around(original, torch.randn(1, DIM), cuda_layout_view(pool), weight,
+                                    conv_state_indices=torch.tensor([0]))
+    assert calls == ["original", "original"] and pool[0].abs().sum() > 0
+
+
+def test_hooks_route_everything_to_plugin_while_emulated():
+    with seam.install_emulators({emu.OP_ACLNN: emu.emulate_npu_causal_conv1d}):
+        assert ops.routes_to_plugin(torch.zeros(2, DIM), torch.zeros(2, DIM, 2))
+    assert not ops.routes_to_plugin(torch.zeros(2, DIM), torch.zeros(2, DIM, 2))
+    assert ops.routes_to_plugin(torch.zeros(2, DIM), cuda_layout_view(torch.zeros(2, 1, DIM)))
+    assert not ops.routes_to_plugin(torch.zeros(2, DIM), torch.zeros(2, DIM, 1))

@@ -1,0 +1,110 @@
+"""``selftest``: passes on CPU through the emulators, and can fail."""
+
+from __future__ import annotations
+
+import importlib.util
+from types import SimpleNamespace
+
+import pytest
+
+from sglang_ascend_hybrid import selftest
+from sglang_ascend_hybrid.ops import causal_conv1d as conv
+from sglang_ascend_hybrid.ops import seam
+
+OPS = ("causal_conv1d_fn", "causal_conv1d_update", "chunk_gated_delta_rule",
+       "recurrent_gated_delta_rule", "fused_infer_attention_varlen")
+
+
+def _rows(text: str, op: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(op + " ")]
+
+
+@pytest.fixture
+def conv_only(monkeypatch):
+    """Restrict the selftest to its short-conv checks (keeps failure tests fast)."""
+    every = selftest.checks
+    monkeypatch.setattr(selftest, "checks", lambda: [c for c in every() if c.op.startswith("causal_conv1d")])
+
+
+def test_cpu_quick_passes_and_lists_every_op(capsys):
+    rc = selftest.main(SimpleNamespace(device="cpu", quick=True))
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    header = out.splitlines()[1]
+    for col in ("op", "case", "max abs error", "tolerance", "time (ms)", "verdict"):
+        assert col in header
+    for op in OPS:
+        rows = _rows(out, op)
+        assert rows, f"{op} missing from the table:\n{out}"
+        assert all(r.rstrip().endswith("PASS") for r in rows), out
+    assert "FAIL" not in out
+    assert not seam.is_emulated(selftest.checks()[0].expect[0])  # emulators removed afterwards
+
+
+def test_broken_op_fails(monkeypatch, capsys, conv_only):
+    real = conv.causal_conv1d_fn
+    monkeypatch.setattr(conv, "causal_conv1d_fn", lambda *a, **k: real(*a, **k) + 1)
+    rc = selftest.main(SimpleNamespace(device="cpu", quick=True))
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    assert all(r.rstrip().endswith("FAIL") for r in _rows(out, "causal_conv1d_fn")), out
+    assert all(r.rstrip().endswith("PASS") for r in _rows(out, "causal_conv1d_update")), out
+    assert "FAILED: causal_conv1d_fn" in out
+
+
+def test_crashing_op_is_a_fail_row(monkeypatch, capsys, conv_only):
+    def boom(*a, **k):
+        raise RuntimeError("kernel exploded")
+
+    monkeypatch.setattr(conv, "causal_conv1d_update", boom)
+    rc = selftest.main(SimpleNamespace(device="cpu", quick=True))
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert all(r.rstrip().endswith("FAIL") for r in _rows(out, "causal_conv1d_update")), out
+    assert "RuntimeError: kernel exploded" in out
+
+
+def test_device_path_not_taken_fails(monkeypatch, capsys, conv_only):
+    """Right numbers from the torch path are not enough: the device kernel must run."""
+    monkeypatch.setenv("SGLANG_ASCEND_HYBRID_CONV_BACKEND", "torch")
+    rc = selftest.main(SimpleNamespace(device="cpu", quick=True))
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    assert "device kernel not called" in out
+
+
+def test_npu_without_torch_npu_returns_2(monkeypatch, capsys):
+    real = seam.package_available
+    monkeypatch.setattr(seam, "package_available", lambda name: False if name == "torch_npu" else real(name))
+    assert selftest.main(SimpleNamespace(device="npu", quick=True)) == 2
+    out = capsys.readouterr().out
+    assert "no NPU" in out and "torch_npu is not importable" in out
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch_npu") is not None, reason="torch_npu installed here")
+def test_npu_on_this_machine_returns_2(capsys):
+    assert selftest.main(SimpleNamespace(device="npu", quick=False)) == 2
+    assert "--device cpu" in capsys.readouterr().out
+
+
+def test_npu_mode_skips_missing_kernels_and_forces_rungs(monkeypatch, capsys):
+    """--device npu (faked): an absent kernel is a SKIP row, not a failure; a present
+    one runs with its rung forced through the environment, restored afterwards."""
+    import os
+
+    monkeypatch.setattr(selftest, "npu_status", lambda: (True, ""))
+    monkeypatch.setattr(seam, "available", lambda name: False)
+    assert selftest.main(SimpleNamespace(device="npu", quick=True)) == 0
+    out = capsys.readouterr().out
+    assert all(_rows(out, op) and all(r.rstrip().endswith("SKIP") for r in _rows(out, op)) for op in OPS), out
+    assert "kernel not installed" in out and "0/9 checks passed, 9 skipped" in out
+
+    seen = {}
+    monkeypatch.setattr(seam, "available", lambda name: True)
+    check = next(c for c in selftest.checks() if c.npu_env.get("SGLANG_ASCEND_HYBRID_CONV_BACKEND") == "npu_aclnn")
+    check.run = lambda device, quick: (seen.update(os.environ), (0.0, 1.0))[1]
+    monkeypatch.delenv("SGLANG_ASCEND_HYBRID_CONV_BACKEND", raising=False)
+    result = selftest.run_check(check, "npu", True)
+    assert result.verdict == "PASS"
+    assert seen["SGLANG_ASCEND_HYBRID_CONV_BACKEND"] == "npu_aclnn"
+    assert "SGLANG_ASCEND_HYBRID_CONV_BACKEND" not in os.environ
