@@ -1,0 +1,39 @@
+"""``sglang-ascend-hybrid doctor`` in a fresh interpreter (it loads SGLang's
+plugins, which patch modules for good)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from sglang_ascend_hybrid import patches
+
+
+def run_cli(*argv, env_extra=None):
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0", HF_HUB_OFFLINE="1")
+    env.pop("SGLANG_ASCEND_HYBRID_STRICT", None)
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "sglang_ascend_hybrid.cli", *argv], capture_output=True,
+                          text=True, env=env, timeout=600)
+
+
+def test_doctor_reports_versions_ops_patches_and_settings():
+    proc = run_cli("doctor", env_extra={"SGLANG_ASCEND_HYBRID_GDN_MAX_OVERHEAD": "2.0"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert "sglang                 0.5.23" in out
+    assert "torch_npu              not found" in out and "sgl-kernel-npu         not found" in out
+    assert "chunk_gated_delta_rule" in out and "absent" in out
+    for p in patches.PATCHES:
+        line = next(ln for ln in out.splitlines() if f" {p.name} " in ln)
+        expected = "skipped" if p.requires else "applied"
+        assert line.split()[0] == expected, line
+    assert "SGLANG_ASCEND_HYBRID_GDN_MAX_OVERHEAD = 2.0\n" in out  # set, so no "(default)"
+    assert "SGLANG_ASCEND_HYBRID_DISABLE = False (default)" in out
+
+
+def test_doctor_when_disabled():
+    proc = run_cli("doctor", env_extra={"SGLANG_ASCEND_HYBRID_DISABLE": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "disabled by SGLANG_ASCEND_HYBRID_DISABLE=1" in proc.stdout
