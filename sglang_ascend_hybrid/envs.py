@@ -7,9 +7,10 @@ Each variable is named ``SGLANG_ASCEND_HYBRID_*`` and documented in README.md
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
-from typing import Callable, Generic, TypeVar
+from typing import Callable, Generic, Iterator, TypeVar
 
 T = TypeVar("T")
 
@@ -94,3 +95,18 @@ def effective_settings() -> dict[str, str]:
             value = f"INVALID ({exc})"
         out[var.name] = value if var.is_set() else f"{value} (default)"
     return out
+
+
+@contextlib.contextmanager
+def temporary_env(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for the duration of a block, restoring the previous values."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -45,6 +45,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
+from sglang_ascend_hybrid.envs import temporary_env
+
 logger = logging.getLogger(__name__)
 
 # NPU memory (MB) reported to SGLang's NPU defaults: 64 GiB, an Atlas A2 /
@@ -147,18 +149,6 @@ def _preimport() -> None:
             importlib.import_module(name)
 
 
-@contextlib.contextmanager
-def _temporary_env(values: dict[str, str]) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @contextlib.contextmanager
@@ -193,9 +183,9 @@ def emulated_npu_platform(npu_memory_mb: int = DEFAULT_NPU_MEMORY_MB) -> Iterato
     """Make SGLang's startup resolution take its NPU branches on a CPU machine."""
     env = dict(RESOLUTION_ENV)
     env["SGLANG_ZBAL_LOCAL_MEM_SIZE"] = str(int(npu_memory_mb))
-    with _temporary_env(env):
+    with temporary_env(env):
         _preimport()
-    with _temporary_env(env), _importable_torch_npu():
+    with temporary_env(env), _importable_torch_npu():
         import sglang.srt.platforms as platforms_mod
         import sglang.srt.utils as utils_pkg
         import sglang.srt.utils.common as common

@@ -34,6 +34,7 @@ from typing import Callable, Iterator
 import torch
 import torch.nn.functional as F
 
+from sglang_ascend_hybrid.envs import temporary_env
 from sglang_ascend_hybrid.ops import seam
 
 # Absolute tolerances (fp16 / bf16 device ops vs an fp32 reference).
@@ -329,18 +330,6 @@ def _counting(ops: dict, calls: dict) -> dict:
     return {name: wrap(name, fn) for name, fn in ops.items()}
 
 
-@contextlib.contextmanager
-def _env(values: dict) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def run_check(check: Check, device: str, quick: bool) -> Result:
@@ -355,7 +344,7 @@ def run_check(check: Check, device: str, quick: bool) -> Result:
             with seam.install_emulators(_counting(check.emulators(), calls)):
                 err, ms = check.run(device, quick)
         else:
-            with _env(check.npu_env):
+            with temporary_env(check.npu_env):
                 err, ms = check.run(device, quick)
     except Exception as exc:  # noqa: BLE001  (a crash is a failed check, not a crashed selftest)
         return Result(check.op, check.case, math.nan, check.tolerance, math.nan, False,
