@@ -154,6 +154,41 @@ PATCHES: tuple[Patch, ...] = (
         removal="with the short-conv-backend patch",
     ),
     Patch(
+        name="gdn-prefill-ladder",
+        target="sglang.srt.hardware_backend.npu.attention.ascend_gdn_backend.AscendGDNAttnBackend.chunk_gdn",
+        kind="hook",
+        hook_type="around",
+        requires=("sgl_kernel_npu",),
+        hook="sglang_ascend_hybrid.backends.gdn_hooks:ascend_chunk_gdn",
+        why="GDN prefill (Qwen3.5 / Qwen3.6 / Qwen3-Next) crashes the server when the NPU kernel refuses "
+            "the per-rank (value heads, key heads) pair, e.g. Qwen3.6-27B at TP=8 -> (6, 2); this method "
+            "is the narrowest wrapper of torch.ops.npu.chunk_gated_delta_rule in sglang 0.5.23 and gets a "
+            "gathered copy of the states (forward_extend writes the result into the pool)",
+        how="AROUND: call the original; on its shape refusal mark the signature, log once at INFO and run "
+            "the GDN ladder on the original inputs: sgl-kernel-npu mega kernel through the head planner "
+            "(native / split / pad), then the sgl-kernel-npu Triton chunk path, then the torch chunked "
+            "path; exact 64-token chunk states when mamba state tracking needs them; "
+            "GDN_ATTN_BACKEND_TRITON=1 keeps its meaning; other errors propagate",
+        removal="when the fused NPU op and the mega kernel accept every per-rank head pair, or SGLang "
+                "ships its own fallback",
+    ),
+    Patch(
+        name="gdn-sgl-kernel-npu-chunk",
+        target="sgl_kernel_npu.fla.chunk.chunk_gated_delta_rule_npu",
+        kind="hook",
+        hook_type="around",
+        requires=("sgl_kernel_npu",),
+        hook="sglang_ascend_hybrid.backends.gdn_hooks:sgl_chunk_gated_delta_rule_npu",
+        why="older SGLang releases route GDN prefill through GDNKernelDispatcher.extend -> this entry -> "
+            "run_mega_chunk_gdn, whose check_shape raises 'unsupported mega_chunk_gdn (NumValueHeads, "
+            "NumKeyHeads) pair' (failure B)",
+        how="AROUND (SGLang's HookRegistry rebinds the from-import aliases too): call the original; on a "
+            "mega / Triton shape refusal run the GDN ladder and return the entry's own layouts (key-first "
+            "state, per-chunk h); passes straight through when the ladder itself calls it",
+        removal="when sgl-kernel-npu's mega kernel takes any 1 <= H <= 64 with H % Hg == 0 (upstream change) "
+                "or no supported SGLang release uses this entry",
+    ),
+    Patch(
         name="packed-attention-one-sided",
         target="sglang.multimodal_gen.runtime.layers.attention.backends.ascend_fa.fused_infer_attention_varlen",
         kind="hook",

@@ -78,7 +78,14 @@ def _fla_reference(q, k, v, g, beta, cu, h0):
 
 
 def _hooked(mod):
-    return functools.partialmethod(gdn_hooks.ascend_chunk_gdn, mod.AscendGDNAttnBackend.chunk_gdn)
+    """What SGLang's HookRegistry installs for an AROUND hook: hook(original, self, *args)."""
+    original = mod.AscendGDNAttnBackend.chunk_gdn
+
+    @functools.wraps(original)
+    def chunk_gdn(*args, **kwargs):
+        return gdn_hooks.ascend_chunk_gdn(original, *args, **kwargs)
+
+    return chunk_gdn
 
 
 def test_upstream_raises_and_hooked_prefill_runs_6_2(ascend_gdn, monkeypatch, caplog):
