@@ -189,42 +189,64 @@ def causal_conv1d_fn_torch(
     dev = x.device
     cd = _compute_dtype(x.dtype)
     qsl = query_start_loc.to(device=dev, dtype=torch.int64)
-    seq_ids = torch.arange(batch, device=dev)
-
-    # Packed layout: segment 0 holds tokens before qsl[0] (normally none),
-    # segment b + 1 holds [state_b (s columns), tokens of sequence b], the last
-    # segment any tokens after qsl[-1].  Each segment is preceded by its own s
-    # state columns, so one conv over the buffer never mixes sequences.
-    tok = torch.arange(total, device=dev)
-    seg = torch.searchsorted(qsl, tok, right=True)  # 0 .. batch + 1
-    dest = tok + (seg + 1) * s
-    packed = torch.zeros((dim, total + (batch + 2) * s), dtype=cd, device=dev)
-    packed.index_copy_(1, dest, x.to(cd))
-
-    slots = cache_indices.to(device=dev, dtype=torch.int64) if cache_indices is not None else seq_ids
+    xc = x.to(cd)
+    w = weight.to(device=dev, dtype=cd)
+    slots = (cache_indices.to(device=dev, dtype=torch.int64) if cache_indices is not None
+             else torch.arange(batch, device=dev))
     valid = slots != pad_slot_id
+
+    # Segments: [0, qsl[0]) (normally empty), the batch's sequences, [qsl[-1], T).
+    # Every segment starts from its own s state columns ("virtual" history):
+    # the cached state where has_initial_state says so, else zeros.
+    starts = torch.cat([qsl.new_zeros(1), qsl])                        # [batch + 2]
+    ends = torch.cat([qsl, qsl.new_full((1,), total)])                  # [batch + 2]
+    lens = ends - starts
+    init = torch.zeros(batch + 2, dim, s, dtype=cd, device=dev)
     if conv_states is not None and has_initial_state is not None and batch > 0:
         safe = torch.where(valid, slots, torch.zeros_like(slots))
-        init = conv_states.index_select(0, safe)[:, :, :s].to(device=dev, dtype=cd)
-        use = has_initial_state.to(dev).bool() & valid
-        init = init * use[:, None, None].to(cd)
-        init_pos = (qsl[:-1] + (seq_ids + 1) * s)[:, None] + torch.arange(s, device=dev)
-        packed.index_copy_(1, init_pos.reshape(-1), init.permute(1, 0, 2).reshape(dim, batch * s))
+        use = (has_initial_state.to(dev).bool() & valid)[:, None, None]
+        cached = conv_states.index_select(0, safe.to(conv_states.device))[:, :, :s].to(device=dev, dtype=cd)
+        init[1:batch + 1] = torch.where(use, cached, torch.zeros((), dtype=cd, device=dev))
+    init_cols = init.permute(1, 0, 2).reshape(dim, (batch + 2) * s)    # column seg * s + j
 
-    w = weight.to(device=dev, dtype=cd).unsqueeze(1)
-    b = bias.to(device=dev, dtype=cd) if bias is not None else None
-    conv = F.conv1d(packed.unsqueeze(0), w, b, groups=dim).squeeze(0)  # [dim, P - s]
-    out = conv.index_select(1, dest - s)
+    # out[:, t] = b + w[:, s] x[:, t] + sum_k w[:, s - k] x[:, t - k]: one in-place shifted
+    # multiply-add per tap over the whole packed batch, then a small correction at the
+    # first k tokens of every segment, which must read the segment's history instead of
+    # the previous segment's last tokens.
+    if bias is not None:
+        out = torch.addcmul(bias.to(device=dev, dtype=cd)[:, None], xc, w[:, s:s + 1])
+    else:
+        out = xc * w[:, s:s + 1]
+    for k in range(1, min(s, total - 1) + 1):
+        out[:, k:].addcmul_(xc[:, :total - k], w[:, s - k:s - k + 1])
+    # Correction entries for every (segment, tap k, position r < k): token starts + r
+    # reads history column s - k + r of its segment, not x[:, starts + r - k].
+    r = torch.arange(s, device=dev)
+    seg_ids = torch.arange(batch + 2, device=dev)
+    kk = torch.arange(1, s + 1, device=dev)
+    grid_r = r[None, None, :].expand(batch + 2, s, s)                   # [seg, k - 1, r]
+    keep = (grid_r < kk[None, :, None]) & (grid_r < lens[:, None, None])
+    t_pos = (starts[:, None, None] + grid_r)[keep]
+    k_of = kk[None, :, None].expand_as(grid_r)[keep]
+    src = (seg_ids[:, None, None] * s + s - kk[None, :, None] + grid_r)[keep]
+    if t_pos.numel():
+        shifted = t_pos - k_of                     # what the in-place shift added (nothing if < 0)
+        wrong = xc.index_select(1, shifted.clamp(min=0)) * (shifted >= 0).to(cd)
+        wk = w.index_select(1, s - k_of)
+        out.index_add_(1, t_pos, (init_cols.index_select(1, src) - wrong) * wk)
     if silu:
         out = F.silu(out)
 
     if conv_states is not None and batch > 0:
-        ends = qsl[1:] + (seq_ids + 2) * s  # exclusive end of segment b + 1
-        cols = ends[:, None] - s + torch.arange(s, device=dev)
-        new = packed.index_select(1, cols.reshape(-1)).view(dim, batch, s).permute(1, 0, 2)
-        seq_lens = qsl[1:] - qsl[:-1]
-        _write_states(conv_states, slots.to(conv_states.device), new.to(conv_states.device),
-                      (valid & (seq_lens > 0)).to(conv_states.device), s)
+        # New state of sequence b: the last s columns of [history_b, x_b].
+        virt = lens[1:batch + 1, None] + r[None, :]                       # index into [history, x]
+        from_hist = virt < s
+        x_col = (starts[1:batch + 1, None] + virt - s).clamp(min=0)
+        hist_col = (seg_ids[1:batch + 1, None] * s + virt).clamp(max=(batch + 2) * s - 1)
+        new = torch.where(from_hist[None], init_cols.index_select(1, hist_col.reshape(-1)).view(dim, batch, s),
+                          xc.index_select(1, x_col.reshape(-1)).view(dim, batch, s))
+        _write_states(conv_states, slots.to(conv_states.device), new.permute(1, 0, 2).to(conv_states.device),
+                      (valid & (lens[1:batch + 1] > 0)).to(conv_states.device), s)
     return out.to(x.dtype)
 
 
