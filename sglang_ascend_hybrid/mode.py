@@ -23,11 +23,8 @@ def record_request() -> None:
 
 
 def hybrid_requested() -> bool:
+    """True once ascend_hybrid was asked for in this process or a parent (strict mode)."""
     return _requested or ENV.STRICT.get()
-
-
-def strict() -> bool:
-    return hybrid_requested()
 
 
 def _reset_for_tests() -> None:

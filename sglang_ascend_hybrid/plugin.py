@@ -113,7 +113,7 @@ class PluginPatchError(RuntimeError):
 def enforce_strict() -> None:
     """Called at resolution once SGLang has applied hooks: under ascend_hybrid any
     patch that is not in place stops startup; under plain 'ascend' it is a warning."""
-    from sglang_ascend_hybrid.mode import strict
+    from sglang_ascend_hybrid.mode import hybrid_requested
 
     STATUS.fail_unapplied()
     failed = STATUS.in_state(FAILED)
@@ -122,7 +122,7 @@ def enforce_strict() -> None:
     version = STATUS.sglang_version + (f" ({STATUS.version_problem})" if STATUS.version_problem else "")
     text = (f"sglang-ascend-hybrid {__version__} could not apply its patches on SGLang {version}: "
             + "; ".join(f"{p.target}: {p.reason}" for p in failed))
-    if strict():
+    if hybrid_requested():
         raise PluginPatchError(
             text + ". --attention-backend ascend_hybrid requires every patch; install a tested SGLang "
             "release or use --attention-backend ascend to continue with these fixes missing."

@@ -194,3 +194,36 @@ def test_version_outside_range_is_reported(fake_sglang, monkeypatch):
     monkeypatch.setattr(plugin, "installed_version", lambda dist: "0.6.1")
     plugin.register()
     assert "outside the tested range" in status.STATUS.summary()
+
+
+def test_ascend_hybrid_factory_refuses_non_npu_clearly(monkeypatch):
+    import sglang_ascend_hybrid.backends.ascend_hybrid as ah
+
+    fake_utils = types.ModuleType("sglang.srt.utils")
+    fake_utils.is_npu = lambda: False
+    monkeypatch.setitem(sys.modules, "sglang.srt.utils", fake_utils)
+    with pytest.raises(RuntimeError, match=r"'ascend_hybrid' runs only on Ascend NPUs \(--device npu\)"):
+        ah.create_ascend_hybrid_backend(object())
+
+
+def test_ascend_hybrid_factory_builds_the_ascend_backend_on_npu(fake_sglang, monkeypatch):
+    import sglang_ascend_hybrid.backends.ascend_hybrid as ah
+
+    fake_utils = types.ModuleType("sglang.srt.utils")
+    fake_utils.is_npu = lambda: True
+    monkeypatch.setitem(sys.modules, "sglang.srt.utils", fake_utils)
+    plugin.register()
+    with pytest.raises(plugin.PluginPatchError):  # SGLang has not applied the hooks yet
+        ah.create_ascend_hybrid_backend("runner")
+    fake_sglang.hooks.apply_hooks()
+    assert ah.create_ascend_hybrid_backend("runner") == "ascend-backend"
+    assert mode.hybrid_requested()
+
+
+def test_user_set_strict_env_makes_plain_ascend_strict(fake_sglang, monkeypatch):
+    broken = _srt_patches()[0]
+    monkeypatch.setattr(patches, "verify", lambda p: "gone" if p.name == broken.name else None)
+    plugin.register()
+    monkeypatch.setenv("SGLANG_ASCEND_HYBRID_STRICT", "1")
+    with pytest.raises(plugin.PluginPatchError):
+        plugin.enforce_strict()

@@ -21,22 +21,27 @@ DRAFT_FIELD = "speculative_draft_attention_backend"
 
 
 def record_hybrid_request(server_args, previous) -> None:
-    """Resolution hook wrapping SGLang's ``handle_npu_backends`` step."""
-    from sglang.srt.arg_groups.overrides import resolving_view
+    """Resolution hook wrapping SGLang's ``handle_npu_backends`` step.
+
+    Records a request for ``ascend_hybrid`` before SGLang's NPU defaults overwrite it
+    with ``"ascend"``, then checks the plugin's patches: under strict mode (the
+    request, or ``SGLANG_ASCEND_HYBRID_STRICT=1``) an unapplied patch stops startup,
+    otherwise it is logged as a warning.
+    """
+    from sglang.srt.arg_groups.overrides import declare_resolution, resolving_view
 
     cfg = resolving_view(server_args)
+    on_npu = cfg.device == "npu"
     fields = [f for f in (*BACKEND_FIELDS, DRAFT_FIELD) if getattr(cfg, f, None) == BACKEND_NAME]
-    if fields and cfg.device == "npu":
+    if fields and on_npu:
         record_request()
-        if getattr(cfg, DRAFT_FIELD, None) == BACKEND_NAME:
+        if DRAFT_FIELD in fields:
             # SGLang's NPU step does not touch the draft backend: resolve it here.
-            from sglang.srt.arg_groups.overrides import declare_resolution
-
             declare_resolution(server_args, "sglang_ascend_hybrid", **{DRAFT_FIELD: "ascend"})
         logger.info("sglang-ascend-hybrid: --%s ascend_hybrid runs on SGLang's Ascend stack "
                     "with the plugin's fixes in strict mode", fields[0].replace("_", "-"))
     previous(server_args)
-    if fields and cfg.device == "npu":
+    if on_npu:
         from sglang_ascend_hybrid.plugin import enforce_strict
 
         enforce_strict()
