@@ -10,6 +10,7 @@ import threading
 from dataclasses import dataclass, field
 
 APPLIED, REGISTERED, SKIPPED, FAILED, DISABLED = "applied", "registered", "skipped", "failed", "disabled"
+NOT_APPLIED = "SGLang's HookRegistry did not apply it (see its log)"
 
 
 @dataclass
@@ -40,9 +41,9 @@ class PluginStatus:
         """Promote 'registered' hooks that SGLang's HookRegistry has applied."""
         from sglang_ascend_hybrid.patches import by_name
 
-        for p in self.in_state(REGISTERED):
+        for p in self.in_state(REGISTERED, FAILED):
             patch = by_name(p.name)
-            if patch.kind != "hook":
+            if patch.kind != "hook" or (p.state == FAILED and p.reason != NOT_APPLIED):
                 continue
             registry = _hook_registry(patch.runtime)
             if registry is not None and p.target in registry._patched:
@@ -55,7 +56,7 @@ class PluginStatus:
 
         for p in self.in_state(REGISTERED):
             if by_name(p.name).kind == "hook":
-                self.set(p.name, p.target, FAILED, "SGLang's HookRegistry did not apply it (see its log)")
+                self.set(p.name, p.target, FAILED, NOT_APPLIED)
 
     def summary(self) -> str:
         if self.disabled:
