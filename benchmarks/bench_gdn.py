@@ -95,6 +95,23 @@ def bench(name, lens, repeats=3):
           f"max |torch - FLA| = {err:.2e}")
     for m in med:
         print(f"  {m:18s} {med[m] * 1e3:9.1f} ms   {med[m] / base:6.2f}x the torch chunked time")
+    return med
+
+
+# Goals for the torch chunked path: at least this many times faster than each method.
+GOALS = {"FLA naive chunk": 2.0, "token recurrence": 5.0}
+
+
+def verdict(results):
+    """One line: whether the torch chunked path meets every goal in every case."""
+    checks = []
+    for case, med in results.items():
+        for m, goal in GOALS.items():
+            ratio = med[m] / med["torch chunked"]
+            checks.append((ratio >= goal, f"{case}: {ratio:.2f}x vs {m} (goal >= {goal:g}x)"))
+    ok = all(c for c, _ in checks)
+    print(f"\nVERDICT: {'goals met' if ok else 'goals NOT met'} -- "
+          + "; ".join(("" if c else "MISSED ") + text for c, text in checks))
 
 
 def planner_table():
@@ -113,8 +130,9 @@ def planner_table():
 
 
 if __name__ == "__main__":
-    bench("single sequence", [4096])
+    results = {"single sequence": bench("single sequence", [4096])}
     gen = torch.Generator().manual_seed(1)
     lens = torch.randint(1, 512, (16,), generator=gen).tolist()
-    bench("varlen batch", lens)
+    results["varlen batch"] = bench("varlen batch", lens)
+    verdict(results)
     planner_table()
