@@ -98,20 +98,25 @@ def bench(name, lens, repeats=3):
     return med
 
 
-# Goals for the torch chunked path: at least this many times faster than each method.
+# The goals (issue 4) are set for the single T=4096 sequence: at least this many times
+# faster than each method.  The varlen batch is reported against the same bars, as
+# information.
 GOALS = {"FLA naive chunk": 2.0, "token recurrence": 5.0}
+GOAL_CASE = "single sequence"
 
 
 def verdict(results):
-    """One line: whether the torch chunked path meets every goal in every case."""
-    checks = []
+    """One line for the goals (T=4096), one informative line for the other cases."""
     for case, med in results.items():
+        checks = []
         for m, goal in GOALS.items():
             ratio = med[m] / med["torch chunked"]
-            checks.append((ratio >= goal, f"{case}: {ratio:.2f}x vs {m} (goal >= {goal:g}x)"))
-    ok = all(c for c, _ in checks)
-    print(f"\nVERDICT: {'goals met' if ok else 'goals NOT met'} -- "
-          + "; ".join(("" if c else "MISSED ") + text for c, text in checks))
+            checks.append((ratio >= goal, f"{ratio:.2f}x vs {m} (bar {goal:g}x)"))
+        ok = all(c for c, _ in checks)
+        label = "VERDICT (goal)" if case == GOAL_CASE else "info"
+        print(f"\n{label}: {case}: {'meets' if ok else 'BELOW'} the bars -- "
+              + "; ".join(("" if c else "below: ") + text for c, text in checks), end="")
+    print()
 
 
 def planner_table():
