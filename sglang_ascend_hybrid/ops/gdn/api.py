@@ -45,12 +45,13 @@ def _backend(requested: str, ladder_names: tuple, op: str) -> str:
     return forced
 
 
-def _check_prefill(q, k, v, g, beta, cu_seqlens, initial_state):
-    for name, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta), ("cu_seqlens", cu_seqlens)):
+def _check_heads(q, k, v, g, beta, q_layout: str, **others):
+    """Checks shared by prefill and decode; returns (T, Hk, K, Hv, V)."""
+    for name, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta), *others.items()):
         if not isinstance(t, torch.Tensor):
             _fail(name, repr(t), "a torch.Tensor")
     if q.dim() != 4 or q.shape[0] != 1:
-        _fail("q", _shape(q), "[1, T, Hk, K] (packed, batch 1)")
+        _fail("q", _shape(q), q_layout)
     if k.shape != q.shape:
         _fail("k", _shape(k), f"the shape of q {tuple(q.shape)}")
     T, Hk, K = q.shape[1], q.shape[2], q.shape[3]
@@ -62,6 +63,12 @@ def _check_prefill(q, k, v, g, beta, cu_seqlens, initial_state):
     for name, t in (("g", g), ("beta", beta)):
         if tuple(t.shape) != (1, T, Hv):
             _fail(name, _shape(t), f"[1, {T}, {Hv}]")
+    return T, Hk, K, Hv, V
+
+
+def _check_prefill(q, k, v, g, beta, cu_seqlens, initial_state):
+    T, Hk, K, Hv, V = _check_heads(q, k, v, g, beta, "[1, T, Hk, K] (packed, batch 1)",
+                                   cu_seqlens=cu_seqlens)
     if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2 or cu_seqlens.dtype.is_floating_point:
         _fail("cu_seqlens", _shape(cu_seqlens), "an integer tensor [N + 1], N >= 1")
     bounds = cu_seqlens.tolist()
@@ -120,23 +127,8 @@ def recurrent_gated_delta_rule(q, k, v, g, beta, *, state_pool, state_indices, s
     = padding: skipped, its output row is 0).  Updates the pool rows in place, after
     the kernel succeeded.  Returns ``o [1, B, Hv, V]`` in q.dtype.
     """
-    for name, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta), ("state_pool", state_pool),
-                    ("state_indices", state_indices)):
-        if not isinstance(t, torch.Tensor):
-            _fail(name, repr(t), "a torch.Tensor")
-    if q.dim() != 4 or q.shape[0] != 1:
-        _fail("q", _shape(q), "[1, B, Hk, K] (one token per sequence)")
-    if k.shape != q.shape:
-        _fail("k", _shape(k), f"the shape of q {tuple(q.shape)}")
-    B, Hk, K = q.shape[1], q.shape[2], q.shape[3]
-    if v.dim() != 4 or v.shape[:2] != (1, B):
-        _fail("v", _shape(v), f"[1, {B}, Hv, V]")
-    Hv, V = v.shape[2], v.shape[3]
-    if Hv % Hk:
-        _fail("v", _shape(v), f"a value-head count that is a multiple of the {Hk} key heads")
-    for name, t in (("g", g), ("beta", beta)):
-        if tuple(t.shape) != (1, B, Hv):
-            _fail(name, _shape(t), f"[1, {B}, {Hv}]")
+    B, Hk, K, Hv, V = _check_heads(q, k, v, g, beta, "[1, B, Hk, K] (one token per sequence)",
+                                   state_pool=state_pool, state_indices=state_indices)
     if state_pool.dim() != 4 or tuple(state_pool.shape[1:]) != (Hv, V, K):
         _fail("state_pool", _shape(state_pool), f"[slots, {Hv}, {V}, {K}] (value-first)")
     if state_indices.dim() != 1 or state_indices.numel() != B or state_indices.dtype.is_floating_point:
