@@ -170,3 +170,22 @@ def test_env_var_forces_torch_and_rejects_unknown(monkeypatch):
     monkeypatch.setenv("SGLANG_ASCEND_HYBRID_GDN_BACKEND", "fastest")
     with pytest.raises(ValueError, match="SGLANG_ASCEND_HYBRID_GDN_BACKEND"):
         chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu)
+
+
+@pytest.mark.parametrize("change,needle", [
+    (dict(state_pool=torch.zeros(4, 4, 8, 9)), "state_pool="),
+    (dict(state_indices=torch.tensor([0, 9])), "state_indices="),
+    (dict(state_indices=torch.tensor([0, -2])), "state_indices="),
+    (dict(state_indices=torch.tensor([0.0, 1.0])), "state_indices="),
+    (dict(k=torch.zeros(1, 2, 2, 7)), "k="),
+])
+def test_decode_bad_input_names_the_argument_and_leaves_the_pool(change, needle):
+    args = dict(q=torch.randn(1, 2, 2, 8), k=torch.randn(1, 2, 2, 8), v=torch.randn(1, 2, 4, 8),
+                g=-torch.rand(1, 2, 4), beta=torch.rand(1, 2, 4), state_pool=torch.randn(4, 4, 8, 8),
+                state_indices=torch.tensor([0, 2]))
+    args.update(change)
+    before = args["state_pool"].clone()
+    with pytest.raises(ValueError, match=needle):
+        recurrent_gated_delta_rule(args.pop("q"), args.pop("k"), args.pop("v"), args.pop("g"), args.pop("beta"),
+                                   **args)
+    assert torch.equal(args["state_pool"], before)

@@ -141,8 +141,9 @@ def recurrent_gated_delta_rule(q, k, v, g, beta, *, state_pool, state_indices, s
     idx = state_indices.long()
     live = (idx >= 0).nonzero().squeeze(-1)
     slots = idx.index_select(0, live)
-    if slots.numel() and int(slots.max()) >= state_pool.shape[0]:
-        _fail("state_indices", f"max {int(slots.max())}", f"slots below {state_pool.shape[0]} or -1 (padding)")
+    if (slots.numel() and int(slots.max()) >= state_pool.shape[0]) or bool((idx < -1).any()):
+        _fail("state_indices", idx.tolist() if idx.numel() <= 16 else f"range [{int(idx.min())}, {int(idx.max())}]",
+              f"slots in [0, {state_pool.shape[0]}) or -1 (padding)")
     call = dispatch.StepCall(q[0].index_select(0, live), k[0].index_select(0, live), v[0].index_select(0, live),
                              g[0].index_select(0, live), beta[0].index_select(0, live),
                              state_pool.index_select(0, slots).float(), float(scale))
