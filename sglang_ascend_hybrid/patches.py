@@ -17,6 +17,7 @@ import ast
 import functools
 import importlib
 import importlib.util
+import os
 from dataclasses import dataclass, field
 from typing import Callable, Literal
 
@@ -38,8 +39,10 @@ class Patch:
     removal: str
     hook_type: Literal["around", "replace", "before", "after", ""] = ""
     runtime: Runtime = "srt"
-    # Packages the target module imports at top; without them the patch is
-    # skipped (the target cannot be used on this machine either).
+    # NPU packages the target module imports at top.  Without them the patch is
+    # skipped (the target cannot be used on this machine either); with them it is
+    # verified at discovery but applied only when SGLang first builds the attention
+    # backend on NPU (plugin.apply_deferred), so discovery never imports them.
     requires: tuple[str, ...] = ()
     # Where the step name is declared, for kind="resolution".
     step_registry: str = "sglang.srt.arg_groups.resolution_hooks._OVERRIDABLE_HOOKS"
@@ -243,33 +246,59 @@ def _defines(body: list[ast.stmt], name: str) -> ast.AST | None:
     return None
 
 
+def _locate_module(parts: list[str]) -> tuple[int, str | None]:
+    """Longest module prefix of ``parts`` as (index past it, source file), found on disk
+    without importing anything (not even parent packages: NPU packages must stay
+    unimported at plugin discovery)."""
+    from importlib.machinery import PathFinder
+
+    top = PathFinder.find_spec(parts[0])
+    if top is None:
+        return 0, None
+    if not top.submodule_search_locations:
+        return 1, top.origin
+    dirs = [str(d) for d in top.submodule_search_locations]
+    found = (1, os.path.join(dirs[0], "__init__.py"))
+    for i in range(1, len(parts)):
+        name, next_dirs = parts[i], []
+        for d in dirs:
+            pkg = os.path.join(d, name)
+            if os.path.isfile(os.path.join(pkg, "__init__.py")):
+                next_dirs, found = [pkg], (i + 1, os.path.join(pkg, "__init__.py"))
+                break
+            if os.path.isfile(pkg + ".py"):
+                return i + 1, pkg + ".py"
+            if os.path.isdir(pkg):  # namespace package portion
+                next_dirs.append(pkg)
+        if not next_dirs:
+            break
+        dirs = next_dirs
+    return found
+
+
 def find_target(target: str) -> str | None:
     """Check ``target`` exists in the installed sources without importing it.
 
     Returns None when found, else the reason it is missing.
     """
     parts = target.split(".")
-    for split in range(len(parts) - 1, 0, -1):
-        module = ".".join(parts[:split])
-        try:
-            spec = importlib.util.find_spec(module)
-        except (ImportError, ValueError):
-            spec = None
-        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-            continue
-        body = _parse(spec.origin).body
-        node: ast.AST | None = None
-        for name in parts[split:]:
-            node = _defines(body, name)
-            if node is None:
-                return f"{name!r} not found in {module} ({spec.origin})"
-            body = node.body if isinstance(node, ast.ClassDef) else []
-        return None
-    return f"module of {target!r} not found"
+    split, origin = _locate_module(parts)
+    if origin is None or split == len(parts) or not origin.endswith(".py") or not os.path.isfile(origin):
+        return f"module of {target!r} not found"
+    module = ".".join(parts[:split])
+    body = _parse(origin).body
+    for name in parts[split:]:
+        node = _defines(body, name)
+        if node is None:
+            return f"{name!r} not found in {module} ({origin})"
+        body = node.body if isinstance(node, ast.ClassDef) else []
+    return None
 
 
 def missing_requirements(patch: Patch) -> list[str]:
-    return [pkg for pkg in patch.requires if importlib.util.find_spec(pkg) is None]
+    from importlib.machinery import PathFinder
+
+    return [pkg for pkg in patch.requires if PathFinder.find_spec(pkg) is None]
 
 
 def verify(patch: Patch) -> str | None:
@@ -321,7 +350,9 @@ def render_markdown() -> str:
             f"- **Why**: {p.why}",
             f"- **How**: {p.how}",
             f"- **Verified at startup**: {p.verification}"
-            + (f"; skipped when {', '.join(p.requires)} is not installed" if p.requires else ""),
+            + (f"; applied when SGLang first builds the attention backend on NPU (never at plugin "
+               f"discovery, which must not import {', '.join(p.requires)}); skipped when "
+               f"{', '.join(p.requires)} is not installed" if p.requires else ""),
             f"- **Remove when**: {p.removal}",
         ]
     return "\n".join(lines) + "\n"

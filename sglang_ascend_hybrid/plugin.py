@@ -16,7 +16,9 @@ import logging
 
 from sglang_ascend_hybrid import __version__, patches
 from sglang_ascend_hybrid.envs import ENV
-from sglang_ascend_hybrid.status import DISABLED, FAILED, REGISTERED, SKIPPED, STATUS, APPLIED
+from sglang_ascend_hybrid.status import (
+    APPLIED, DEFERRED, DISABLED, FAILED, REGISTERED, SKIPPED, STATUS, hook_registry,
+)
 from sglang_ascend_hybrid.versioning import installed_version, sglang_version_problem
 
 logger = logging.getLogger("sglang_ascend_hybrid")
@@ -70,6 +72,9 @@ def _apply(patch: patches.Patch) -> None:
     if problem:
         STATUS.set(patch.name, patch.target, FAILED, problem)
         return
+    if patch.requires:  # its module imports NPU packages: apply on first NPU backend build
+        STATUS.set(patch.name, patch.target, DEFERRED)
+        return
     try:
         hook = patch.load_hook()
         if patch.kind == "hook":
@@ -88,10 +93,9 @@ def _apply(patch: patches.Patch) -> None:
 def _register_hook(patch: patches.Patch, hook) -> None:
     from sglang.srt.plugins.hook_registry import HookType
 
-    if patch.runtime == "multimodal":
-        from sglang.multimodal_gen.runtime.platforms.plugins import HookRegistry
-    else:
-        from sglang.srt.plugins.hook_registry import HookRegistry
+    HookRegistry = hook_registry(patch.runtime)
+    if HookRegistry is None:
+        raise RuntimeError(f"SGLang's hook registry for the {patch.runtime} runtime is not importable")
     hook_type = HookType[patch.hook_type.upper()]
     if any(h is hook for _, h, _ in HookRegistry._hooks.get(patch.target, ())):
         return
@@ -104,6 +108,31 @@ def _register_resolution_hook(step: str, hook) -> None:
     if hook in resolution_hooks._HOOKS.get(step, ()):
         return
     resolution_hooks.register_resolution_hook(step)(hook)
+
+
+def apply_deferred() -> None:
+    """Apply the patches whose targets live in modules importing NPU packages.
+
+    Called when SGLang builds the attention backend on NPU (from the
+    ``attn_backend_wrapper`` hook), where those modules are imported anyway.
+    Idempotent; failures are recorded, and stop startup in strict mode.
+    """
+    deferred = STATUS.in_state(DEFERRED)
+    if not deferred:
+        return
+    for st in deferred:
+        patch = patches.by_name(st.name)
+        try:
+            _register_hook(patch, patch.load_hook())
+            STATUS.set(patch.name, patch.target, REGISTERED)
+        except Exception as exc:
+            STATUS.set(patch.name, patch.target, FAILED, f"{type(exc).__name__}: {exc}")
+    for runtime in {patches.by_name(st.name).runtime for st in deferred}:
+        registry = hook_registry(runtime)
+        if registry is not None:
+            registry.apply_hooks()
+    enforce_strict()
+    logger.info("sglang-ascend-hybrid: applied the NPU-backend patches: %s", STATUS.summary())
 
 
 class PluginPatchError(RuntimeError):

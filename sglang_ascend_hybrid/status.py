@@ -10,6 +10,8 @@ import threading
 from dataclasses import dataclass, field
 
 APPLIED, REGISTERED, SKIPPED, FAILED, DISABLED = "applied", "registered", "skipped", "failed", "disabled"
+# Verified, applied when SGLang first builds the attention backend on NPU (see patches.Patch.requires).
+DEFERRED = "deferred"
 NOT_APPLIED = "SGLang's HookRegistry did not apply it (see its log)"
 
 
@@ -45,7 +47,7 @@ class PluginStatus:
             patch = by_name(p.name)
             if patch.kind != "hook" or (p.state == FAILED and p.reason != NOT_APPLIED):
                 continue
-            registry = _hook_registry(patch.runtime)
+            registry = hook_registry(patch.runtime)
             if registry is not None and p.target in registry._patched:
                 self.set(p.name, p.target, APPLIED)
 
@@ -74,7 +76,7 @@ class PluginStatus:
         return text
 
 
-def _hook_registry(runtime: str):
+def hook_registry(runtime: str):
     try:
         if runtime == "multimodal":
             from sglang.multimodal_gen.runtime.platforms.plugins import HookRegistry

@@ -227,3 +227,37 @@ def test_user_set_strict_env_makes_plain_ascend_strict(fake_sglang, monkeypatch)
     monkeypatch.setenv("SGLANG_ASCEND_HYBRID_STRICT", "1")
     with pytest.raises(plugin.PluginPatchError):
         plugin.enforce_strict()
+
+
+def _deferred_patches():
+    return [p for p in patches.PATCHES if p.requires and p.runtime == "srt"]
+
+
+def test_npu_module_patches_are_deferred_past_discovery(fake_sglang):
+    assert _deferred_patches(), "expected patches on modules that import NPU packages"
+    plugin.register()
+    for p in _deferred_patches():
+        assert status.STATUS.patches[p.name].state == status.DEFERRED
+        assert p.target not in fake_sglang.hooks._hooks  # nothing for SGLang to import at discovery
+    plugin.apply_deferred()
+    for p in _deferred_patches():
+        assert any(h is p.load_hook() for _, h, _ in fake_sglang.hooks._hooks[p.target])
+        assert status.STATUS.patches[p.name].state == status.APPLIED
+    snapshot = {k: list(v) for k, v in fake_sglang.hooks._hooks.items()}
+    plugin.apply_deferred()  # idempotent
+    assert snapshot == {k: list(v) for k, v in fake_sglang.hooks._hooks.items()}
+
+
+def test_deferred_patch_that_does_not_apply_stops_strict_startup(fake_sglang, monkeypatch):
+    p = _deferred_patches()[0]
+    plugin.register()
+    real_apply = fake_sglang.hooks.apply_hooks
+
+    def apply_all_but(cls=fake_sglang.hooks):
+        real_apply()
+        cls._patched.discard(p.target)
+
+    monkeypatch.setattr(fake_sglang.hooks, "apply_hooks", apply_all_but)
+    mode.record_request()
+    with pytest.raises(plugin.PluginPatchError, match=p.target.replace(".", r"\.")):
+        plugin.apply_deferred()

@@ -163,8 +163,15 @@ def build_short_conv_backend(runner, full_attn_backend, cfg):
 
 
 def attn_backend_wrapper_around(original, runner, full_attn_backend, *args, **kwargs):
-    """AROUND hook for ``attention_registry.attn_backend_wrapper`` (see module docstring)."""
+    """AROUND hook for ``attention_registry.attn_backend_wrapper`` (see module docstring).
+
+    On NPU it first applies the plugin's deferred patches (targets in modules that
+    import NPU packages, e.g. the Ascend GDN backend), which must not be touched at
+    plugin discovery."""
     if npu_detected():
+        from sglang_ascend_hybrid.plugin import apply_deferred
+
+        apply_deferred()
         cfg = short_conv_config(runner.model_config)
         if cfg is not None:
             return build_short_conv_backend(runner, full_attn_backend, cfg)

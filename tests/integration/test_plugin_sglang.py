@@ -131,3 +131,32 @@ def test_diffusion_entry_point_replaces_packed_attention_everywhere():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1] == "applied True"
+
+
+def test_discovery_never_imports_npu_packages_and_deferred_patches_apply_on_npu_build():
+    """With (stub) torch_npu / sgl_kernel_npu importable, SGLang's plugin loading must not
+    import them; the GDN patches wait for the first NPU attention-backend build."""
+    stubs = HERE.parent / "npu_stubs"
+    code = (
+        "import sys\n"
+        "npu_mods = lambda: {m for m in sys.modules if m.split('.')[0] in ('torch_npu', 'sgl_kernel_npu')}\n"
+        "from sglang.srt.plugins import load_plugins\n"
+        "before = npu_mods()  # what SGLang / transformers import on their own\n"
+        "load_plugins()\n"
+        "from sglang_ascend_hybrid.status import STATUS\n"
+        "npu = sorted(npu_mods() - before)\n"
+        "print('after-discovery', npu, STATUS.patches['gdn-prefill-ladder'].state)\n"
+        "from sglang_ascend_hybrid.plugin import apply_deferred\n"
+        "apply_deferred()\n"
+        "from sglang.srt.hardware_backend.npu.attention.ascend_gdn_backend import AscendGDNAttnBackend\n"
+        "print('after-build', STATUS.patches['gdn-prefill-ladder'].state,\n"
+        "      hasattr(AscendGDNAttnBackend.chunk_gdn, '__wrapped__'))\n"
+    )
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0",
+               PYTHONPATH=os.pathsep.join([str(stubs), os.environ.get("PYTHONPATH", "")]))
+    env.pop("SGLANG_ASCEND_HYBRID_STRICT", None)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()
+    assert "after-discovery [] deferred" in lines
+    assert lines[-1] == "after-build applied True"
