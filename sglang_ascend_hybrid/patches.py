@@ -128,7 +128,9 @@ PATCHES: tuple[Patch, ...] = (
             "AscendShortConvAttnBackend (ShortConvAttnBackend plumbing on AscendMambaAttnBackendBase); its "
             "conv_state_metadata hands the model strided CUDA-layout views of the window-major NPU pool (no "
             "copy, writes land in the pool); speculative decoding is refused at construction with a message "
-            "naming the flag to drop; every other model and device calls the original",
+            "naming the flag to drop; every other model and device calls the original. On NPU it "
+            "first applies the deferred patches (targets in modules that import sgl_kernel_npu), so plugin "
+            "discovery never imports NPU packages",
         removal="when SGLang ships an Ascend short-conv sidecar (sgl-project/sglang#38252 covers LFM2 / "
                 "LFM2-MoE only, with the newest sgl-kernel-npu; ZAYA1 is not covered)",
     ),
