@@ -56,7 +56,8 @@ def gdn_entry(cfg: dict, tp: int, predicate=None) -> dict[str, Any]:
         "dtype": str(dtype).replace("torch.", ""),
         "strategy": plan.strategy if fast else f"fallback:{fallback}",
         "launches": [list(p) for p in plan.launches] if fast else [],
-        "overhead": float(plan.overhead) if fast else None,
+        # Compute overhead of what runs: the plan's padding, or none on a fallback rung.
+        "overhead": float(plan.overhead) if fast else 1.0,
         "fast_kernel": fast,
         "fallback": fallback,
         "npu_chunk_op_supports": caps.npu_op_supports(lay.value_heads, lay.key_heads, lay.head_dim,

@@ -47,6 +47,9 @@ def test_qwen36_27b_strategies_across_tp(capsys):
     assert g8["overhead"] == pytest.approx(8 / 6)
     g16 = by_tp[16]["gdn"]  # (3, 1): cheapest fit (8, 1) costs 8/3 > 1.5 -> fall back
     assert g16["strategy"].startswith("fallback:") and g16["launches"] == [] and not g16["fast_kernel"]
+    assert g16["overhead"] == 1.0 and isinstance(g16["overhead"], float)  # the fallback pads nothing
+    for r in rows:
+        assert isinstance(r["gdn"]["overhead"], float)
 
 
 def test_text_output_names_strategy_launches_and_attention(capsys):
