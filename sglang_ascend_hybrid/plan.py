@@ -128,7 +128,7 @@ def render(rows: list[dict[str, Any]], out: TextIO | None = None) -> None:
                 w(f"  TP={r['tp']:<3} {head}: mega kernel cannot serve; falls back to {g['fallback']}\n")
             npu_op = "within" if g["npu_chunk_op_supports"] else "outside"
             w(f"         torch.ops.npu.chunk_gated_delta_rule (tried first on sglang 0.5.23): {npu_op} its "
-              f"reported limits; a call-time refusal moves to the rung above\n")
+              f"reported limits; if it refuses at call time, the line above applies\n")
         if r["short_conv"]:
             s = r["short_conv"]
             w(f"  TP={r['tp']:<3} {s['kind']} width {s['width']}, {s['channels']} channels per rank: {s['kernel']}\n")
