@@ -40,8 +40,6 @@ from sglang_ascend_hybrid.logutil import log_once
 
 logger = logging.getLogger(__name__)
 
-ATTN_BACKEND_WRAPPER_TARGET = "sglang.srt.layers.attention.attention_registry.attn_backend_wrapper"
-
 SPECULATIVE_UNSUPPORTED = (
     "sglang-ascend-hybrid: speculative decoding is not supported for short-conv hybrid models "
     "(LFM2 / LFM2-MoE / LFM2-VL / ZAYA1) on Ascend: the verify step's conv-state tape and rollback "
@@ -177,5 +175,3 @@ def attn_backend_wrapper_around(original, runner, full_attn_backend, *args, **kw
             return build_short_conv_backend(runner, full_attn_backend, cfg)
     return original(runner, full_attn_backend, *args, **kwargs)
 
-
-HOOKS = ((ATTN_BACKEND_WRAPPER_TARGET, attn_backend_wrapper_around, "AROUND"),)

@@ -328,10 +328,3 @@ def causal_conv1d_update_around(original, *args, **kwargs):
     if routes_to_plugin(x, state):
         return causal_conv1d_update(*args, **kwargs)
     return original(*args, **kwargs)
-
-
-# (dotted target, hook function, hook type name) for the plugin's registration step.
-HOOKS = (
-    ("sglang.srt.layers.attention.mamba.causal_conv1d.causal_conv1d_fn", causal_conv1d_fn_around, "AROUND"),
-    ("sglang.srt.layers.attention.mamba.causal_conv1d.causal_conv1d_update", causal_conv1d_update_around, "AROUND"),
-)
