@@ -101,6 +101,15 @@ PATCHES: tuple[Patch, ...] = (
         name="short-conv-launch-defaults",
         target="handle_model_specific_adjustments",
         kind="resolution",
+        # Upstream helpers the hook calls, checked at startup with the step.
+        extra_targets=(
+            "sglang.srt.arg_groups.overrides.declare_resolution",
+            "sglang.srt.arg_groups.overrides.resolving_view",
+            "sglang.srt.arg_groups.overrides.model_config_of",
+            "sglang.srt.arg_groups.overrides.supports_mamba_cache_extra_buffer",
+            "sglang.srt.arg_groups.mamba_hook._platform_supports_mamba_cache_extra_buffer",
+            "sglang.srt.arg_groups.mamba_hook.validate_mamba_no_buffer",
+        ),
         hook="sglang_ascend_hybrid.backends.launch_defaults:launch_defaults_hook",
         why="on NPU SGLang defaults page_size to 128 while short-conv hybrids (LFM2, LFM2-MoE, LFM2-VL, "
             "ZAYA1) get the no_buffer mamba radix cache, which asserts page_size 1 ('no_buffer only supports "
@@ -305,14 +314,18 @@ def missing_requirements(patch: Patch) -> list[str]:
 
 def verify(patch: Patch) -> str | None:
     """None when the patch's targets exist in the installed upstream, else why not."""
+    targets = patch.extra_targets
     if patch.kind == "resolution":
         module, _, attr = patch.step_registry.rpartition(".")
         try:
             steps = getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as exc:
             return f"{patch.step_registry} not importable ({exc})"
-        return None if patch.target in steps else f"resolution step {patch.target!r} is not overridable"
-    for target in (patch.target, *patch.extra_targets):
+        if patch.target not in steps:
+            return f"resolution step {patch.target!r} is not overridable"
+    else:
+        targets = (patch.target, *targets)
+    for target in targets:
         reason = find_target(target)
         if reason:
             return reason
@@ -346,7 +359,7 @@ def render_markdown() -> str:
     for p in PATCHES:
         lines += ["", f"## `{p.name}`", "", f"- **Target**: `{p.target}`"]
         for extra in p.extra_targets:
-            lines.append(f"- **Also**: `{extra}`")
+            lines.append(f"- **Also checked**: `{extra}`")
         lines += [
             f"- **Plugin code**: `{p.hook}`" + (f" ({p.hook_type.upper()} hook)" if p.hook_type else ""),
             f"- **Why**: {p.why}",

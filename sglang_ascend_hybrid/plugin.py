@@ -81,7 +81,7 @@ def _apply(patch: patches.Patch) -> None:
             _register_hook(patch, hook)
             STATUS.set(patch.name, patch.target, REGISTERED)
         elif patch.kind == "resolution":
-            _register_resolution_hook(patch.target, hook)
+            register_resolution_hook_once(patch.target, hook)
             STATUS.set(patch.name, patch.target, APPLIED)
         else:  # choices / backend_registry: the hook performs the change itself
             hook()
@@ -102,7 +102,8 @@ def _register_hook(patch: patches.Patch, hook) -> None:
     HookRegistry.register(patch.target, hook, hook_type)
 
 
-def _register_resolution_hook(step: str, hook) -> None:
+def register_resolution_hook_once(step: str, hook) -> None:
+    """Register ``hook`` on SGLang's resolution ``step`` unless it is already there."""
     from sglang.srt.arg_groups import resolution_hooks
 
     if hook in resolution_hooks._HOOKS.get(step, ()):

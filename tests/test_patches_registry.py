@@ -68,6 +68,10 @@ def test_resolution_step_verification():
     assert patches.verify(p) is None
     bad = patches.Patch(name="x", target="no_such_step", kind="resolution", hook="m:f", why="", how="", removal="")
     assert "not overridable" in patches.verify(bad)
+    drifted_helper = patches.Patch(name="x", target="handle_npu_backends", kind="resolution", hook="m:f", why="",
+                                   how="", removal="",
+                                   extra_targets=("sglang.srt.arg_groups.overrides.no_such_helper",))
+    assert "'no_such_helper' not found" in patches.verify(drifted_helper)
 
 
 def test_patch_document_is_generated_from_registry():

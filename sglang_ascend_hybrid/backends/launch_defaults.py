@@ -431,29 +431,12 @@ _LAUNCH_HOOKS: tuple[tuple[str, Callable], ...] = ((STEP, launch_defaults_hook),
 
 
 def verify_upstream() -> list[str]:
-    """Problems with the upstream symbols the hook relies on (empty when fine)."""
-    problems = []
-    try:
-        from sglang.srt.arg_groups.resolution_hooks import _OVERRIDABLE_HOOKS
-    except Exception as exc:
-        return [f"sglang.srt.arg_groups.resolution_hooks not importable: {exc}"]
-    for step, _fn in _LAUNCH_HOOKS:
-        if step not in _OVERRIDABLE_HOOKS:
-            problems.append(f"resolution step {step!r} is not overridable")
-    for module, name in (
-        ("sglang.srt.arg_groups.overrides", "declare_resolution"),
-        ("sglang.srt.arg_groups.overrides", "resolving_view"),
-        ("sglang.srt.arg_groups.overrides", "model_config_of"),
-        ("sglang.srt.arg_groups.overrides", "supports_mamba_cache_extra_buffer"),
-        ("sglang.srt.arg_groups.mamba_hook", "_platform_supports_mamba_cache_extra_buffer"),
-        ("sglang.srt.arg_groups.mamba_hook", "validate_mamba_no_buffer"),
-    ):
-        try:
-            mod = __import__(module, fromlist=[name])
-            getattr(mod, name)
-        except Exception as exc:
-            problems.append(f"{module}.{name} missing ({type(exc).__name__})")
-    return problems
+    """Problems with the upstream symbols the hook relies on (empty when fine): the
+    patch registry's startup check of this hook's entry."""
+    from sglang_ascend_hybrid import patches
+
+    problem = patches.verify(patches.by_name("short-conv-launch-defaults"))
+    return [problem] if problem else []
 
 
 def register_launch_hooks() -> list[str]:
@@ -462,14 +445,11 @@ def register_launch_hooks() -> list[str]:
     Returns the names of the steps hooked.  Raises ``ValueError`` if SGLang no
     longer offers the step as overridable.
     """
-    from sglang.srt.arg_groups import resolution_hooks
+    from sglang_ascend_hybrid.plugin import register_resolution_hook_once
 
-    hooked = []
     for step, fn in _LAUNCH_HOOKS:
-        if fn not in resolution_hooks._HOOKS.get(step, ()):
-            resolution_hooks.register_resolution_hook(step)(fn)
-        hooked.append(step)
-    return hooked
+        register_resolution_hook_once(step, fn)
+    return [step for step, _ in _LAUNCH_HOOKS]
 
 
 @contextlib.contextmanager
