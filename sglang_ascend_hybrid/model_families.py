@@ -103,10 +103,14 @@ def family(cfg: dict[str, Any]) -> str:
     )
 
 
-def _layer_split(t: dict[str, Any], fam: str) -> tuple[int, int, int]:
+def _is_zaya(t: dict[str, Any]) -> bool:
+    return "zaya" in (t.get("model_type"), t.get("_outer_model_type"))
+
+
+def _layer_split(t: dict[str, Any]) -> tuple[int, int, int]:
     n = int(_need(t, "num_hidden_layers"))
     types = t.get("layer_types")
-    if fam == "short_conv" and model_type(t) == "zaya" or t.get("_outer_model_type") == "zaya":
+    if _is_zaya(t):
         zl = t.get("zaya_layers")
         full = sum(1 for x in zl if x == "a") if zl else (n + 1) // 2
         return n, full, full  # CCA layers are the attention layers (conv + attention in one)
@@ -121,14 +125,15 @@ def _layer_split(t: dict[str, Any], fam: str) -> tuple[int, int, int]:
 def facts(cfg: dict[str, Any]) -> ModelFacts:
     fam = family(cfg)
     t = text_config(cfg)
-    n, full, linear = _layer_split(t, fam)
+    n, full, linear = _layer_split(t)
     heads = int(_need(t, "num_attention_heads"))
     return ModelFacts(model_type=model_type(cfg), family=fam, num_layers=n, full_attention_layers=full,
                       linear_layers=linear, attention_heads=heads,
                       kv_heads=int(t.get("num_key_value_heads", heads)))
 
 
-def _divide(total: int, tp: int, what: str) -> int:
+def per_rank(total: int, tp: int, what: str) -> int:
+    """``total / tp``, or :class:`TPSplitError` naming ``what`` when it does not divide."""
     if tp < 1:
         raise ConfigError(f"tp must be >= 1, got {tp}")
     if total % tp:
@@ -141,8 +146,8 @@ def gdn_layout(cfg: dict[str, Any], tp: int) -> GDNLayout:
     hv = int(_need(t, "linear_num_value_heads"))
     hk = int(_need(t, "linear_num_key_heads"))
     return GDNLayout(
-        value_heads=_divide(hv, tp, "linear_num_value_heads"),
-        key_heads=_divide(hk, tp, "linear_num_key_heads"),
+        value_heads=per_rank(hv, tp, "linear_num_value_heads"),
+        key_heads=per_rank(hk, tp, "linear_num_key_heads"),
         head_dim=int(t.get("linear_key_head_dim", 128)),
         value_head_dim=int(t.get("linear_value_head_dim", 128)),
     )
@@ -150,11 +155,11 @@ def gdn_layout(cfg: dict[str, Any], tp: int) -> GDNLayout:
 
 def short_conv_layout(cfg: dict[str, Any], tp: int) -> ShortConvLayout:
     t = text_config(cfg)
-    if model_type(t) == "zaya" or t.get("_outer_model_type") == "zaya":
+    if _is_zaya(t):
         channels = (int(_need(t, "num_attention_heads")) + int(_need(t, "num_key_value_heads"))) * int(
             t.get("head_dim") or int(_need(t, "hidden_size")) // int(t["num_attention_heads"]))
         width = (int(t.get("cca_time0", 2)) - 1) + (int(t.get("cca_time1", 2)) - 1) + 1
-        return ShortConvLayout("zaya_cca", width, _divide(channels, tp, "CCA channels"),
+        return ShortConvLayout("zaya_cca", width, per_rank(channels, tp, "CCA channels"),
                                extra_state_channels=int(_need(t, "hidden_size")))
     return ShortConvLayout("lfm2_short_conv", int(_need(t, "conv_L_cache")),
-                           _divide(int(_need(t, "hidden_size")), tp, "hidden_size"))
+                           per_rank(int(_need(t, "hidden_size")), tp, "hidden_size"))

@@ -97,7 +97,7 @@ def plan(cfg: dict, tp_sizes=DEFAULT_TP, kernel_heads: Optional[list[int]] = Non
                 row["gdn"] = gdn_entry(cfg, tp, predicate)
             else:
                 row["short_conv"] = short_conv_entry(cfg, tp)
-            row["attention_heads_per_rank"] = mf._divide(facts.attention_heads, tp, "num_attention_heads")
+            row["attention_heads_per_rank"] = mf.per_rank(facts.attention_heads, tp, "num_attention_heads")
             row["launch_adjustments"] = planned_adjustments(cfg, tp)
             row["error"] = None
         except mf.TPSplitError as exc:
