@@ -76,6 +76,12 @@ class _Registry:
         "auto (default) walks the short-conv causal_conv1d ladder (npu_v2 -> npu_aclnn -> "
         "torch); a rung name forces that rung.",
     )
+    DEBUG_CHECKS = EnvVar(
+        "SGLANG_ASCEND_HYBRID_DEBUG_CHECKS", False, _parse_bool,
+        "1 turns on value checks (slot ranges, duplicate slots, offsets) on the serving "
+        "decode path too; they read tensor values on the host, so they break NPU graph "
+        "capture: for debugging only.",
+    )
 
 
 ENV = _Registry()

@@ -1,1 +1,7 @@
 """CPU emulators of NPU ops, with the real ops' contracts (used by tests and ``selftest --device cpu``)."""
+
+
+class EmulatorContractViolation(AssertionError):
+    """The call would be undefined behaviour on the real op (an out-of-bounds read, a dtype the
+    kernel silently reinterprets, ...): the real op raises nothing, so the emulator must, so that
+    no test can pass on undefined behaviour.  Never treated as a kernel refusal by the ladders."""

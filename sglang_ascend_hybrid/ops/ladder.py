@@ -3,11 +3,22 @@
 A :class:`Ladder` holds rungs from fastest to always-available.  For a call
 with a hashable *signature* (shape facts such as the head pair and dtype) it
 skips rungs whose capability predicate says no, runs the first that says yes,
-and if that kernel refuses the input at call time (its own shape-check error,
-recognised by ``Rung.is_refusal``) it marks ``(rung, signature)`` unsupported,
-logs once at INFO naming the signature, the kernel and the rung taken, and
-retries the next rung with the original inputs.  Any other exception is a real
-error and propagates.  The last rung must be the pure-torch path.
+and if that kernel refuses the input at call time it marks ``(rung, signature)``
+unsupported and retries the next rung with the original inputs:
+
+- a refusal whose text the rung knows (``Rung.is_refusal``: the kernel's own
+  ``TORCH_CHECK`` texts) is logged once at INFO;
+- on a *device* rung, any other ``RuntimeError`` (the inputs passed the
+  capability predicate, so the kernel refused something the table did not
+  predict) is also a refusal, logged once at WARNING with the op, the shape and
+  the full text -- a kernel that refuses must never take the server down while
+  a correct fallback exists;
+- memory exhaustion and device loss (:func:`is_fatal_device_error`), emulator
+  contract violations and every error of a pure-torch rung propagate.
+
+The last rung must be the pure-torch path.  A forced rung (``backend=``) that
+cannot serve the call raises :class:`ForcedRungUnavailable`, in the same words
+for every ladder.
 """
 
 from __future__ import annotations
@@ -22,14 +33,57 @@ from sglang_ascend_hybrid.logutil import log_once
 logger = logging.getLogger(__name__)
 
 
+# Texts of errors that must never be mistaken for a refusal: memory exhaustion and a lost / broken
+# device.  torch's OutOfMemoryError is caught by type; the texts cover torch_npu's RuntimeErrors
+# ("NPU out of memory", its UCE / ECC / FORCE STOP / task-abort device errors).  The torch_npu
+# source of these texts could not be read here: the list is deliberately broad, since a fatal
+# error that propagates stops the server visibly, while one taken for a refusal would hide it.
+FATAL_DEVICE_ERROR_MARKERS = (
+    "out of memory", "failed to allocate", "memory error", "device lost", "uce error", "ecc error",
+    "force stop", "task abort", "hccs link error", "device not ready",
+)
+
+
+class ForcedRungUnavailable(RuntimeError):
+    """A rung was forced (``backend=`` or an environment variable) but cannot serve the call."""
+
+
+def is_fatal_device_error(exc: BaseException) -> bool:
+    """Memory exhaustion or device loss: propagates from every rung, never a refusal."""
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return True
+    text = str(exc).lower()
+    return any(marker in text for marker in FATAL_DEVICE_ERROR_MARKERS)
+
+
+def _contract_violation(exc: BaseException) -> bool:
+    from sglang_ascend_hybrid.emulators import EmulatorContractViolation
+
+    return isinstance(exc, EmulatorContractViolation)
+
+
 @dataclass(frozen=True)
 class Rung:
     name: str
     # Capability table: may this rung serve the signature on these inputs?
     supports: Callable[..., bool]
     run: Callable[..., Any]
-    # Does this exception mean "kernel refused the shape" (not a real bug)?
+    # Does this exception mean "kernel refused the shape" with one of its known texts?
     is_refusal: Callable[[BaseException], bool] = lambda exc: False
+    # A device kernel: an unexpected RuntimeError after the predicate passed is a refusal too.
+    device: bool = False
+    # Why the rung may be unavailable, for ForcedRungUnavailable messages.
+    needs: str = ""
+
+    def classify(self, exc: BaseException) -> str:
+        """``"known"`` / ``"unexpected"`` refusal, or ``"error"`` (propagate)."""
+        if is_fatal_device_error(exc) or _contract_violation(exc):
+            return "error"
+        if self.is_refusal(exc):
+            return "known"
+        if self.device and isinstance(exc, RuntimeError) and not isinstance(exc, ForcedRungUnavailable):
+            return "unexpected"
+        return "error"
 
 
 class Ladder:
@@ -77,23 +131,42 @@ class Ladder:
             raise RuntimeError(f"{self.op}: no rung can serve {signature!r}")
         return found[0]
 
+    def forced(self, name: str, signature: Hashable, *args, **kwargs) -> Rung:
+        """The rung ``name`` when it can serve the call, else :class:`ForcedRungUnavailable`."""
+        r = self.rung(name)
+        if not r.supports(signature, *args, **kwargs):
+            need = f" (it needs {r.needs})" if r.needs else ""
+            raise ForcedRungUnavailable(
+                f"{self.op}: the forced kernel {name!r} is unavailable for {signature}{need}; "
+                f"use 'auto' to let the ladder {self.names} choose")
+        return r
+
     def __call__(self, signature: Hashable, *args, backend: str = "auto", **kwargs) -> Any:
         if backend != "auto":
-            return self.rung(backend).run(*args, **kwargs)
+            return self.forced(backend, signature, *args, **kwargs).run(*args, **kwargs)
         for r in self.candidates(signature, *args, **kwargs):
             try:
                 result = r.run(*args, **kwargs)
             except Exception as exc:
-                if not r.is_refusal(exc):
+                kind = r.classify(exc)
+                if kind == "error":
                     raise
                 self.mark_refused(r.name, signature)
                 later = [n.name for n in self.candidates(signature, *args, **kwargs)]
-                log_once(
-                    logger, (self.op, r.name, signature),
-                    "sglang-ascend-hybrid: %s kernel %s refused %s (%s); using %s for this shape from now on",
-                    self.op, r.name, signature, str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
-                    later[0] if later else "nothing",
-                )
+                taken = later[0] if later else "nothing"
+                if kind == "known":
+                    log_once(
+                        logger, (self.op, r.name, signature),
+                        "sglang-ascend-hybrid: %s kernel %s refused %s (%s); using %s for this shape from now on",
+                        self.op, r.name, signature, str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                        taken)
+                else:
+                    log_once(
+                        logger, (self.op, r.name, signature),
+                        "sglang-ascend-hybrid: %s kernel %s failed unexpectedly on %s although its capability "
+                        "check accepted the call; treating it as a refusal and using %s for this shape from "
+                        "now on. Full error: %s: %s",
+                        self.op, r.name, signature, taken, type(exc).__name__, exc, level=logging.WARNING)
                 continue
             return result
         raise RuntimeError(f"{self.op}: every rung refused {signature!r}")

@@ -1,9 +1,23 @@
 """The one seam between the plugin and device kernels.
 
 Every NPU kernel the plugin may call is looked up here by name, never imported
-directly: ``torch.ops.npu.<name>`` (needs ``torch_npu``) or a Python entry of
-``sgl_kernel_npu`` (``"sgl_kernel_npu.fla.mega_chunk_gdn:run_mega_chunk_gdn"``).
-``torch_npu`` / ``sgl_kernel_npu`` are probed lazily, once, on the first lookup.
+directly: ``torch.ops.npu.<name>`` or a Python entry of ``sgl_kernel_npu``
+(``"sgl_kernel_npu.fla.mega_chunk_gdn:run_mega_chunk_gdn"``).
+``torch_npu`` / ``sgl_kernel_npu`` are probed lazily, once, on the first lookup
+(never at plugin discovery).
+
+Not every ``torch.ops.npu`` op comes from torch_npu: ``chunk_gated_delta_rule``,
+``recurrent_gated_delta_rule`` and ``causal_conv1d`` are registered by
+sgl-kernel-npu (``csrc/pytorch_extensions.cpp``, ``TORCH_LIBRARY_FRAGMENT(npu, m)``
+inside ``#ifdef SGL_KERNEL_ENABLE_A3_ONLY_OPS``, sgl-project/sgl-kernel-npu
+f425bdf1) and exist only once ``sgl_kernel_npu`` has been imported
+(:data:`TORCH_OPS_OWNER`); the lookup imports the owner first, so no "absent" is
+cached before that import.
+
+Device facts the capability tables depend on (the chip generation, the
+installed sgl-kernel-npu version) also come from here (:func:`chip_generation`,
+:func:`kernel_package_version`), with :func:`install_device_facts` as the CPU
+stand-in for tests and the CPU self-test.
 
 Tests and the CPU self-test put emulators behind the seam with
 :func:`install_emulators` (CPU implementations with the real ops' contracts:
@@ -15,10 +29,11 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.metadata
 import importlib.util
 import logging
 import threading
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Iterator, Mapping, Optional
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +41,19 @@ _lock = threading.Lock()
 _emulators: dict[str, Callable] = {}
 _probe: dict[str, bool] = {}
 _resolved: dict[str, Callable | None] = {}
+
+# torch.ops.npu ops registered by a package other than torch_npu (NPU_CONTRACTS.md section 0).
+TORCH_OPS_OWNER = {
+    "chunk_gated_delta_rule": "sgl_kernel_npu",
+    "recurrent_gated_delta_rule": "sgl_kernel_npu",
+    "causal_conv1d": "sgl_kernel_npu",
+}
+
+# Chip generations the contracts distinguish (fp32 GDN states only on Ascend 950; the
+# sgl-kernel-npu ops of TORCH_OPS_OWNER are not built for Ascend 950).
+CHIPS = ("A2", "A3", "950")
+_UNSET = object()
+_facts: dict[str, object] = {}
 
 
 def package_available(name: str) -> bool:
@@ -56,6 +84,9 @@ def _resolve_real(name: str) -> Callable | None:
         except (ImportError, AttributeError):
             return None
     if not package_available("torch_npu"):
+        return None
+    owner = TORCH_OPS_OWNER.get(name)
+    if owner is not None and not package_available(owner):  # importing it registers the op
         return None
     import torch
 
@@ -126,3 +157,67 @@ def reset_probes() -> None:
     with _lock:
         _probe.clear()
         _resolved.clear()
+
+
+# --------------------------------------------------------------------------- device facts
+
+
+def classify_chip(device_name: str) -> Optional[str]:
+    """Chip generation from the device name torch_npu reports (``Ascend910B3`` -> A2,
+    ``Ascend910_9382`` -> A3, ``Ascend950PR`` -> 950); None when unrecognised."""
+    name = device_name.replace(" ", "").lower()
+    if "950" in name:
+        return "950"
+    if "910_93" in name or "910c" in name:
+        return "A3"
+    if "910b" in name:
+        return "A2"
+    return None
+
+
+def chip_generation() -> Optional[str]:
+    """``"A2"``, ``"A3"``, ``"950"``, or None (no NPU, or a chip the contracts do not cover)."""
+    with _lock:
+        if "chip" in _facts:
+            return _facts["chip"]  # type: ignore[return-value]
+    if not package_available("torch_npu"):
+        return None
+    try:
+        import torch_npu  # noqa: F401  (probed above; never imported at module top)
+
+        return classify_chip(torch_npu.npu.get_device_name())
+    except Exception as exc:  # no visible device, or an API change
+        logger.info("sglang-ascend-hybrid: could not read the NPU device name (%s)", exc)
+        return None
+
+
+def kernel_package_version() -> Optional[str]:
+    """The installed sgl-kernel-npu version string (from metadata; no import), or None."""
+    with _lock:
+        if "sgl_kernel_npu_version" in _facts:
+            return _facts["sgl_kernel_npu_version"]  # type: ignore[return-value]
+    for dist in ("sgl-kernel-npu", "sgl_kernel_npu"):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+@contextlib.contextmanager
+def install_device_facts(*, chip=_UNSET, sgl_kernel_npu_version=_UNSET) -> Iterator[None]:
+    """CPU stand-in for the device facts (tests, ``selftest --device cpu``)."""
+    if chip is not _UNSET and chip is not None and chip not in CHIPS:
+        raise ValueError(f"chip={chip!r}: expected one of {CHIPS} or None")
+    with _lock:
+        saved = dict(_facts)
+        if chip is not _UNSET:
+            _facts["chip"] = chip
+        if sgl_kernel_npu_version is not _UNSET:
+            _facts["sgl_kernel_npu_version"] = sgl_kernel_npu_version
+    try:
+        yield
+    finally:
+        with _lock:
+            _facts.clear()
+            _facts.update(saved)
