@@ -1,15 +1,19 @@
 """Integration hooks: SGLang's Ascend GDN prefill goes through the GDN kernel ladder.
 
 ``ascend_chunk_gdn`` (AROUND ``sglang.srt.hardware_backend.npu.attention.
-ascend_gdn_backend.AscendGDNAttnBackend.chunk_gdn``, SGLang 0.5.23)
+ascend_gdn_backend.AscendGDNAttnBackend.chunk_gdn``, SGLang 0.5.21-0.5.23)
     The narrowest symbol around the prefill kernel call
     (``torch.ops.npu.chunk_gated_delta_rule``): it receives q / k / v / g / beta,
-    a gathered copy of the SSM states and ``query_start_loc``, and returns
-    ``(o [T, Hv, V], final [N, Hv, V, K], h [NT, Hv, V, K])``; ``forward_extend``
-    then writes ``final`` into the pool.  The hook calls the original; when the
-    op refuses the shape it marks the shape refused (later calls skip the
-    original), logs once, and runs the rest of the ladder (mega through a head
-    plan, triton, torch) on the same inputs.  The per-chunk states ``h`` are
+    a gathered copy of the SSM states (in the pool's dtype) and
+    ``query_start_loc``, and returns ``(o [T, Hv, V], final [N, Hv, V, K],
+    h [NT, Hv, V, K])``; ``forward_extend`` then writes ``final`` into the pool.
+    The hook replaces the body with the GDN prefill ladder, whose first rung is
+    the same op called as its contract requires (the original passes the pool's
+    state dtype, which the op refuses on A2/A3 for the fp32 pools the Qwen3.5 /
+    3.6 configs ask for, and 3-D beta / g, which its host check rejects): a
+    refusal is predicted from the contract or recognised at call time, and the
+    rest of the ladder (mega through a head plan, triton, torch) serves the same
+    inputs.  The original is never called.  The per-chunk states ``h`` are
     produced whenever radix-cache tracking may read them
     (``forward_metadata.has_mamba_track_mask``), which rules the mega kernel out
     (its chunks are 128 tokens).  ``GDN_ATTN_BACKEND_TRITON=1`` keeps its
@@ -54,24 +58,17 @@ def _log_refusal(sig, kernel: str, exc: BaseException, taken: str) -> None:
 
 
 def ascend_chunk_gdn(original, self, q, k, v, g, beta, initial_state, cu_seqlens):
-    """AROUND hook of ``AscendGDNAttnBackend.chunk_gdn`` (see module docstring)."""
+    """AROUND hook of ``AscendGDNAttnBackend.chunk_gdn`` (see module docstring); ``original``
+    is not called."""
+    del original
     T, Hk, K = q.shape
     Hv, V = v.shape[-2], v.shape[-1]
     need_h = bool(getattr(getattr(self, "forward_metadata", None), "has_mamba_track_mask", True))
-    sig = dispatch.GdnSignature(Hv, Hk, K, V, q.dtype, need_h)
-    skip: tuple = ("npu_chunk",)
+    skip: tuple = ()
     if _triton_requested():
         skip = ("npu_chunk", "mega")
         log_once(logger, ("gdn-hook-triton",), "sglang-ascend-hybrid: GDN_ATTN_BACKEND_TRITON=1: GDN prefill "
                  "uses the Triton chunk kernel (torch if it refuses)")
-    elif not dispatch.PREFILL.refused("npu_chunk", sig):
-        try:
-            return original(self, q, k, v, g, beta, initial_state, cu_seqlens)
-        except Exception as exc:
-            if not dispatch._npu_op_refusal(exc):
-                raise
-            dispatch.PREFILL.mark_refused("npu_chunk", sig)
-            _log_refusal(sig, "npu_chunk (torch.ops.npu.chunk_gated_delta_rule)", exc, "the GDN ladder")
     o, final, h = chunk_with_states(
         q.reshape(1, T, Hk, K), k.reshape(1, T, Hk, K), v.reshape(1, T, Hv, V),
         g.reshape(1, T, Hv).float(), beta.reshape(1, T, Hv), cu_seqlens=cu_seqlens,
