@@ -18,6 +18,12 @@ ascend_gdn_backend.AscendGDNAttnBackend.chunk_gdn``, SGLang 0.5.21-0.5.23)
     (``forward_metadata.has_mamba_track_mask``), which rules the mega kernel out
     (its chunks are 128 tokens).  ``GDN_ATTN_BACKEND_TRITON=1`` keeps its
     upstream meaning: prefill goes to the Triton chunk path (then torch).
+``ascend_verify_update`` (AROUND ``AscendGDNAttnBackend.fused_recurrent_gated_delta_rule_update``)
+    Speculative verify: the same arguments as upstream's call of
+    ``torch.ops.npu.recurrent_gated_delta_rule`` (graph-mode or eager index
+    tensors) go through the verify ladder of :mod:`sglang_ascend_hybrid.ops.gdn.verify`
+    (the op where its bf16 contract holds, else an exact torch path keeping the
+    pool's dtype).  Capture-safe; the original is never called.
 ``sgl_chunk_gated_delta_rule_npu`` (AROUND ``sgl_kernel_npu.fla.chunk.
 chunk_gated_delta_rule_npu``, older SGLang releases' prefill entry)
     Calls the original; when the mega kernel inside refuses the head pair
@@ -35,6 +41,7 @@ import os
 
 import torch
 
+from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops.gdn import dispatch
 from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states
@@ -77,6 +84,33 @@ def ascend_chunk_gdn(original, self, q, k, v, g, beta, initial_state, cu_seqlens
         num_chunks = dispatch.ChunkCall(q, k, v, g, beta, cu_seqlens, None, 1.0).num_chunks()
         h = k.new_zeros(num_chunks, Hv, V, K)
     return o.reshape(T, Hv, V), final, h.to(k.dtype)
+
+
+def ascend_verify_update(original, self, mix_qkv, num_heads, num_value_heads, head_k_dim, head_v_dim,
+                         recurrent_state, beta, g, cache_indices, intermediate_state=None):
+    """AROUND hook of ``AscendGDNAttnBackend.fused_recurrent_gated_delta_rule_update`` (see module
+    docstring).  Mirrors upstream's argument preparation, then runs the verify ladder."""
+    del original
+    from sglang_ascend_hybrid.ops.gdn.verify import VerifyCall, recurrent_verify
+
+    batch_size, seq_len = mix_qkv.shape[0], mix_qkv.shape[1]
+    head_v = recurrent_state.shape[2]  # the pool is value-first [slots, nv, dv, dk]
+    if intermediate_state is not None:
+        intermediate_state = intermediate_state.reshape(-1, num_value_heads, head_v, head_k_dim)
+    if getattr(self, "graph_mode", False):
+        device = cache_indices.device
+        num_accepted = torch.ones(batch_size, dtype=torch.int32, device=device)
+        lengths = torch.full((batch_size,), seq_len, dtype=torch.int32, device=device)
+        ssm_state_indices = self.forward_metadata.mamba_cache_indices_gdn
+    else:
+        num_accepted, lengths = self.num_accept_tokens, self.actual_seq_lengths
+        ssm_state_indices = self.ssm_state_indices
+    call = VerifyCall(mix_qkv, recurrent_state, beta.reshape(batch_size, seq_len, num_value_heads),
+                      None if g is None else g.reshape(batch_size, seq_len, num_value_heads),
+                      1.0 / head_k_dim ** 0.5, lengths, ssm_state_indices.reshape(batch_size, seq_len),
+                      num_heads, num_value_heads, intermediate_state=intermediate_state,
+                      cache_indices=cache_indices, num_accepted_tokens=num_accepted)
+    return recurrent_verify(call, check_values=ENV.DEBUG_CHECKS.get())
 
 
 def sgl_chunk_gated_delta_rule_npu(original, q, k, v, g, beta, scale=None, initial_state=None,

@@ -10,6 +10,7 @@ import torch
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops.gdn import dispatch
+from sglang_ascend_hybrid.ops.host import host_list
 from sglang_ascend_hybrid.ops.gdn.reference import l2norm
 
 logger = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ def _check_prefill(q, k, v, g, beta, cu_seqlens, initial_state):
                                    cu_seqlens=cu_seqlens)
     if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2 or cu_seqlens.dtype.is_floating_point:
         _fail("cu_seqlens", _shape(cu_seqlens), "an integer tensor [N + 1], N >= 1")
-    bounds = cu_seqlens.tolist()
+    bounds = host_list(cu_seqlens)
     if bounds[0] != 0 or bounds[-1] != T or any(b < a for a, b in zip(bounds, bounds[1:])):
         _fail("cu_seqlens", bounds if len(bounds) <= 16 else f"{bounds[:8]}...",
               f"non-decreasing offsets from 0 to T={T}")
@@ -127,7 +128,7 @@ def chunk_with_states(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale
 def check_state_indices(state_indices: torch.Tensor, num_slots: int, name: str = "state_indices") -> None:
     """Value checks of decode slot indices (reads them on the host: direct calls and debug mode only):
     every entry a slot in ``[0, num_slots)`` or ``-1`` (padding), no slot twice."""
-    values = state_indices.tolist()
+    values = host_list(state_indices)
     bad = [x for x in values if not (x == -1 or 0 <= x < num_slots)]
     if bad:
         shown = values if len(values) <= 16 else f"{values[:8]}... (bad entries {bad[:4]})"
