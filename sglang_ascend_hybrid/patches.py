@@ -125,6 +125,22 @@ PATCHES: tuple[Patch, ...] = (
         removal="when SGLang supports extra_buffer for LFM2 / ZAYA1 on NPU (the hook already steps aside "
                 "when SGLang reports extra_buffer as supported), or its NPU defaults resolve the conflict",
     ),    Patch(
+        name="gdn-state-dtype-report",
+        target="handle_model_specific_adjustments",
+        kind="resolution",
+        extra_targets=(
+            "sglang.srt.arg_groups.overrides.resolving_view",
+            "sglang.srt.arg_groups.overrides.model_config_of",
+        ),
+        hook="sglang_ascend_hybrid.backends.gdn_state_dtype:gdn_state_dtype_hook",
+        why="GDN models on NPU get the SSM state dtype of --mamba-ssm-dtype, else of the model config (float32 "
+            "for Qwen3.5 / 3.6), and which fused kernels can serve depends on it; operators need to see that "
+            "before the first request",
+        how="resolution hook that changes nothing: one INFO line naming the dtype, where it came from, the "
+            "prefill and speculative-verify kernels it means and the flag that changes it",
+        removal="when SGLang reports the kernels per state dtype itself",
+    ),
+    Patch(
         name="short-conv-backend",
         target="sglang.srt.layers.attention.attention_registry.attn_backend_wrapper",
         kind="hook",
