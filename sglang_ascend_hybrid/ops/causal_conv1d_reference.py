@@ -190,14 +190,14 @@ def scatter_states(conv_states: torch.Tensor, slots: torch.Tensor, new: torch.Te
     if batch == 0 or conv_states.shape[0] == 0:
         return
     new = new.to(conv_states.dtype)
-    first = torch.argmax(write.to(torch.int32))                  # first writing row (0 if none)
-    any_write = write.any()
-    lo = torch.zeros((), dtype=slots.dtype, device=slots.device)
-    first_slot = torch.where(any_write, slots[first], lo)        # a real slot in every case
-    current = conv_states[first_slot, :, :state_len]             # its content, pool dtype
-    fill = torch.where(any_write, new[first], current)
+    # (0-d tensor indices would be read on the host: index_select with 1-element indices only)
+    first = torch.argmax(write.to(torch.int32)).reshape(1)      # first writing row (0 if none)
+    any_write = write.any().reshape(1)
+    first_slot = torch.where(any_write, slots.index_select(0, first), torch.zeros_like(first, dtype=slots.dtype))
+    current = conv_states.index_select(0, first_slot.to(torch.int64))[:, :, :state_len]   # pool dtype
+    fill = torch.where(any_write[:, None, None], new.index_select(0, first), current)
     target = torch.where(write, slots, first_slot)
-    value = torch.where(write[:, None, None], new, fill[None])
+    value = torch.where(write[:, None, None], new, fill)
     conv_states[target, :, :state_len] = value
 
 
