@@ -75,9 +75,11 @@ Four entry points:
 
 Everywhere: where the real op would read or write out of bounds (a slot index outside the
 pool that is not ``pad_slot_id``, offsets outside x, short index vectors, a bias or weight
-of another length) or race (two processed sequences on one slot), or reinterpret a dtype
-(a bias of another dtype is read as x's dtype), the emulators raise
-:class:`EmulatorContractViolation`.
+of another length), or reinterpret a dtype (a bias of another dtype is read as x's dtype),
+the emulators raise :class:`EmulatorContractViolation`.  Two processed sequences on one slot
+race (parallel blocks / lanes, no ordering): the rows they write and their outputs are left
+NaN (unspecified), not an error -- SGLang's NPU graph padding sends every padded decode row
+to slot 0 by design.
 
 :func:`emulators` builds the name -> callable table for
 :func:`sglang_ascend_hybrid.ops.seam.install_emulators`; which ops exist is a parameter, so
@@ -133,15 +135,16 @@ def _check_offsets(qsl: list, total: int, op: str) -> None:
                  "kernel would read x out of bounds or mis-assign tokens (undefined behaviour)")
 
 
-def _check_slots(used: list, slots: int, op: str) -> None:
-    """``used``: slot per processed sequence (pads and empty sequences already removed)."""
+def _check_slots(used: list, slots: int, op: str) -> set:
+    """``used``: slot per processed sequence (pads and empty sequences already removed).
+    Out of range: a violation.  Returns the slots used more than once: parallel blocks race on
+    them (read and write order unspecified), so the emulators leave those states and outputs
+    NaN.  (SGLang's NPU graph padding sends every padded decode row to slot 0.)"""
     for s in used:
         if not 0 <= s < slots:
             _violate(f"{op}: slot index {s} outside [0, {slots}) and not pad_slot_id: "
                      "out-of-bounds state access (undefined behaviour)")
-    if len(set(used)) != len(used):
-        _violate(f"{op}: slot indices {used} repeat among processed sequences: parallel blocks "
-                 "race on one state (undefined behaviour)")
+    return {s for s in used if used.count(s) > 1}
 
 
 def _conv_fp32(hist: torch.Tensor, seq: torch.Tensor, weight_wd: torch.Tensor,
@@ -240,7 +243,7 @@ class NpuCausalConv1d:
             if idx is not None and slot == pad_slot_id:   # ResolveSeqCacheIndex
                 continue
             todo.append((b, start, length, slot))
-        _check_slots([t[3] for t in todo], slots, op)
+        racing = _check_slots([t[3] for t in todo], slots, op)
         spec = run_mode == 1 and acc is not None and width == 4   # IsUpdateSpecDecodingEnabled
         if spec and state_len < 3:
             _violate(f"{op}: speculative update with state_len {state_len} < 3")
@@ -255,6 +258,7 @@ class NpuCausalConv1d:
         snapshot = conv_states.clone()                       # init-state workspace (read before writes)
         w = weight
         b_vec = bias.reshape(-1)[:dim] if has_bias else None
+        racing_rows: dict = {}
         for b, start, length, slot in todo:
             if run_mode == 1:
                 offset = min(max(acc[b] - 1, 0), state_len - 3) if spec else 0
@@ -271,8 +275,15 @@ class NpuCausalConv1d:
             if spec and 2 + length <= state_len:             # WriteBackStateSpec
                 conv_states[slot, 0:2] = snapshot[slot, offset + 1:offset + 3]
                 conv_states[slot, 2:2 + length] = seq
+                written = 2 + length
             else:                                            # WriteBackState
                 conv_states[slot, :width - 1] = full[-(width - 1):]
+                written = width - 1
+            if slot in racing:
+                out[start:start + length] = float("nan")
+                racing_rows[slot] = max(racing_rows.get(slot, 0), written)
+        for slot, rows in racing_rows.items():
+            conv_states[slot, :rows] = float("nan")
         return out.reshape(x.shape)
 
     def _tiling_check(self, key: tuple, dtype: torch.dtype) -> None:
@@ -359,7 +370,7 @@ def emulate_causal_conv1d_update_v2(x, conv_state, weight, bias=None, activation
         if run_len <= 0:
             continue
         todo.append((b, coord, run_len, state_len_run, tokens))
-    _check_slots([t[1] for t in todo], num_cache_lines, op)
+    racing = _check_slots([t[1] for t in todo], num_cache_lines, op)
     new_states, outputs = {}, []
     for b, coord, run_len, state_len_run, tokens in todo:
         offset = acc[b] - 1 if spec else 0
@@ -370,6 +381,7 @@ def emulate_causal_conv1d_update_v2(x, conv_state, weight, bias=None, activation
         state = conv_state[coord]
         hist = state[offset:offset + width - 1].clone()
         new = state.clone()
+        written: list = []
         # STEP 2 (A/B/C): chunked state update, bounded by NP2_STATELEN and state_len_run
         if run_len < state_len_run:
             keep = state_len_run - run_len
@@ -379,17 +391,23 @@ def emulate_causal_conv1d_update_v2(x, conv_state, weight, bias=None, activation
                     if offset + src >= state_len_total:
                         _violate(f"{op}: state row {offset + src} read out of bounds")
                     new[dst] = state[offset + src]
+                    written.append(dst)
             for t in range(run_len):
                 if t < max(seqlen, 0) and keep + t < state_len_run:
                     if keep + t >= state_len_total:
                         _violate(f"{op}: state row {keep + t} written out of bounds")
                     new[keep + t] = tokens[t]
+                    written.append(keep + t)
         else:
             tail = run_len - state_len_run
             for dst in range(min(max(state_len_run, 0), np2)):
                 if dst >= state_len_total:
                     _violate(f"{op}: state row {dst} written out of bounds")
                 new[dst] = tokens[tail + dst]
+                written.append(dst)
+        if coord in racing:                 # lanes race on this state: the rows they write are unspecified
+            new = new_states.get(coord, new)
+            new[written] = float("nan")
         new_states[coord] = new
         y = _conv_fp32(hist.to(torch.float16), tokens.to(torch.float16), weight.float(),
                        None if bias is None else bias.reshape(-1)[:dim].float(),
@@ -398,6 +416,8 @@ def emulate_causal_conv1d_update_v2(x, conv_state, weight, bias=None, activation
     for coord, new in new_states.items():
         conv_state[coord] = new
     for b, run_len, y in outputs:
+        if idx[b] in racing:
+            y = torch.full_like(y, float("nan"))
         if qsl is not None:
             out[qsl[b]:qsl[b] + run_len] = y.to(out.dtype)
         else:
@@ -439,7 +459,7 @@ def emulate_causal_conv1d_fn_v2(x, weight, bias, query_start_loc, cache_indices,
         if qsl[b + 1] == qsl[b]:
             _violate(f"{op}: zero-length sequence {b} on slot {idx[b]}: behaviour not known")
         todo.append((b, idx[b]))
-    _check_slots([t[1] for t in todo], conv_states.shape[0], op)
+    racing = _check_slots([t[1] for t in todo], conv_states.shape[0], op)
     out = torch.full_like(x, float("nan"))
     silu = activation in ("silu", "swish")
     for b, slot in todo:
@@ -449,6 +469,10 @@ def emulate_causal_conv1d_fn_v2(x, weight, bias, query_start_loc, cache_indices,
         seq = x[:, start:end].t()
         out[:, start:end] = _conv_fp32(hist, seq, weight.t(), bias, silu).to(x.dtype).t()
         conv_states[slot] = torch.cat([hist, seq], dim=0)[-(width - 1):]
+    for b, slot in todo:
+        if slot in racing:
+            out[:, qsl[b]:qsl[b + 1]] = float("nan")
+            conv_states[slot] = float("nan")
     return out
 
 
@@ -465,7 +489,7 @@ def emulate_causal_conv1d_update_npu_v2(x, conv_state, weight, bias=None, activa
     if idx is None or len(idx) < batch:
         _violate(f"{op}: conv_state_indices missing or short")
     todo = [(b, idx[b]) for b in range(batch) if idx[b] != pad_slot_id]
-    _check_slots([t[1] for t in todo], conv_state.shape[0], op)
+    racing = _check_slots([t[1] for t in todo], conv_state.shape[0], op)
     out = torch.full_like(x3, float("nan"))
     silu = activation in ("silu", "swish")
     for b, slot in todo:
@@ -473,6 +497,10 @@ def emulate_causal_conv1d_update_npu_v2(x, conv_state, weight, bias=None, activa
         seq = x3[b].t()
         out[b] = _conv_fp32(hist, seq, weight.t(), bias, silu).to(x.dtype).t()
         conv_state[slot] = torch.cat([hist, seq], dim=0)[-(width - 1):]
+    for b, slot in todo:
+        if slot in racing:
+            out[b] = float("nan")
+            conv_state[slot] = float("nan")
     return out.squeeze(-1) if squeeze else out
 
 

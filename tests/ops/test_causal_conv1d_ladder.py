@@ -294,3 +294,37 @@ def test_prefill_hook_checks_sglangs_host_lengths_without_a_sync():
         ops.causal_conv1d_fn_around(None, x, torch.randn(DIM, 3).half(), None,
                                     torch.tensor([0, 2, 3], dtype=torch.int32), torch.tensor([0, 1]), None,
                                     cuda_layout_view(pool), None, seq_lens_cpu=[2, 5])
+
+
+@pytest.mark.parametrize("variant", sorted(emu.VARIANTS))
+@pytest.mark.parametrize("case", ["fp32", "width5", "weight_fp32", "state_bf16_x_fp16", "channel_major"])
+def test_known_refusals_are_predicted_never_called(caplog, variant, case):
+    """Inputs an op's host checks would refuse (dtype, width, mixed dtypes) or that it would
+    compute on the wrong rows (a channel-major pool) never reach that op; an op that accepts
+    them (update_v2 and an fp32 weight) serves them correctly."""
+    gen = torch.Generator().manual_seed(16)
+    width = 5 if case == "width5" else 3
+    xd = torch.float32 if case == "fp32" else torch.float16
+    wd = torch.float32 if case in ("fp32", "weight_fp32") else torch.float16
+    sd = {"fp32": torch.float32, "state_bf16_x_fp16": torch.bfloat16}.get(case, torch.float16)
+    if case == "channel_major":
+        pool = torch.randn(5, DIM, width - 1, generator=gen).to(sd)
+        view = pool
+    else:
+        pool = torch.randn(5, width - 1, DIM, generator=gen).to(sd)
+        view = cuda_layout_view(pool)
+    weight = torch.randn(DIM, width, generator=gen).to(wd)
+    x = torch.randn(3, DIM, generator=gen).to(xd)
+    idx = torch.tensor([4, -1, 1], dtype=torch.int32)
+    calls = []
+    expect, scale, new_view = oracle_update(x, view, weight, None, idx, False)
+    with seam.install_emulators(_spy(emu.emulators(**emu.VARIANTS[variant]), calls)), \
+            caplog.at_level(logging.INFO):
+        out = ops.causal_conv1d_update(x, view, weight, conv_state_indices=idx)
+    # causal_conv1d_update_v2 reads the weight as fp32 whatever its dtype: it accepts an fp32 weight
+    served = case == "weight_fp32" and emu.VARIANTS[variant]["update_v2"]
+    assert calls == ([emu.OP_UPDATE_V2_MAIN] if served else [])
+    assert not [r for r in caplog.records if "refused" in r.getMessage() or r.levelno >= logging.WARNING]
+    assert_close_to_oracle(out, expect, scale, xd, case)
+    # the state keeps the pool's dtype: compare in it
+    assert torch.equal(view, new_view.to(view.dtype))
