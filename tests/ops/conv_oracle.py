@@ -87,7 +87,7 @@ def assert_close_to_oracle(out, expect, scale, dtype, what="", global_scale=0.0)
     mask = ~torch.isnan(expect)
     got = out.double()[mask]
     exp = expect[mask]
-    tol = (0.5 * _EPS[dtype] * exp.abs() * 1.02 + 8 * _EPS[torch.float32] * (scale[mask] + global_scale)
+    tol = (0.5 * _EPS[dtype] * exp.abs() * 1.02 + 2 * _EPS[torch.float32] * (scale[mask] + global_scale)
            + _TINY[dtype])
     err = (got - exp).abs()
     bad = ~(err <= tol)
