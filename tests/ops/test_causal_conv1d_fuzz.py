@@ -20,7 +20,7 @@ from tests.ops.conv_oracle import assert_close_to_oracle, forced_backend, oracle
 
 FN_RUNGS = ("npu_v2", "npu_aclnn", "torch")
 UPDATE_RUNGS = ("npu_v2", "npu_aclnn", "npu_update_v2", "torch")
-SETTINGS = dict(derandomize=True, deadline=None, max_examples=40,
+SETTINGS = dict(derandomize=True, deadline=None, max_examples=60,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
