@@ -55,6 +55,11 @@ Four entry points:
     its bf16 / fp16 instantiation from it (KERN ``causal_conv1d.cpp``): a second call of the
     same key in the other dtype runs the wrong instantiation.  Up to ``MAX_CAPTURE_NUM``
     (1024) keys are cached, later keys are not.  Each emulator instance keeps that cache.
+    Corroborated by SKN's own golden, ``tests/python/sgl_kernel_npu/test_conv1d_prefill.py``
+    ``reference_causal_conv1d`` (rows ``[:W-1]``, empty and pad sequences skipped, zeros
+    without an initial state).  That test file is older than the host: its negative cases
+    expect texts of the replaced PTO kernel (#572: widths ``2..64``, ``conv_states.shape[2]
+    must equal dim``, ``query_start_loc dtype must be int32``) that the f425bdf1 host lacks.
 
 :func:`emulate_causal_conv1d_update_v2` -- released ``sgl_kernel_npu.mamba.causal_conv1d:
     causal_conv1d_update_v2`` (:data:`OP_UPDATE_V2_MAIN`, PY), a Triton kernel: x token major
@@ -64,7 +69,10 @@ Four entry points:
     agree.  History rows ``[offset, offset + W-1)`` (offset ``accepted - 1`` with
     num_accepted_tokens, else 0) and the tokens are cast to **fp16** before the fp32
     accumulation (``.to(tl.float16)``); weight and bias are read as fp32.  Pad and empty
-    sequences are skipped: their output rows keep x.
+    sequences are skipped: their output rows keep x.  Checked against PY's Triton kernel itself
+    run in Triton's CPU interpreter (dim 512: below 512 its tiling uses a 48-wide ``tl.arange``
+    that only Triton-Ascend accepts): outputs and states bit-identical in fp16 (widths 2-4,
+    1-3 tokens, longer states, pads, num_accepted_tokens, varlen), bf16 outputs within one ulp.
 
 :func:`emulate_causal_conv1d_fn_v2`, :func:`emulate_causal_conv1d_update_npu_v2` -- the
     window-major ops of an unmerged sgl-kernel-npu branch used by open sglang PR #38252
