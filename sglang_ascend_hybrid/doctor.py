@@ -60,9 +60,16 @@ def collect() -> dict:
          "reason": STATUS.patches[p.name].reason if p.name in STATUS.patches else "", "runtime": p.runtime}
         for p in patches.PATCHES
     ]
+    from sglang_ascend_hybrid import kernel_report
+
+    try:
+        kernels = kernel_report.report()
+    except Exception as exc:  # never crash doctor
+        kernels = {"error": f"{type(exc).__name__}: {exc}"}
     return {
         "versions": versions,
         "device_ops": ops,
+        "kernels": kernels,
         "patches": status,
         "summary": STATUS.summary(),
         "settings": effective_settings(),
@@ -102,6 +109,13 @@ def render(info: dict, out: TextIO | None = None) -> None:
     w("\nDevice ops (through the plugin's seam)\n")
     for name, ok in info["device_ops"].items():
         w(f"  {name:58s} {'present' if ok else 'absent'}\n")
+    from sglang_ascend_hybrid import kernel_report
+
+    kernels = info.get("kernels") or {}
+    if "error" in kernels:
+        w(f"\nKernels: could not be probed ({kernels['error']})\n")
+    elif kernels:
+        kernel_report.render(kernels, w)
     w(f"\nPatches: {info['summary']}\n")
     for p in info["patches"]:
         reason = f"  ({p['reason']})" if p["reason"] else ""
