@@ -33,7 +33,12 @@ def kernel_predicate(kernel_heads: Optional[list[int]]) -> Optional[Callable[[in
     if kernel_heads is None:
         return None
     accepted = frozenset(kernel_heads)
-    return lambda hv, hk: hk > 0 and hv % hk == 0 and hv in accepted
+
+    def predicate(hv: int, hk: int) -> bool:
+        return hk > 0 and hv % hk == 0 and hv in accepted
+
+    predicate.max_value_heads = max(accepted)  # bounds the planner's search
+    return predicate
 
 
 def gdn_entry(cfg: dict, tp: int, predicate=None) -> dict[str, Any]:
