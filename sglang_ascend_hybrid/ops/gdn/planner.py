@@ -106,7 +106,7 @@ def launch_ceiling(predicate: Callable[[int, int], bool]) -> int:
 def _budget(value_heads: int, max_overhead: float, ceiling: int) -> int:
     """Most value-head work one plan may launch (finite for every limit, inf included)."""
     most = ceiling * value_heads  # every launch has <= ceiling heads, and at most value_heads launches
-    if math.isinf(max_overhead):
+    if max_overhead >= most:  # inf, or so large the product could overflow: no limit
         return most
     return min(most, math.floor(max_overhead * value_heads + 1e-9))
 
