@@ -99,8 +99,14 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _int(t: dict[str, Any], key: str, default: Any = _MISSING, minimum: int = 1) -> int:
-    """Field ``key`` as an integer >= ``minimum`` (``default`` when absent), else ConfigError."""
+# Upper bounds far above any real model, so a typo cannot make plan loop for hours.
+MAX_HEADS = 4096
+MAX_SIZE = 1 << 20
+
+
+def _int(t: dict[str, Any], key: str, default: Any = _MISSING, minimum: int = 1,
+         maximum: int = MAX_SIZE) -> int:
+    """Field ``key`` as an integer in [minimum, maximum] (``default`` when absent), else ConfigError."""
     if key not in t:
         if default is _MISSING:
             _need(t, key)
@@ -108,8 +114,9 @@ def _int(t: dict[str, Any], key: str, default: Any = _MISSING, minimum: int = 1)
     value = t[key]
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"config field {key!r} = {_show(t[key])}: expected an integer >= {minimum}")
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise ConfigError(f"config field {key!r} = {_show(t[key])}: expected an integer from {minimum} "
+                          f"to {maximum}")
     return value
 
 
@@ -165,8 +172,8 @@ def facts(cfg: dict[str, Any]) -> ModelFacts:
     fam = family(cfg)
     t = text_config(cfg)
     n, full, linear = _layer_split(t)
-    heads = _int(t, "num_attention_heads")
-    kv_heads = _int(t, "num_key_value_heads", heads)
+    heads = _int(t, "num_attention_heads", maximum=MAX_HEADS)
+    kv_heads = _int(t, "num_key_value_heads", heads, maximum=MAX_HEADS)
     if heads % kv_heads:
         raise ConfigError(f"config fields num_attention_heads = {heads}, num_key_value_heads = {kv_heads}: "
                           "expected the attention heads to be a multiple of the key/value heads")
@@ -186,8 +193,8 @@ def per_rank(total: int, tp: int, what: str) -> int:
 
 def gdn_layout(cfg: dict[str, Any], tp: int) -> GDNLayout:
     t = text_config(cfg)
-    hv = _int(t, "linear_num_value_heads")
-    hk = _int(t, "linear_num_key_heads")
+    hv = _int(t, "linear_num_value_heads", maximum=MAX_HEADS)
+    hk = _int(t, "linear_num_key_heads", maximum=MAX_HEADS)
     if hv % hk:
         raise ConfigError(f"config fields linear_num_value_heads = {hv}, linear_num_key_heads = {hk}: "
                           "expected the value heads to be a multiple of the key heads")
@@ -202,7 +209,9 @@ def gdn_layout(cfg: dict[str, Any], tp: int) -> GDNLayout:
 def short_conv_layout(cfg: dict[str, Any], tp: int) -> ShortConvLayout:
     t = text_config(cfg)
     if _is_zaya(t):
-        heads, kv_heads, hidden = _int(t, "num_attention_heads"), _int(t, "num_key_value_heads"), _int(t, "hidden_size")
+        heads = _int(t, "num_attention_heads", maximum=MAX_HEADS)
+        kv_heads = _int(t, "num_key_value_heads", maximum=MAX_HEADS)
+        hidden = _int(t, "hidden_size")
         if t.get("head_dim") is not None:
             head_dim = _int(t, "head_dim")
         elif hidden // heads < 1:

@@ -132,12 +132,14 @@ def _best_plan(value_heads: int, key_heads: int, predicate: Callable[[int, int],
                     break
         return best
 
-    per_size = {h: launch_for(h) for h in range(1, key_heads + 1)}
+    # A launch of h real key groups has >= h value heads: h is at most the launch ceiling.
+    most_groups = min(key_heads, ceiling)
+    per_size = {h: launch_for(h) for h in range(1, most_groups + 1)}
     # DP over real key groups covered: (work, launches, parts)
     best: list = [None] * (key_heads + 1)
     best[0] = (0, 0, ())
     for n in range(1, key_heads + 1):
-        for h in range(1, n + 1):
+        for h in range(1, min(n, most_groups) + 1):
             prev, cand = best[n - h], per_size[h]
             if prev is None or cand is None:
                 continue
