@@ -265,9 +265,12 @@ def test_subprocess_selftest_bad_backend():
 
 @pytest.mark.parametrize("env", [
     {"SGLANG_ASCEND_HYBRID_DISABLE": "maybe"},
-    {"SGLANG_ASCEND_HYBRID_GDN_BACKEND": "bogus", "SGLANG_ASCEND_HYBRID_GDN_MAX_OVERHEAD": "nan"},
-], ids=["disable", "backend_and_overhead"])
+    {"SGLANG_ASCEND_HYBRID_GDN_BACKEND": "bogus", "SGLANG_ASCEND_HYBRID_GDN_MAX_OVERHEAD": "nan",
+     "SGLANG_ASCEND_HYBRID_STRICT": "2", "SGLANG_ASCEND_HYBRID_CONV_BACKEND": "mega",
+     "SGLANG_ASCEND_HYBRID_DEBUG_CHECKS": "maybe"},
+], ids=["disable", "every_other_variable"])
 def test_subprocess_doctor_flags_invalid_settings(env):
+    """Between them the two runs give every variable an invalid value."""
     proc = run_cli("doctor", env_extra=env)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr + proc.stdout
