@@ -148,8 +148,8 @@ def parse_heads(text: str) -> list[int]:
         heads = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise ValueError(f"--kernel-heads {text!r}: expected comma-separated integers like 8,12,16") from None
-    if not heads or any(h <= 0 for h in heads):
-        raise ValueError(f"--kernel-heads {text!r}: expected positive integers")
+    if not heads or any(not 0 < h <= mf.MAX_HEADS for h in heads):
+        raise ValueError(f"--kernel-heads {text!r}: expected integers from 1 to {mf.MAX_HEADS}")
     return heads
 
 

@@ -105,9 +105,11 @@ def test_bad_configs_exit_2_with_one_line(tmp_path, capsys, content, needle):
     assert out == ""
 
 
-def test_bad_kernel_heads_exit_2(capsys):
-    code, _, err = run_plan(capsys, "--config", str(CONFIGS / "qwen3_6-27b"), "--kernel-heads", "8,x")
-    assert code == 2 and "--kernel-heads" in err
+@pytest.mark.parametrize("heads", ["8,x", "0", "-8", "8,4097", "99999999999", ","])
+def test_bad_kernel_heads_exit_2(capsys, heads):
+    code, out, err = run_plan(capsys, "--config", str(CONFIGS / "qwen3_6-27b"), "--kernel-heads", heads)
+    assert code == 2 and f"--kernel-heads {heads!r}: expected" in err
+    assert len(err.strip().splitlines()) == 1 and out == ""
 
 
 def test_plan_matches_what_the_runtime_launches(capsys):
