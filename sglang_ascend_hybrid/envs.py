@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 from dataclasses import dataclass
 from typing import Callable, Generic, Iterator, TypeVar
 
@@ -47,12 +48,16 @@ def _parse_bool(raw: str) -> bool:
     raise ValueError(f"expected a boolean ({'/'.join(_TRUE)} or {'/'.join(_FALSE)})")
 
 
+# Plain decimal numbers and inf / infinity (any case); Python's float() also takes '1_0' and
+# non-ASCII digits, which are not accepted here.
+_NUMBER = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf|infinity|nan)", re.ASCII | re.IGNORECASE)
+
+
 def _parse_overhead(raw: str) -> float:
     """A compute-overhead limit: a number >= 1, or ``inf`` for no limit."""
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError("expected a number >= 1 (or inf for no limit)") from None
+    if not _NUMBER.fullmatch(raw):
+        raise ValueError("expected a number >= 1 (or inf for no limit)")
+    value = float(raw)
     if math.isnan(value) or value < 1.0:
         raise ValueError("expected a number >= 1 (or inf for no limit)")
     return value

@@ -54,7 +54,8 @@ BOOL_VARS = [v for v in envs.all_vars() if v.parse is envs._parse_bool]
 CHOICE_VARS = [v for v in envs.all_vars() if v.choices]
 INVALID = {var.name: ["maybe", "2", "-1", "nan", "inf", "yes please"] for var in BOOL_VARS}
 INVALID.update({var.name: ["bogus", "AUTO", "-1", "nan", "inf", "torch,mega"] for var in CHOICE_VARS})
-INVALID["SGLANG_ASCEND_HYBRID_GDN_MAX_OVERHEAD"] = ["nan", "NaN", "-inf", "0.99", "0", "-1", "lots", "1.5x", "true"]
+INVALID["SGLANG_ASCEND_HYBRID_GDN_MAX_OVERHEAD"] = ["nan", "NaN", "-inf", "0.99", "0", "-1", "lots", "1.5x", "true",
+                                                   "1_0", "\u0663", "0x10", "1e", "."]
 
 
 def test_every_variable_has_invalid_cases():
@@ -88,7 +89,8 @@ def test_messages_say_what_is_accepted(monkeypatch):
 
 
 @pytest.mark.parametrize("raw,value", [("1", 1.0), ("1.5", 1.5), (" 2 ", 2.0), ("inf", math.inf),
-                                       ("Infinity", math.inf), ("1e300", 1e300)])
+                                       ("Infinity", math.inf), ("+INF", math.inf), ("1e300", 1e300),
+                                       ("1e999", math.inf), ("2.", 2.0), ("+3E0", 3.0)])
 def test_max_overhead_accepts_numbers_from_one_and_inf(monkeypatch, raw, value):
     monkeypatch.setenv("SGLANG_ASCEND_HYBRID_GDN_MAX_OVERHEAD", raw)
     assert envs.ENV.GDN_MAX_OVERHEAD.get() == value
@@ -143,3 +145,67 @@ def test_problems_lists_every_invalid_variable(monkeypatch):
     assert len(found) == 2
     assert any("SGLANG_ASCEND_HYBRID_DEBUG_CHECKS='2'" in p for p in found)
     assert any("SGLANG_ASCEND_HYBRID_CONV_BACKEND='cuda'" in p for p in found)
+
+
+# ---------------------------------------------------------------------------
+# Forced rungs through the environment: one wording on every ladder
+# ---------------------------------------------------------------------------
+
+def test_forced_unavailable_rung_says_so_in_the_same_words(monkeypatch):
+    """A valid rung name forced by its variable, on CPU tensors where that kernel cannot run."""
+    import torch
+
+    from sglang_ascend_hybrid.ops import causal_conv1d
+    from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule
+    from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable
+
+    monkeypatch.setenv("SGLANG_ASCEND_HYBRID_GDN_BACKEND", "mega")
+    monkeypatch.setenv("SGLANG_ASCEND_HYBRID_CONV_BACKEND", "npu_v2")
+    T, Hk, Hv, K = 4, 1, 2, 8
+    q, k, v = torch.randn(1, T, Hk, K), torch.randn(1, T, Hk, K), torch.randn(1, T, Hv, K)
+    with pytest.raises(ForcedRungUnavailable) as gdn:
+        chunk_gated_delta_rule(q, k, v, -torch.rand(1, T, Hv), torch.rand(1, T, Hv),
+                               cu_seqlens=torch.tensor([0, T]))
+    pool = torch.zeros(2, 2, 16).half().transpose(1, 2)  # window-major [slots, w - 1, dim] seen as [slots, dim, w - 1]
+    with pytest.raises(ForcedRungUnavailable) as conv:
+        causal_conv1d.causal_conv1d_update(torch.randn(1, 16).half(), pool, torch.randn(16, 3).half(),
+                                           conv_state_indices=torch.tensor([1]))
+    pattern = (r"^(?P<op>\w+): the forced kernel '(?P<rung>\w+)' is unavailable for .+; "
+               r"use 'auto' to let the ladder \(.+\) choose$")
+    gdn_match, conv_match = re.match(pattern, str(gdn.value)), re.match(pattern, str(conv.value))
+    assert gdn_match and gdn_match["op"] == "gdn_prefill" and gdn_match["rung"] == "mega", str(gdn.value)
+    assert conv_match and conv_match["op"] == "causal_conv1d_update" and conv_match["rung"] == "npu_v2", \
+        str(conv.value)
+
+
+def test_fuzzed_values_parse_or_fail_naming_the_variable(monkeypatch):
+    """Any text: the variable parses to a value of its default's type, or a one-line ValueError
+    naming it; nothing else escapes."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12)
+    outcomes = {"ok": 0, "error": 0}
+
+    @settings(max_examples=300, deadline=None, database=None, derandomize=True)
+    @given(var=st.sampled_from(envs.all_vars()),
+           raw=st.one_of(text, st.sampled_from(["inf", "-inf", "nan", "1e999", "1_0", "0x10", "+1", "٣",
+                                                        "1", "off", "auto", "torch", "2.5"])))
+    def check(var, raw):
+        monkeypatch.setenv(var.name, raw)
+        try:
+            value = var.get()
+        except ValueError as exc:
+            outcomes["error"] += 1
+            assert str(exc).startswith(f"environment variable {var.name}={raw!r}: expected ")
+            assert "\n" not in str(exc)
+            return
+        outcomes["ok"] += 1
+        assert type(value) is type(var.default)
+        if var.choices:
+            assert value in var.choices
+        if var is envs.ENV.GDN_MAX_OVERHEAD:
+            assert value >= 1.0 and not math.isnan(value)
+
+    check()
+    assert outcomes["ok"] >= 5 and outcomes["error"] >= 100, outcomes
