@@ -150,14 +150,16 @@ def _check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     bad = [n for n, t in tensors.items() if t.ndim != 3]
     if bad:
         raise ValueError("NPU packed attention requires q, k, and v in [T, N, D] layout; "
-                         f"invalid tensors: {', '.join(bad)}")
+                         f"invalid tensors: {', '.join(bad)} (got "
+                         f"{', '.join(f'{n} of shape {list(tensors[n].shape)}' for n in bad)})")
     # Upstream accepts NPU tensors only; CPU tensors are accepted here too (they
     # take the reference path, or an installed emulator).
     bad = [n for n, t in tensors.items()
            if t.device.type not in _DEVICE_TYPES or t.device != q.device]
     if bad:
         raise ValueError("NPU packed attention requires q, k, and v on the same NPU; "
-                         f"invalid tensors: {', '.join(bad)}")
+                         f"invalid tensors: {', '.join(bad)} (got "
+                         f"{', '.join(f'{n} on {tensors[n].device}' for n in bad)}, q on {q.device})")
     for n, t in tensors.items():  # the dtype check upstream leaves to the kernel
         if not t.dtype.is_floating_point:
             raise ValueError(f"NPU packed attention requires floating-point q, k, and v; got {n} with "

@@ -324,9 +324,11 @@ def _invalid_cases():
     q, k, v, cq, ck = c.args()
     i32 = torch.int32
     yield "rank", (q[None], k, v, cq, ck), {}, (
-        "NPU packed attention requires q, k, and v in [T, N, D] layout; invalid tensors: q")
+        "NPU packed attention requires q, k, and v in [T, N, D] layout; invalid tensors: q "
+        "(got q of shape [1, 5, 4, 16])")
     yield "device", (q, k.to("meta"), v, cq, ck), {}, (
-        "NPU packed attention requires q, k, and v on the same NPU; invalid tensors: k")
+        "NPU packed attention requires q, k, and v on the same NPU; invalid tensors: k "
+        "(got k on meta, q on cpu)")
     yield "dtype", (q, k.double(), v, cq, ck), {}, (
         "NPU packed attention requires q, k, and v with the same dtype; got q torch.float32, "
         "k torch.float64, v torch.float32")
