@@ -64,9 +64,17 @@ def load_config(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError(f"no config.json at {path}")
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {p}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
         raise ConfigError(f"{p} is not valid JSON: {exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{p} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{p} is not a config.json: nested too deeply to read") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p} does not hold a JSON object")
     return data

@@ -121,6 +121,29 @@ def test_malformed_config_is_one_line_exit_2(tmp_path, capsys, monkeypatch, name
     assert out == ""
 
 
+@pytest.mark.parametrize("content,needle", [
+    (b"\xff\xfe{}", "is not valid JSON"),
+    (b"[" * 100000 + b"]" * 100000, "nested too deeply"),
+    (b'{"model_type": "qwen3_next", "num_hidden_layers": 1e400}', "'num_hidden_layers' = Infinity"),
+    (b'{"model_type": "qwen3_next", "num_hidden_layers": NaN}', "'num_hidden_layers' = NaN"),
+])
+def test_unreadable_config_files(tmp_path, capsys, monkeypatch, content, needle):
+    _clean_env(monkeypatch)
+    (tmp_path / "config.json").write_bytes(content)
+    code, out, err = run_main(capsys, "plan", "--config", str(tmp_path))
+    assert_one_line_error(code, out, err, "plan", needle)
+
+
+def test_config_that_cannot_be_read(tmp_path, capsys, monkeypatch):
+    _clean_env(monkeypatch)
+    path = tmp_path / "config.json"
+    path.write_text("{}")
+    monkeypatch.setattr(Path, "read_text", lambda self, **kw: (_ for _ in ()).throw(
+        PermissionError(13, "Permission denied")))
+    code, out, err = run_main(capsys, "plan", "--config", str(path))
+    assert_one_line_error(code, out, err, "plan", f"cannot read {path}: Permission denied")
+
+
 @pytest.mark.parametrize("base", [QWEN, NEXT, LFM2, ZAYA], ids=["qwen3_5", "qwen3_next", "lfm2", "zaya"])
 def test_the_unmodified_configs_plan_fine(tmp_path, capsys, monkeypatch, base):
     """The malformed cases above are single edits of these, which plan accepts."""
