@@ -453,6 +453,14 @@ def render_markdown() -> str:
         "`--attention-backend ascend_hybrid` a failed patch stops startup with the target and the",
         "SGLang version; under `ascend` it is a warning.",
         "",
+        "Each patch states the SGLang releases whose route reaches its target. On other releases it",
+        "is **not needed** (the release takes another route, whose symbols are verified instead: a",
+        "missing one is still a failure) or **unavailable** (the release offers no mechanism for the",
+        "fix; `doctor` says why). Neither stops strict startup. On a release newer than the tested",
+        "range every target is still verified, what exists is applied, and one WARNING at startup",
+        "names the untested release and the patches that did not apply. README's compatibility",
+        "table shows what CI verified on each tested release.",
+        "",
         "| name | upstream target | kind | runtime |",
         "|---|---|---|---|",
     ]
@@ -462,7 +470,13 @@ def render_markdown() -> str:
     for p in PATCHES:
         lines += ["", f"## `{p.name}`", "", f"- **Target**: `{p.target}`"]
         for extra in p.extra_targets:
-            lines.append(f"- **Also checked**: `{extra}`")
+            target, _, cond = extra.partition(";")
+            lines.append(f"- **Also checked**: `{target.strip()}`" + (f" (on {cond.strip()})" if cond else ""))
+        lines.append(f"- **SGLang releases**: {('sglang' + p.releases) if p.releases else 'every supported release'}")
+        if p.elsewhere is not None:
+            lines.append(f"- **Other releases**: {p.elsewhere.state}: {p.elsewhere.why}"
+                         + ("; checked there instead: " + ", ".join(f"`{t}`" for t in p.elsewhere.route)
+                            if p.elsewhere.route else ""))
         lines += [
             f"- **Plugin code**: `{p.hook}`" + (f" ({p.hook_type.upper()} hook)" if p.hook_type else ""),
             f"- **Why**: {p.why}",

@@ -47,6 +47,15 @@ def range_bounds(spec: tuple[str, ...] = TESTED_SGLANG_RANGE) -> tuple[str, str]
     return low, high
 
 
+def tested_releases(spec: tuple[str, ...] = TESTED_SGLANG_RANGE) -> tuple[str, ...]:
+    """Every release the range covers, assuming patch releases of one minor series
+    (what CI tests: scripts/test.sh runs the suite on each)."""
+    low, high = (_release(v) for v in range_bounds(spec))
+    if low[:-1] != high[:-1]:
+        raise ValueError(f"tested range {spec} spans more than one minor series")
+    return tuple(".".join(map(str, (*low[:-1], n))) for n in range(low[-1], high[-1]))
+
+
 def sglang_version_problem(version: str | None) -> str | None:
     if version is None:
         return "sglang is not installed"
