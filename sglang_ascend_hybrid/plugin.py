@@ -173,7 +173,8 @@ def enforce_strict() -> None:
     failed = STATUS.in_state(FAILED)
     if not failed:
         return
-    version = STATUS.sglang_version + (f" ({STATUS.version_problem})" if STATUS.version_problem else "")
+    # The untested-release WARNING itself is logged once at registration (warn_untested_release).
+    version = STATUS.sglang_version + (" (an untested release)" if STATUS.version_problem else "")
     text = (f"sglang-ascend-hybrid {__version__} could not apply its patches on SGLang {version}: "
             + "; ".join(f"{p.target}: {p.reason}" for p in failed))
     if hybrid_requested():
