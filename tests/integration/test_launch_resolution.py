@@ -341,3 +341,36 @@ def test_emulation_passes_only_the_platform_facts_this_release_knows():
     assert not any(v for k, v in facts.items() if k != "is_npu")
     with runtime_context.override_platform(**facts):  # accepted by this release
         assert runtime_context.get_platform().is_npu is True
+
+
+def test_extra_buffer_checks_adapt_to_each_release_signature(monkeypatch):
+    """supports_mamba_cache_extra_buffer takes (view, model_arch) before 0.5.21 and
+    (view, hf_config) since; the platform check is a helper from 0.5.22 on and inline
+    get_platform() facts before.  The hook calls whichever the release has."""
+    import types
+
+    from sglang.srt.arg_groups import mamba_hook, overrides
+    from sglang.srt.runtime_context import override_platform
+
+    seen = []
+
+    def by_arch(view, model_arch):
+        seen.append(model_arch)
+        return model_arch == "Qwen3NextForCausalLM"
+
+    def by_config(view, hf_config):
+        seen.append(hf_config)
+        return False
+
+    cfg = types.SimpleNamespace(architectures=["Qwen3NextForCausalLM"])
+    monkeypatch.setattr(overrides, "supports_mamba_cache_extra_buffer", by_arch)
+    assert launch_defaults._arch_supports_extra_buffer(object(), cfg) is True
+    monkeypatch.setattr(overrides, "supports_mamba_cache_extra_buffer", by_config)
+    assert launch_defaults._arch_supports_extra_buffer(object(), cfg) is False
+    assert seen == ["Qwen3NextForCausalLM", cfg]
+
+    monkeypatch.delattr(mamba_hook, "_platform_supports_mamba_cache_extra_buffer", raising=False)
+    with override_platform(is_npu=True, is_cuda=False, is_hip=False, is_xpu=False, is_musa=False):
+        assert launch_defaults._platform_supports_extra_buffer() is True
+    with override_platform(is_npu=False, is_cuda=False, is_hip=False, is_xpu=False, is_musa=False):
+        assert launch_defaults._platform_supports_extra_buffer() is False
