@@ -77,11 +77,18 @@ def test_untested_release_is_said_once_naming_the_patches_not_applied(untested):
 
 
 def test_every_other_target_is_verified_and_applied(untested):
-    _, out = untested
+    version, out = untested
+    # The simulation is this release's sources under a newer version: a helper the
+    # newer version is declared to have but these sources lack fails too (as it must).
+    drifted = {p.name for p in patches.PATCHES
+               if patches.release_state(p, version) is None and not p.requires and p.runtime == "srt"
+               and patches.verify(p, version) is not None}
     for name, (state, reason) in out["status"].items():
         patch = patches.by_name(name)
         if name == RENAMED.name:
             assert state == "failed" and OLD in reason
+        elif name in drifted:
+            assert state == "failed" and "not found" in reason, (name, state, reason)
         elif patch.requires:
             assert state == "skipped", (name, state, reason)
         else:
