@@ -71,8 +71,11 @@ def sglang_process(**server_args):
     override = get_context().override_server_args(**fields)
     override.install()
     try:
-        with get_parallel().override(tp_size=1, tp_rank=0, attn_tp_size=1, attn_tp_rank=0, pp_size=1,
-                                     pp_rank=0, tp_group=grp, pp_group=grp, attn_tp_group=grp):
+        with get_parallel().override(
+                tp_size=1, tp_rank=0, attn_tp_size=1, attn_tp_rank=0, pp_size=1, pp_rank=0, moe_ep_rank=0,
+                moe_tp_rank=0, moe_dp_rank=0, attn_cp_rank=0, attn_dp_rank=0, dp_rank=0, tp_group=grp,
+                pp_group=grp, attn_tp_group=grp, moe_ep_group=grp, moe_tp_group=grp, moe_dp_group=grp,
+                attn_cp_group=grp, world_group=grp):
             yield
     finally:
         override.restore()
@@ -113,12 +116,14 @@ def cpu_model_construction():
     construction; SGLang's CPU path (``_is_cpu``) keeps the native forward."""
     import sglang.srt.layers.rotary_embedding.base as rope_base
 
-    saved = rope_base._is_cpu
+    saved = rope_base._is_cpu, torch.get_device_module
     rope_base._is_cpu = True
+    # GDN layers allocate their gated norm on torch.get_device_module().current_device()
+    torch.get_device_module = lambda device=None: torch.cpu
     try:
         yield
     finally:
-        rope_base._is_cpu = saved
+        rope_base._is_cpu, torch.get_device_module = saved
 
 
 # --------------------------------------------------------------------------- engine: pools, backend, forward
@@ -308,12 +313,37 @@ def run_plan(engine: Engine, plan: StepPlan = StepPlan()) -> list:
 # --------------------------------------------------------------------------- reference and comparison
 
 
+_HUB_KERNEL_NAMES = ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule", "causal_conv1d_fn",
+                     "causal_conv1d_update")
+
+
+@contextlib.contextmanager
+def transformers_torch_paths(hf_model):
+    """transformers swaps its GDN / conv functions for FLA's Triton kernels when
+    ``fla`` is importable (``use_kernel_func_from_hub_with_fallback``); those need a GPU
+    driver.  The reference uses transformers' own torch implementations (the
+    decorated functions' ``__wrapped__``)."""
+    module = sys.modules[type(hf_model).__module__]
+    saved = {}
+    for name in _HUB_KERNEL_NAMES:
+        fn = getattr(module, name, None)
+        if fn is not None and getattr(fn, "__wrapped__", None) is not None:
+            saved[name] = fn
+            setattr(module, name, fn.__wrapped__)
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(module, name, fn)
+
+
 @torch.no_grad()
 def reference_logits(hf_model, req: Request) -> torch.Tensor:
     """transformers' logits, full recompute over the request's history: the row that
     predicted each generated token ([generated, vocab], fp32)."""
     ids = torch.tensor([req.tokens[:-1]])
-    out = hf_model(input_ids=ids, use_cache=False).logits[0].float()
+    with transformers_torch_paths(hf_model):
+        out = hf_model(input_ids=ids, use_cache=False).logits[0].float()
     first = len(req.prompt) - 1
     return out[first:first + len(req.generated)]
 
@@ -359,9 +389,10 @@ def randomize_(model: torch.nn.Module, seed: int) -> None:
                     p.copy_(base + 0.1 * torch.randn(p.shape, generator=gen))
                 else:
                     p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+            elif "embed" in name:  # small next to the layers' outputs: a tied head must not just echo
+                p.copy_(0.25 * torch.randn(p.shape, generator=gen))
             else:
-                fan_in = p[0].numel() if "embed" not in name else 1
-                p.copy_(torch.randn(p.shape, generator=gen) / fan_in ** 0.5)
+                p.copy_(torch.randn(p.shape, generator=gen) / p[0].numel() ** 0.5)
 
 
 def _zero_centered_norm(model, name) -> bool:
@@ -372,9 +403,12 @@ def _zero_centered_norm(model, name) -> bool:
 
 
 def load_into_sglang(sg_model, hf_model) -> None:
-    """The transformers checkpoint names and tensors through SGLang's ``load_weights``;
+    """The checkpoint transformers would save (``save_pretrained``'s reverse weight
+    conversion: per-expert tensors, original names) through SGLang's ``load_weights``;
     every SGLang parameter must have been written."""
-    state = {k: v.detach().clone() for k, v in hf_model.state_dict().items()}
+    from transformers.core_model_loading import revert_weight_conversion
+
+    state = revert_weight_conversion(hf_model, {k: v.detach().clone() for k, v in hf_model.state_dict().items()})
     with torch.no_grad():
         for p in sg_model.parameters():
             p.fill_(float("nan"))  # a parameter load_weights misses shows up as NaN logits

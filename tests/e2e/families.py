@@ -1,0 +1,97 @@
+"""Tiny configurations of every family, cut from the real example configs
+(``examples/configs``): the family's own layer pattern (the first layers of the
+real ``layer_types``), its real head ratios, small widths."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from tests.e2e import harness
+
+
+def _lfm2_dict(example: str, n_layers: int = 4, **extra) -> Callable[[], dict]:
+    def make():
+        cfg = harness.example_config(example)
+        cfg.update(hidden_size=64, num_hidden_layers=n_layers, layer_types=cfg["layer_types"][:n_layers],
+                   vocab_size=160, num_attention_heads=8, num_heads=8, num_key_value_heads=2,
+                   max_position_embeddings=256, intermediate_size=128, block_multiple_of=32,
+                   block_dim=64, block_ff_dim=128, conv_dim=64, conv_dim_out=64, **extra)
+        return cfg
+    return make
+
+
+def _gdn_dict(example: str, *, value_heads: int, key_heads: int, head_dim: int, n_layers: int = 4,
+              **extra) -> Callable[[], dict]:
+    """A GDN model's text config: the real ``layer_types`` pattern (3 GDN layers, then full
+    attention), ``value_heads`` / ``key_heads`` GDN heads of ``head_dim``."""
+    def make():
+        cfg = harness.example_config(example)
+        cfg = dict(cfg.get("text_config", cfg))
+        cfg.pop("layer_types", None)
+        cfg.update(hidden_size=64, num_hidden_layers=n_layers, full_attention_interval=4, vocab_size=160,
+                   num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=128,
+                   linear_num_value_heads=value_heads, linear_num_key_heads=key_heads,
+                   linear_key_head_dim=head_dim, linear_value_head_dim=head_dim, max_position_embeddings=256,
+                   mtp_num_hidden_layers=0, torch_dtype="float32", **extra)
+        if "num_experts" in cfg:
+            cfg.update(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                       shared_expert_intermediate_size=32)
+        return cfg
+    return make
+
+
+def _cls(path: str):
+    module, name = path.rsplit(".", 1)
+    return getattr(importlib.import_module(module), name)
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    config: Callable[[], dict]
+    sglang_config: str  # module.Class
+    hf_config: str  # module.Class
+    sglang_model: str  # module.Class
+    hf_model: str  # module.Class
+    seed: int = 0
+
+    def build(self) -> "Built":
+        """(SGLang model, transformers model, configs), the same random weights, fp32."""
+        d = self.config()
+        d.pop("architectures", None)
+        sg_cfg = _cls(self.sglang_config)(**d)
+        hf_cfg = _cls(self.hf_config)(**d)
+        hf_cfg._attn_implementation = "eager"
+        torch.manual_seed(self.seed)
+        hf = _cls(self.hf_model)(hf_cfg).eval()
+        harness.randomize_(hf, self.seed)
+        with harness.sglang_process(), harness.cpu_model_construction():
+            sg = _cls(self.sglang_model)(sg_cfg)
+        harness.load_into_sglang(sg, hf)
+        return Built(self, sg.eval(), hf, sg_cfg)
+
+
+@dataclass
+class Built:
+    family: Family
+    sglang: torch.nn.Module
+    hf: torch.nn.Module
+    config: object
+
+
+FAMILIES = {
+    "lfm2": Family("lfm2", _lfm2_dict("lfm2-1.2b"), "sglang.srt.configs.lfm2.Lfm2Config",
+                   "transformers.Lfm2Config", "sglang.srt.models.lfm2.Lfm2ForCausalLM",
+                   "transformers.Lfm2ForCausalLM"),
+    "lfm2_moe": Family("lfm2_moe", _lfm2_dict("lfm2-8b-a1b", moe_intermediate_size=32, num_experts=8,
+                                              num_experts_per_tok=2),
+                       "sglang.srt.configs.lfm2_moe.Lfm2MoeConfig", "transformers.Lfm2MoeConfig",
+                       "sglang.srt.models.lfm2_moe.Lfm2MoeForCausalLM", "transformers.Lfm2MoeForCausalLM"),
+    "qwen3_next": Family("qwen3_next", _gdn_dict("qwen3-next-80b-a3b", value_heads=4, key_heads=2, head_dim=32),
+                         "sglang.srt.configs.qwen3_next.Qwen3NextConfig", "transformers.Qwen3NextConfig",
+                         "sglang.srt.models.qwen3_next.Qwen3NextForCausalLM", "transformers.Qwen3NextForCausalLM"),
+}
