@@ -44,6 +44,20 @@ def _gdn_dict(example: str, *, value_heads: int, key_heads: int, head_dim: int, 
     return make
 
 
+def _qwen3_5_served(text: dict):
+    """What SGLang builds for a Qwen3.5 / 3.6 checkpoint: the multimodal config; the text
+    backbone only (``language_model_only``, no vision tower)."""
+    from sglang.srt.configs.qwen3_5 import Qwen3_5Config
+
+    return Qwen3_5Config(text_config=dict(text), language_model_only=True, tie_word_embeddings=False)
+
+
+def _qwen3_5_checkpoint_name(name: str) -> str:
+    """Qwen3.5 checkpoints hold the text backbone under ``model.language_model``
+    (transformers' ``Qwen3_5ForCausalLM`` strips that prefix on load)."""
+    return name.replace("model.", "model.language_model.", 1) if name.startswith("model.") else name
+
+
 def _cls(path: str):
     module, name = path.rsplit(".", 1)
     return getattr(importlib.import_module(module), name)
@@ -58,12 +72,18 @@ class Family:
     sglang_model: str  # module.Class
     hf_model: str  # module.Class
     seed: int = 0
+    # SGLang serves the model through a wrapper config (Qwen3.5: the multimodal config
+    # with language_model_only) and the checkpoint names that wrapper loads
+    wrap_config: Callable = None
+    checkpoint_name: Callable = None
 
     def build(self) -> "Built":
         """(SGLang model, transformers model, configs), the same random weights, fp32."""
         d = self.config()
         d.pop("architectures", None)
         sg_cfg = _cls(self.sglang_config)(**d)
+        if self.wrap_config is not None:
+            sg_cfg = self.wrap_config(d)
         hf_cfg = _cls(self.hf_config)(**d)
         hf_cfg._attn_implementation = "eager"
         torch.manual_seed(self.seed)
@@ -71,7 +91,7 @@ class Family:
         harness.randomize_(hf, self.seed)
         with harness.sglang_process(), harness.cpu_model_construction():
             sg = _cls(self.sglang_model)(sg_cfg)
-        harness.load_into_sglang(sg, hf)
+        harness.load_into_sglang(sg, hf, rename=self.checkpoint_name)
         return Built(self, sg.eval(), hf, sg_cfg)
 
 
@@ -94,4 +114,10 @@ FAMILIES = {
     "qwen3_next": Family("qwen3_next", _gdn_dict("qwen3-next-80b-a3b", value_heads=4, key_heads=2, head_dim=32),
                          "sglang.srt.configs.qwen3_next.Qwen3NextConfig", "transformers.Qwen3NextConfig",
                          "sglang.srt.models.qwen3_next.Qwen3NextForCausalLM", "transformers.Qwen3NextForCausalLM"),
+    # Qwen3.6-27B at TP=8 has (6, 2) GDN heads per rank (head dim 128): the plugin's head plan
+    "qwen3_5": Family("qwen3_5", _gdn_dict("qwen3_6-27b", value_heads=6, key_heads=2, head_dim=128),
+                      "sglang.srt.configs.qwen3_5.Qwen3_5TextConfig", "transformers.Qwen3_5TextConfig",
+                      "sglang.srt.models.qwen3_5.Qwen3_5ForConditionalGeneration",
+                      "transformers.Qwen3_5ForCausalLM", wrap_config=_qwen3_5_served,
+                      checkpoint_name=_qwen3_5_checkpoint_name),
 }

@@ -402,13 +402,15 @@ def _zero_centered_norm(model, name) -> bool:
     return type(mod).__name__ in ("Qwen3NextRMSNorm", "Qwen3_5RMSNorm", "Qwen3_5MoeRMSNorm")
 
 
-def load_into_sglang(sg_model, hf_model) -> None:
+def load_into_sglang(sg_model, hf_model, rename=None) -> None:
     """The checkpoint transformers would save (``save_pretrained``'s reverse weight
     conversion: per-expert tensors, original names) through SGLang's ``load_weights``;
     every SGLang parameter must have been written."""
     from transformers.core_model_loading import revert_weight_conversion
 
     state = revert_weight_conversion(hf_model, {k: v.detach().clone() for k, v in hf_model.state_dict().items()})
+    if rename is not None:
+        state = {rename(k): v for k, v in state.items()}
     with torch.no_grad():
         for p in sg_model.parameters():
             p.fill_(float("nan"))  # a parameter load_weights misses shows up as NaN logits

@@ -94,11 +94,38 @@ def sigmoid_gating_delta_rule_decode(A_log, dt_bias, q, k, v, a, b, initial_stat
     return out
 
 
+def layer_norm_fwd(x, weight, bias, eps, z=None, out=None, group_size=None, norm_before_gate=True,
+                   is_rms_norm=False, activation="swish", **_):
+    """sgl-kernel-npu's ``layer_norm_fwd_npu`` (what SGLang's gated RMSNorm calls on NPU):
+    x, z ``[M, N]``; per group of ``group_size``; ``norm(x) * silu(z)`` when
+    ``norm_before_gate``, else ``norm(x * silu(z))``.  Returns (y, mean, rstd)."""
+    M, N = x.shape
+    gs = group_size or N
+    xf = x.float().view(M, N // gs, gs)
+    zf = None if z is None else F.silu(z.float().reshape(M, N // gs, gs))
+    if zf is not None and not norm_before_gate:
+        xf = xf * zf
+    mean = None if is_rms_norm else xf.mean(-1, keepdim=True)
+    centred = xf if is_rms_norm else xf - mean
+    rstd = torch.rsqrt((centred * centred).mean(-1, keepdim=True) + eps)
+    y = centred * rstd * weight.float().view(N // gs, gs)
+    if bias is not None:
+        y = y + bias.float().view(N // gs, gs)
+    if zf is not None and norm_before_gate:
+        y = y * zf
+    y = y.reshape(M, N).to(x.dtype)
+    if out is not None:
+        out.copy_(y)
+        y = out
+    return y, None if mean is None else mean.reshape(-1), rstd.reshape(-1)
+
+
 @contextlib.contextmanager
 def ascend_gdn_helpers(conv_op=causal_conv1d):
     """Route the Ascend GDN backend's direct NPU calls to the stand-ins above
     (``conv_op``: the stand-in, or the plugin's conv emulator in bf16 runs)."""
     from sglang.srt.hardware_backend.npu.attention import ascend_gdn_backend as mod
+    from sglang.kernels.ops.attention.fla import layernorm_gated
     from sglang.srt.layers.attention.linear.kernels import gdn_triton
 
     mp = pytest.MonkeyPatch()
@@ -108,6 +135,7 @@ def ascend_gdn_helpers(conv_op=causal_conv1d):
         mp.setattr(mod, "prepare_chunk_indices", prepare_chunk_indices)
         mp.setattr(gdn_triton, "fused_sigmoid_gating_delta_rule_update", sigmoid_gating_delta_rule_decode)
         mp.setattr(torch.ops.npu, "causal_conv1d", conv_op, raising=False)
+        mp.setattr(layernorm_gated, "_layer_norm_fwd", layer_norm_fwd)
         yield mod
     finally:
         mp.undo()
