@@ -58,6 +58,42 @@ def _qwen3_5_checkpoint_name(name: str) -> str:
     return name.replace("model.", "model.language_model.", 1) if name.startswith("model.") else name
 
 
+ZAYA_LAYERS = 4  # SGLang layers: attention, MoE, attention, MoE (= 2 transformers hybrid layers)
+
+
+def _zaya_dict() -> dict:
+    cfg = harness.example_config("zaya1-base")
+    n = ZAYA_LAYERS
+    experts = 4
+    cfg.update(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, kv_channels=16,
+               vocab_size=160, num_experts=experts, max_position_embeddings=256, num_hidden_layers=n,
+               zaya_layers=["a" if x == "a" else experts for x in cfg["zaya_layers"][:n]],
+               cca_num_q_heads=[4 if x else 0 for x in cfg["cca_num_q_heads"][:n]],
+               num_query_groups_list=[2 if x else 0 for x in cfg["num_query_groups_list"][:n]],
+               ffn_hidden_size_list=[128 if x else 0 for x in cfg["ffn_hidden_size_list"][:n]],
+               zaya_mlp_expansion=[32 if x else 0 for x in cfg["zaya_mlp_expansion"][:n]])
+    return cfg
+
+
+def _zaya_hf_dict() -> dict:
+    """The same model in transformers' schema (one hybrid layer = attention + MoE)."""
+    z = _zaya_dict()
+    return dict(vocab_size=z["vocab_size"], hidden_size=z["hidden_size"], num_hidden_layers=ZAYA_LAYERS // 2,
+                num_attention_heads=z["num_attention_heads"], num_key_value_heads=z["num_key_value_heads"],
+                head_dim=z["head_dim"], moe_intermediate_size=64, num_experts=z["num_experts"],
+                num_experts_per_tok=z["moe_router_topk"], router_hidden_size=32, rms_norm_eps=z["norm_epsilon"],
+                cca_time0=z["cca_time0"], cca_time1=z["cca_time1"], max_position_embeddings=256,
+                tie_word_embeddings=True,
+                rope_parameters={"hybrid": {"rope_type": "default", "rope_theta": z["rope_theta"],
+                                            "partial_rotary_factor": z["partial_rotary_factor"]}})
+
+
+def _zaya_checkpoint(state: dict) -> dict:
+    from tests.e2e.zaya_checkpoint import hf_to_zyphra
+
+    return hf_to_zyphra(state, ZAYA_LAYERS // 2)
+
+
 def _cls(path: str):
     module, name = path.rsplit(".", 1)
     return getattr(importlib.import_module(module), name)
@@ -76,6 +112,8 @@ class Family:
     # with language_model_only) and the checkpoint names that wrapper loads
     wrap_config: Callable = None
     checkpoint_name: Callable = None
+    hf_config_dict: Callable = None  # when transformers' config schema differs from SGLang's
+    checkpoint: Callable = None  # transformers state dict -> the checkpoint SGLang loads
 
     def build(self) -> "Built":
         """(SGLang model, transformers model, configs), the same random weights, fp32."""
@@ -84,14 +122,14 @@ class Family:
         sg_cfg = _cls(self.sglang_config)(**d)
         if self.wrap_config is not None:
             sg_cfg = self.wrap_config(d)
-        hf_cfg = _cls(self.hf_config)(**d)
+        hf_cfg = _cls(self.hf_config)(**(self.hf_config_dict() if self.hf_config_dict else d))
         hf_cfg._attn_implementation = "eager"
         torch.manual_seed(self.seed)
         hf = _cls(self.hf_model)(hf_cfg).eval()
         harness.randomize_(hf, self.seed)
         with harness.sglang_process(), harness.cpu_model_construction():
             sg = _cls(self.sglang_model)(sg_cfg)
-        harness.load_into_sglang(sg, hf, rename=self.checkpoint_name)
+        harness.load_into_sglang(sg, hf, rename=self.checkpoint_name, convert=self.checkpoint)
         return Built(self, sg.eval(), hf, sg_cfg)
 
 
@@ -120,4 +158,7 @@ FAMILIES = {
                       "sglang.srt.models.qwen3_5.Qwen3_5ForConditionalGeneration",
                       "transformers.Qwen3_5ForCausalLM", wrap_config=_qwen3_5_served,
                       checkpoint_name=_qwen3_5_checkpoint_name),
+    "zaya": Family("zaya", _zaya_dict, "sglang.srt.configs.zaya.ZayaConfig", "transformers.ZayaConfig",
+                   "sglang.srt.models.zaya.ZayaForCausalLM", "transformers.ZayaForCausalLM",
+                   hf_config_dict=_zaya_hf_dict, checkpoint=_zaya_checkpoint),
 }

@@ -384,7 +384,7 @@ def randomize_(model: torch.nn.Module, seed: int) -> None:
     with torch.no_grad():
         for name, p in sorted(model.named_parameters()):
             if p.dim() == 1:
-                if "norm" in name:
+                if "norm" in name or "scale" in name.rsplit(".", 1)[-1] or name.endswith(".temp"):
                     base = 0.0 if _zero_centered_norm(model, name) else 1.0
                     p.copy_(base + 0.1 * torch.randn(p.shape, generator=gen))
                 else:
@@ -402,7 +402,7 @@ def _zero_centered_norm(model, name) -> bool:
     return type(mod).__name__ in ("Qwen3NextRMSNorm", "Qwen3_5RMSNorm", "Qwen3_5MoeRMSNorm")
 
 
-def load_into_sglang(sg_model, hf_model, rename=None) -> None:
+def load_into_sglang(sg_model, hf_model, rename=None, convert=None) -> None:
     """The checkpoint transformers would save (``save_pretrained``'s reverse weight
     conversion: per-expert tensors, original names) through SGLang's ``load_weights``;
     every SGLang parameter must have been written."""
@@ -411,6 +411,8 @@ def load_into_sglang(sg_model, hf_model, rename=None) -> None:
     state = revert_weight_conversion(hf_model, {k: v.detach().clone() for k, v in hf_model.state_dict().items()})
     if rename is not None:
         state = {rename(k): v for k, v in state.items()}
+    if convert is not None:
+        state = convert(state)
     with torch.no_grad():
         for p in sg_model.parameters():
             p.fill_(float("nan"))  # a parameter load_weights misses shows up as NaN logits
