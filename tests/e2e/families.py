@@ -115,22 +115,28 @@ class Family:
     hf_config_dict: Callable = None  # when transformers' config schema differs from SGLang's
     checkpoint: Callable = None  # transformers state dict -> the checkpoint SGLang loads
 
-    def build(self) -> "Built":
-        """(SGLang model, transformers model, configs), the same random weights, fp32."""
+    def configs(self):
         d = self.config()
         d.pop("architectures", None)
-        sg_cfg = _cls(self.sglang_config)(**d)
-        if self.wrap_config is not None:
-            sg_cfg = self.wrap_config(d)
+        sg_cfg = self.wrap_config(d) if self.wrap_config is not None else _cls(self.sglang_config)(**d)
         hf_cfg = _cls(self.hf_config)(**(self.hf_config_dict() if self.hf_config_dict else d))
         hf_cfg._attn_implementation = "eager"
-        torch.manual_seed(self.seed)
-        hf = _cls(self.hf_model)(hf_cfg).eval()
-        harness.randomize_(hf, self.seed)
+        return sg_cfg, hf_cfg
+
+    def sglang_from(self, hf, sg_cfg, dtype=torch.float32):
+        """SGLang's model class, weights from ``hf`` through ``load_weights``, in ``dtype``."""
         with harness.sglang_process(), harness.cpu_model_construction():
             sg = _cls(self.sglang_model)(sg_cfg)
         harness.load_into_sglang(sg, hf, rename=self.checkpoint_name, convert=self.checkpoint)
-        return Built(self, sg.eval(), hf, sg_cfg)
+        return sg.to(dtype).eval()
+
+    def build(self) -> "Built":
+        """(SGLang model, transformers model, config), the same random weights, fp32."""
+        sg_cfg, hf_cfg = self.configs()
+        torch.manual_seed(self.seed)
+        hf = _cls(self.hf_model)(hf_cfg).eval()
+        harness.randomize_(hf, self.seed)
+        return Built(self, self.sglang_from(hf, sg_cfg), hf, sg_cfg)
 
 
 @dataclass
