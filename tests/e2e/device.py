@@ -40,11 +40,25 @@ def npu_emulators(*, npu_chunk_refuse: Optional[Callable] = None, mega_predicate
     mid-model)."""
     ops = dict(conv_emu.emulators())
     ops.update(gdn_emu.emulators(npu_chunk_refuse=npu_chunk_refuse, mega_predicate=mega_predicate))
-    chunk = ops[gdn_emu.OP_NPU_CHUNK]
     if wrap_chunk is not None:
-        chunk = wrap_chunk(chunk)
-        ops[gdn_emu.OP_NPU_CHUNK] = chunk
+        ops[gdn_emu.OP_NPU_CHUNK] = wrap_chunk(ops[gdn_emu.OP_NPU_CHUNK])
+    calls: dict = {}
+    ops = {name: _counted(name, fn, calls) for name, fn in ops.items()}
     with seam.install_emulators(ops), pytest.MonkeyPatch.context() as mp:
-        mp.setattr(torch.ops.npu, "chunk_gated_delta_rule", chunk, raising=False)
+        mp.setattr(torch.ops.npu, "chunk_gated_delta_rule", ops[gdn_emu.OP_NPU_CHUNK], raising=False)
         mp.setattr(torch.ops.npu, "causal_conv1d", ops[conv_emu.OP_ACLNN], raising=False)
-        yield ops
+        yield calls
+
+
+def _counted(name: str, fn: Callable, calls: dict) -> Callable:
+    """``calls[name]``: how many times the op was entered (refusals included)."""
+    def op(*args, **kwargs):
+        calls[name] = calls.get(name, 0) + 1
+        return fn(*args, **kwargs)
+
+    return op
+
+
+# Ops by name, for the tests' call counts.
+OP_CONV_FN_V2, OP_CONV_UPDATE_V2, OP_CONV_ACLNN = conv_emu.OP_FN_V2, conv_emu.OP_UPDATE_V2, conv_emu.OP_ACLNN
+OP_GDN_CHUNK, OP_GDN_MEGA = gdn_emu.OP_NPU_CHUNK, gdn_emu.OP_MEGA

@@ -63,6 +63,7 @@ class Run:
     logs: list
     calls: dict = field(default_factory=dict)
     backend: object = None
+    device_calls: Optional[dict] = None  # emulated device ops entered, by name
 
     def compare(self) -> harness.Comparison:
         return harness.compare(self.reqs, self.reference, self.seconds)
@@ -112,10 +113,9 @@ def run_family(name: str, *, dtype: torch.dtype = torch.float32,
             _count(mp, calls, module, fn)
         if name in GDN_FAMILIES:
             stack.enter_context(npu_standins.ascend_gdn_helpers())
-        if device is not None:
-            stack.enter_context(device())
+        device_calls = stack.enter_context(device()) if device is not None else None
         if breakage is not None:
             breakage(mp)
         engine = harness.Engine(b.sglang, b.config, dtype=dtype)
         reqs = harness.run_plan(engine, plan)
-    return Run(reqs, b.hf, time.time() - t0, records.messages, calls, engine.backend)
+    return Run(reqs, b.hf, time.time() - t0, records.messages, calls, engine.backend, device_calls)
