@@ -82,7 +82,7 @@ def sglang_process(**server_args):
 
 
 @contextlib.contextmanager
-def npu_detected(monkeypatch_like=None):
+def npu_detected():
     """NPU detection on where upstream reads it for the pools and the backend choice
     (``sglang.srt.utils.is_npu`` and the module flags read at call time).  The model
     layers keep their CPU forwards: they were built off-NPU."""
