@@ -115,7 +115,12 @@ def cpu_model_construction():
     """Rotary embedding picks a vLLM fallback kernel on an unknown platform at
     construction; SGLang's CPU path (``_is_cpu``) keeps the native forward."""
     import sglang.srt.layers.rotary_embedding.base as rope_base
+    from sglang.srt.layers.rotary_embedding import factory as rope_factory
 
+    # get_rope shares one module per parameter set process-wide (_ROPE_DICT); a model built
+    # here must own its rotary modules, or casting one model to bf16 casts the other's too
+    saved_ropes = dict(rope_factory._ROPE_DICT)
+    rope_factory._ROPE_DICT.clear()
     saved = rope_base._is_cpu, torch.get_device_module
     rope_base._is_cpu = True
     # GDN layers allocate their gated norm on torch.get_device_module().current_device()
@@ -124,6 +129,8 @@ def cpu_model_construction():
         yield
     finally:
         rope_base._is_cpu, torch.get_device_module = saved
+        rope_factory._ROPE_DICT.clear()
+        rope_factory._ROPE_DICT.update(saved_ropes)
 
 
 # --------------------------------------------------------------------------- engine: pools, backend, forward
