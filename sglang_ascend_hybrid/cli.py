@@ -25,9 +25,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def invalid_settings(command: str) -> bool:
+    """Print one line per invalid environment variable on stderr; True if any."""
+    from sglang_ascend_hybrid.envs import problems
+
+    found = problems()
+    for problem in found:
+        print(f"sglang-ascend-hybrid {command}: error: {problem}", file=sys.stderr)
+    return bool(found)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # doctor reports invalid settings in its report; the other commands refuse to start.
+    if args.command != "doctor" and invalid_settings(args.command):
+        return 2
     if args.command == "doctor":
         from sglang_ascend_hybrid import doctor
 

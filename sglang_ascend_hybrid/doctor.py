@@ -1,4 +1,13 @@
-"""``sglang-ascend-hybrid doctor``: what this machine has and what the plugin did."""
+"""``sglang-ascend-hybrid doctor``: what this machine has and what the plugin did.
+
+Invalid settings (environment variables, validated by :mod:`sglang_ascend_hybrid.envs`)
+are shown as ``INVALID: ...`` in the Settings section and repeated as one
+``problem:`` line each, on stdout after the report and on stderr; doctor then exits
+with status 2 (0 otherwise), never with a traceback.  An invalid
+``SGLANG_ASCEND_HYBRID_DISABLE`` stops the plugin from registering at all, so doctor
+does not load the plugins then (a server would log the same error and run without
+the plugin).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +18,7 @@ import sys
 from typing import TextIO
 
 from sglang_ascend_hybrid import __version__, patches
-from sglang_ascend_hybrid.envs import effective_settings
+from sglang_ascend_hybrid.envs import ENV, effective_settings, problems
 from sglang_ascend_hybrid.versioning import installed_version
 
 # Device ops the plugin can use, by the seam name it looks them up under.
@@ -53,19 +62,31 @@ def collect() -> dict:
         "sgl-kernel-npu": installed_version("sgl-kernel-npu") or installed_version("sgl_kernel_npu"),
         "CANN": cann_version(),
     }
-    load_errors = _load_plugins_like_sglang()
+    setting_problems = problems()
+    if ENV.DISABLE.problem():
+        load_errors = [f"plugin not loaded: {ENV.DISABLE.problem()} (SGLang would fail to register the plugin)"]
+    else:
+        load_errors = _load_plugins_like_sglang()
     ops = {name: seam.available(name) for name in KNOWN_DEVICE_OPS}
     status = [
         {"name": p.name, "target": p.target, "state": STATUS.patches[p.name].state if p.name in STATUS.patches else "not attempted",
          "reason": STATUS.patches[p.name].reason if p.name in STATUS.patches else "", "runtime": p.runtime}
         for p in patches.PATCHES
     ]
+    from sglang_ascend_hybrid import kernel_report
+
+    try:
+        kernels = kernel_report.report()
+    except Exception as exc:  # never crash doctor
+        kernels = {"error": f"{type(exc).__name__}: {exc}"}
     return {
         "versions": versions,
         "device_ops": ops,
+        "kernels": kernels,
         "patches": status,
         "summary": STATUS.summary(),
         "settings": effective_settings(),
+        "setting_problems": setting_problems,
         "load_errors": load_errors,
     }
 
@@ -102,6 +123,13 @@ def render(info: dict, out: TextIO | None = None) -> None:
     w("\nDevice ops (through the plugin's seam)\n")
     for name, ok in info["device_ops"].items():
         w(f"  {name:58s} {'present' if ok else 'absent'}\n")
+    from sglang_ascend_hybrid import kernel_report
+
+    kernels = info.get("kernels") or {}
+    if "error" in kernels:
+        w(f"\nKernels: could not be probed ({kernels['error']})\n")
+    elif kernels:
+        kernel_report.render(kernels, w)
     w(f"\nPatches: {info['summary']}\n")
     for p in info["patches"]:
         reason = f"  ({p['reason']})" if p["reason"] else ""
@@ -111,9 +139,13 @@ def render(info: dict, out: TextIO | None = None) -> None:
         w(f"  {name} = {value}\n")
     for err in info["load_errors"]:
         w(f"\nproblem: {err}\n")
+    for err in info["setting_problems"]:
+        w(f"\nproblem: {err}\n")
 
 
 def main(args) -> int:
     info = collect()
     render(info)
-    return 0
+    for err in info["setting_problems"]:
+        print(f"sglang-ascend-hybrid doctor: error: {err}", file=sys.stderr)
+    return 2 if info["setting_problems"] else 0

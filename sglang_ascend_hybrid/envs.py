@@ -1,54 +1,109 @@
 """Every environment variable the plugin reads, in one place.
 
 Each variable is named ``SGLANG_ASCEND_HYBRID_*`` and documented in README.md
-("Environment variables").  Read them through :data:`ENV` so the parsing rules
-(and the defaults ``doctor`` prints) live here only.
+("Environment variables").  Read them through :data:`ENV` so the parsing and
+validation rules (and the defaults ``doctor`` prints) live here only.
+
+Rules, for every variable:
+
+* unset, or set to the empty string (``VAR=`` / only spaces), means the default;
+* surrounding spaces are ignored;
+* any other value that does not parse, or lies outside the variable's range or
+  choices, raises ``ValueError("environment variable NAME=VALUE: expected ...")``
+  -- the variable's name, the value as given and what is accepted, on one line.
+
+:func:`problems` validates them all at once (``doctor``, the CLI's startup).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import re
 from dataclasses import dataclass
 from typing import Callable, Generic, Iterator, TypeVar
 
 T = TypeVar("T")
 
+# Rung names of the kernel ladders (fastest first), as the ladders in
+# ``ops/gdn/dispatch.py`` and ``ops/causal_conv1d.py`` name them.  Listed here so
+# validating the environment needs no op module (and no torch) import;
+# ``tests/test_envs.py`` checks they equal the ladders' names.
+GDN_PREFILL_RUNGS = ("npu_chunk", "mega", "triton", "torch")
+GDN_DECODE_RUNGS = ("npu_recurrent", "torch")
+GDN_RUNGS = tuple(dict.fromkeys(GDN_PREFILL_RUNGS + GDN_DECODE_RUNGS))
+CONV_RUNGS = ("npu_v2", "npu_aclnn", "npu_update_v2", "torch")  # npu_update_v2: decode only
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
 
 def _parse_bool(raw: str) -> bool:
-    value = raw.strip().lower()
-    if value in ("1", "true", "yes", "on"):
+    value = raw.lower()
+    if value in _TRUE:
         return True
-    if value in ("0", "false", "no", "off", ""):
+    if value in _FALSE:
         return False
-    raise ValueError(f"expected a boolean (1/0/true/false), got {raw!r}")
+    raise ValueError(f"expected a boolean ({'/'.join(_TRUE)} or {'/'.join(_FALSE)})")
 
 
-def _parse_float(raw: str) -> float:
-    try:
-        return float(raw)
-    except ValueError:
-        raise ValueError(f"expected a number, got {raw!r}") from None
+# Plain decimal numbers and inf / infinity (any case); Python's float() also takes '1_0' and
+# non-ASCII digits, which are not accepted here.
+_NUMBER = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf|infinity|nan)", re.ASCII | re.IGNORECASE)
+
+
+def _parse_overhead(raw: str) -> float:
+    """A compute-overhead limit: a number >= 1, or ``inf`` for no limit."""
+    if not _NUMBER.fullmatch(raw):
+        raise ValueError("expected a number >= 1 (or inf for no limit)")
+    value = float(raw)
+    if math.isnan(value) or value < 1.0:
+        raise ValueError("expected a number >= 1 (or inf for no limit)")
+    return value
+
+
+def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        if raw not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}")
+        return raw
+
+    parse.choices = choices  # type: ignore[attr-defined]
+    return parse
 
 
 @dataclass(frozen=True)
 class EnvVar(Generic[T]):
     name: str
     default: T
-    parse: Callable[[str], T]
+    parse: Callable[[str], T]  # raises ValueError("expected ...") on a bad value
     help: str
 
     def is_set(self) -> bool:
-        return self.name in os.environ
+        """Set to something other than the empty string."""
+        return bool(os.environ.get(self.name, "").strip())
+
+    @property
+    def choices(self) -> tuple[str, ...] | None:
+        return getattr(self.parse, "choices", None)
 
     def get(self) -> T:
         raw = os.environ.get(self.name)
-        if raw is None:
+        if raw is None or not raw.strip():
             return self.default
         try:
-            return self.parse(raw)
+            return self.parse(raw.strip())
         except ValueError as exc:
-            raise ValueError(f"environment variable {self.name}: {exc}") from None
+            raise ValueError(f"environment variable {self.name}={raw!r}: {exc}") from None
+
+    def problem(self) -> str | None:
+        """The one-line error of the current value, or None when it is valid."""
+        try:
+            self.get()
+        except ValueError as exc:
+            return str(exc)
+        return None
 
 
 class _Registry:
@@ -63,23 +118,26 @@ class _Registry:
         "Users may set it themselves to get strict mode under plain 'ascend'.",
     )
     GDN_BACKEND = EnvVar(
-        "SGLANG_ASCEND_HYBRID_GDN_BACKEND", "auto", str,
-        "auto (default) walks the GDN kernel ladder; a rung name forces that rung.",
+        "SGLANG_ASCEND_HYBRID_GDN_BACKEND", "auto", _choice(("auto",) + GDN_RUNGS),
+        "auto (default) walks the GDN kernel ladders; a rung name forces that rung "
+        "(prefill: npu_chunk, mega, triton, torch; decode: npu_recurrent, torch).",
     )
     GDN_MAX_OVERHEAD = EnvVar(
-        "SGLANG_ASCEND_HYBRID_GDN_MAX_OVERHEAD", 1.5, _parse_float,
+        "SGLANG_ASCEND_HYBRID_GDN_MAX_OVERHEAD", 1.5, _parse_overhead,
         "Largest compute overhead (launched / real value-head work) a head plan may "
-        "have before GDN falls back to the next kernel rung.",
+        "have before GDN falls back to the next kernel rung: a number >= 1, or inf "
+        "for no limit.",
     )
     CONV_BACKEND = EnvVar(
-        "SGLANG_ASCEND_HYBRID_CONV_BACKEND", "auto", str,
-        "auto (default) walks the short-conv causal_conv1d ladder (npu_v2 -> npu_aclnn -> "
-        "torch); a rung name forces that rung.",
+        "SGLANG_ASCEND_HYBRID_CONV_BACKEND", "auto", _choice(("auto",) + CONV_RUNGS),
+        "auto (default) walks the short-conv causal_conv1d ladders (npu_v2 -> npu_aclnn -> "
+        "[decode: npu_update_v2 ->] torch); a rung name forces that rung.",
     )
     DEBUG_CHECKS = EnvVar(
         "SGLANG_ASCEND_HYBRID_DEBUG_CHECKS", False, _parse_bool,
         "1 turns on value checks (slot ranges, duplicate slots, offsets) on the serving "
-        "decode path too; they read tensor values on the host, so they break NPU graph "
+        "decode path too, and compares caller-given host boundary copies with their "
+        "device tensors; they read tensor values on the host, so they break NPU graph "
         "capture: for debugging only.",
     )
 
@@ -91,14 +149,21 @@ def all_vars() -> list[EnvVar]:
     return [v for v in vars(_Registry).values() if isinstance(v, EnvVar)]
 
 
+def problems() -> list[str]:
+    """One line per invalid variable (empty when every variable is valid)."""
+    return [p for p in (var.problem() for var in all_vars()) if p]
+
+
 def effective_settings() -> dict[str, str]:
-    """Name -> effective value (as text, with '(default)' when unset), for doctor."""
+    """Name -> effective value (as text, with '(default)' when unset), for doctor.
+    An invalid value reads ``INVALID: <the one-line error>``."""
     out = {}
     for var in all_vars():
         try:
             value = repr(var.get())
         except ValueError as exc:
-            value = f"INVALID ({exc})"
+            out[var.name] = f"INVALID: {exc}"
+            continue
         out[var.name] = value if var.is_set() else f"{value} (default)"
     return out
 

@@ -72,6 +72,8 @@ REPORTED_FIELDS = (
     "chunked_prefill_size",
     "tp_size",
     "device",
+    "mamba_ssm_dtype",
+    "speculative_algorithm",
 )
 
 # Modules whose import-time state must be settled before NPU emulation starts.

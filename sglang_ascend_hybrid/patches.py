@@ -125,6 +125,22 @@ PATCHES: tuple[Patch, ...] = (
         removal="when SGLang supports extra_buffer for LFM2 / ZAYA1 on NPU (the hook already steps aside "
                 "when SGLang reports extra_buffer as supported), or its NPU defaults resolve the conflict",
     ),    Patch(
+        name="gdn-state-dtype-report",
+        target="handle_model_specific_adjustments",
+        kind="resolution",
+        extra_targets=(
+            "sglang.srt.arg_groups.overrides.resolving_view",
+            "sglang.srt.arg_groups.overrides.model_config_of",
+        ),
+        hook="sglang_ascend_hybrid.backends.gdn_state_dtype:gdn_state_dtype_hook",
+        why="GDN models on NPU get the SSM state dtype of --mamba-ssm-dtype, else of the model config (float32 "
+            "for Qwen3.5 / 3.6), and which fused kernels can serve depends on it; operators need to see that "
+            "before the first request",
+        how="resolution hook that changes nothing: one INFO line naming the dtype, where it came from, the "
+            "prefill and speculative-verify kernels it means and the flag that changes it",
+        removal="when SGLang reports the kernels per state dtype itself",
+    ),
+    Patch(
         name="short-conv-backend",
         target="sglang.srt.layers.attention.attention_registry.attn_backend_wrapper",
         kind="hook",
@@ -178,13 +194,37 @@ PATCHES: tuple[Patch, ...] = (
             "the per-rank (value heads, key heads) pair, e.g. Qwen3.6-27B at TP=8 -> (6, 2); this method "
             "is the narrowest wrapper of torch.ops.npu.chunk_gated_delta_rule in sglang 0.5.23 and gets a "
             "gathered copy of the states (forward_extend writes the result into the pool)",
-        how="AROUND: call the original; on its shape refusal mark the signature, log once at INFO and run "
-            "the GDN ladder on the original inputs: sgl-kernel-npu mega kernel through the head planner "
-            "(native / split / pad), then the sgl-kernel-npu Triton chunk path, then the torch chunked "
-            "path; exact 64-token chunk states when mamba state tracking needs them; "
-            "GDN_ATTN_BACKEND_TRITON=1 keeps its meaning; other errors propagate",
+        how="AROUND, replacing the body (the original is not called: it passes the pool's state dtype and "
+            "3-D beta / g, which the op's host refuses on A2/A3 for fp32 pools): the GDN prefill ladder "
+            "torch.ops.npu.chunk_gated_delta_rule called as its contract requires (bf16 state, 2-D beta / g; "
+            "refusals predicted from the contract or recognised), then sgl-kernel-npu's mega kernel through "
+            "the head planner (native / split / pad), then the Triton chunk path, then the torch chunked "
+            "path; no rung lowers the pool's state precision; exact 64-token chunk states when mamba state "
+            "tracking needs them; GDN_ATTN_BACKEND_TRITON=1 keeps its meaning; memory / device errors "
+            "propagate",
         removal="when the fused NPU op and the mega kernel accept every per-rank head pair, or SGLang "
                 "ships its own fallback",
+    ),
+    Patch(
+        name="gdn-verify-ladder",
+        target=("sglang.srt.hardware_backend.npu.attention.ascend_gdn_backend.AscendGDNAttnBackend."
+                "fused_recurrent_gated_delta_rule_update"),
+        kind="hook",
+        hook_type="around",
+        requires=("sgl_kernel_npu",),
+        hook="sglang_ascend_hybrid.backends.gdn_hooks:ascend_verify_update",
+        why="speculative decoding (MTP) of GDN models verifies draft tokens with "
+            "torch.ops.npu.recurrent_gated_delta_rule, which is bf16-only without a dtype check: with the "
+            "fp32 SSM pool the Qwen3.5 / 3.6 configs ask for it reads fp32 bytes as bf16 and the output "
+            "silently degrades (sglang issue #40419); this method is the narrowest wrapper of that call",
+        how="AROUND, replacing the body (the original is not called): the same arguments (graph-mode and "
+            "eager index tensors alike) go through the GDN verify ladder: the NPU op when every tensor is "
+            "bf16, S <= 8 and its on-chip memory fits (padding rows parked in the scratch's spare entry), "
+            "else an exact torch implementation of the op's semantics computing in fp32 and storing in the "
+            "pool's dtype; capture-safe (no host sync, static shapes); value checks only with "
+            "SGLANG_ASCEND_HYBRID_DEBUG_CHECKS=1; move_intermediate_cache then commits the accepted step "
+            "unchanged",
+        removal="when upstream fixes sglang issue #40419 (the verify path honours the SSM state dtype)",
     ),
     Patch(
         name="gdn-sgl-kernel-npu-chunk",

@@ -33,7 +33,12 @@ def kernel_predicate(kernel_heads: Optional[list[int]]) -> Optional[Callable[[in
     if kernel_heads is None:
         return None
     accepted = frozenset(kernel_heads)
-    return lambda hv, hk: hk > 0 and hv % hk == 0 and hv in accepted
+
+    def predicate(hv: int, hk: int) -> bool:
+        return hk > 0 and hv % hk == 0 and hv in accepted
+
+    predicate.max_value_heads = max(accepted)  # bounds the planner's search
+    return predicate
 
 
 def gdn_entry(cfg: dict, tp: int, predicate=None) -> dict[str, Any]:
@@ -143,8 +148,8 @@ def parse_heads(text: str) -> list[int]:
         heads = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise ValueError(f"--kernel-heads {text!r}: expected comma-separated integers like 8,12,16") from None
-    if not heads or any(h <= 0 for h in heads):
-        raise ValueError(f"--kernel-heads {text!r}: expected positive integers")
+    if not heads or any(not 0 < h <= mf.MAX_HEADS for h in heads):
+        raise ValueError(f"--kernel-heads {text!r}: expected integers from 1 to {mf.MAX_HEADS}")
     return heads
 
 

@@ -39,7 +39,8 @@ from sglang_ascend_hybrid.ops import seam
 
 # Absolute tolerances (fp16 / bf16 device ops vs an fp32 reference).
 TOL_CONV = 2e-2
-TOL_GDN = 3e-2
+TOL_GDN = 1e-2
+TOL_GDN_BF16 = 2e-2  # bf16 inputs and states (7-bit mantissa)
 TOL_ATTN = 3e-2
 
 
@@ -186,7 +187,9 @@ def _conv_update_case(device: str, quick: bool) -> tuple[float, float]:
 # --------------------------------------------------------------------------- GDN
 
 
-def _gdn_inputs(lens, hk, hv, dim, seed, dtype):
+def _gdn_inputs(lens, hk, hv, dim, seed, dtype, state_dtype=None):
+    """Inputs in ``dtype``, initial states in ``state_dtype`` (default: ``dtype``: a 16-bit pool that
+    the 16-bit kernels serve; an fp32 pool never reaches them)."""
     gen = torch.Generator().manual_seed(seed)
     T = sum(lens)
     q = torch.randn(1, T, hk, dim, generator=gen).to(dtype)
@@ -197,15 +200,16 @@ def _gdn_inputs(lens, hk, hv, dim, seed, dtype):
     cu = torch.tensor([0] + list(lens)).cumsum(0).to(torch.int32)
     h0 = torch.randn(len(lens), hv, dim, dim, generator=gen) * 0.1
     h0[1::2] = 0  # mixed: every other sequence starts from zeros
-    return q, k, v, g, beta, cu, h0
+    return q, k, v, g, beta, cu, h0.to(state_dtype or dtype)
 
 
-def _gdn_prefill_case(hk: int, hv: int) -> Callable[[str, bool], tuple[float, float]]:
+def _gdn_prefill_case(hk: int, hv: int, dtype: torch.dtype = torch.float16
+                      ) -> Callable[[str, bool], tuple[float, float]]:
     def run(device: str, quick: bool) -> tuple[float, float]:
         from sglang_ascend_hybrid.ops import gdn
 
         lens = [21, 11] if quick else [50, 13, 65]
-        q, k, v, g, beta, cu, h0 = _gdn_inputs(lens, hk, hv, 128, 10 + hv, torch.float16)
+        q, k, v, g, beta, cu, h0 = _gdn_inputs(lens, hk, hv, 128, 10 + hv, dtype)
         ref_o, ref_final = gdn.chunk_gated_delta_rule(
             q.float(), k.float(), v.float(), g, beta.float(), cu_seqlens=cu.long(), initial_state=h0,
             use_qk_l2norm=True, backend="torch")
@@ -223,8 +227,9 @@ def _gdn_decode_case(device: str, quick: bool) -> tuple[float, float]:
 
     hk, hv, dim = (2, 4, 128) if quick else (4, 8, 128)
     slots = [2, -1, 0, 3]
-    q, k, v, g, beta, _, _ = _gdn_inputs([len(slots)], hk, hv, dim, 7, torch.float16)
-    pool = torch.randn(5, hv, dim, dim, generator=torch.Generator().manual_seed(8)) * 0.1
+    # The recurrent op is bf16-only (inputs and state pool).
+    q, k, v, g, beta, _, _ = _gdn_inputs([len(slots)], hk, hv, dim, 7, torch.bfloat16)
+    pool = (torch.randn(5, hv, dim, dim, generator=torch.Generator().manual_seed(8)) * 0.1).bfloat16()
     idx = torch.tensor(slots, dtype=torch.int32)
     ref_pool = pool.clone()
     ref = gdn.recurrent_gated_delta_rule(q.float(), k.float(), v.float(), g, beta.float(),
@@ -236,6 +241,32 @@ def _gdn_decode_case(device: str, quick: bool) -> tuple[float, float]:
         q.to(d), k.to(d), v.to(d), g.to(d), beta.to(d), state_pool=dev_pool, state_indices=idx.to(d),
         use_qk_l2norm=True))
     return max(_err(out, ref), _err(dev_pool, ref_pool)), ms
+
+
+def _gdn_verify_case(device: str, quick: bool) -> tuple[float, float]:
+    from sglang_ascend_hybrid.ops.gdn import verify as gv
+
+    B, S, nk, nv, dim = (2, 3, 2, 4, 128) if quick else (4, 4, 4, 8, 128)
+    gen = torch.Generator().manual_seed(12)
+    mix = torch.randn(B, S, 2 * nk * dim + nv * dim, generator=gen).bfloat16()
+    pool = (torch.randn(B + 2, nv, dim, dim, generator=gen) * 0.1).bfloat16()
+    inter = torch.zeros((B + 1) * S, nv, dim, dim, dtype=torch.bfloat16)
+    beta = torch.randn(B, S, nv, generator=gen).bfloat16()
+    g = F.logsigmoid(torch.randn(B, S, nv, generator=gen) + 2.0)
+    cache = torch.arange(1, B + 1, dtype=torch.int32)
+    lens = torch.tensor([S] + [max(1, S - 1)] * (B - 1), dtype=torch.int32)
+    idx = torch.arange(B * S, dtype=torch.int32).view(B, S)
+    nat = torch.ones(B, dtype=torch.int32)
+
+    def make(d, p, i):
+        return gv.VerifyCall(mix.to(d), p, beta.to(d), g.to(d), dim ** -0.5, lens.to(d), idx.to(d), nk, nv,
+                             intermediate_state=i, cache_indices=cache.to(d), num_accepted_tokens=nat.to(d))
+
+    ref_inter = inter.float()
+    ref = gv.recurrent_verify(make("cpu", pool.float(), ref_inter), backend="torch")
+    dev_inter = inter.to(device)
+    out, ms = _timed(device, lambda: gv.recurrent_verify(make(device, pool.to(device), dev_inter)))
+    return max(_err(out, ref), _err(dev_inter, ref_inter)), ms
 
 
 def _gdn_emulators(*names: str) -> Callable[[], dict]:
@@ -258,7 +289,7 @@ def _attention_case(dtype: torch.dtype) -> Callable[[str, bool], tuple[float, fl
 
         # two-sided, KV-only, query-only, two-sided, empty on both sides
         q_lens, k_lens = ([3, 0, 4, 5, 0], [4, 6, 0, 7, 0]) if quick else ([9, 0, 11, 16, 0], [12, 20, 0, 24, 0])
-        case = packed_case(q_lens, k_lens, num_heads=4, num_kv_heads=2, head_dim=32 if quick else 64,
+        case = packed_case(q_lens, k_lens, num_heads=4, num_kv_heads=2, head_dim=128,
                            dtype=dtype, seed=3)
         ref_out, ref_lse = packed_attention_reference(case.q.float(), case.k.float(), case.v.float(),
                                                       case.q_bounds, case.k_bounds, case.scale)
@@ -305,16 +336,23 @@ def checks() -> list[Check]:
         Check("causal_conv1d_update", "decode fp16 W=4 pad slot (aclnn)", _conv_update_case, TOL_CONV,
               _conv_emulators("aclnn"), (conv_emu.OP_ACLNN,),
               npu_env={"SGLANG_ASCEND_HYBRID_CONV_BACKEND": "npu_aclnn"}),
-        Check("chunk_gated_delta_rule", "heads (16,8) D=128 fp16 native", _gdn_prefill_case(8, 16), TOL_GDN,
+        Check("chunk_gated_delta_rule", "heads (6,2) D=128 bf16, bf16 state (npu op)",
+              _gdn_prefill_case(2, 6, torch.bfloat16), TOL_GDN_BF16,
+              _gdn_emulators(gdn_emu.OP_NPU_CHUNK), (gdn_emu.OP_NPU_CHUNK,),
+              npu_env={"SGLANG_ASCEND_HYBRID_GDN_BACKEND": "npu_chunk"}),
+        Check("chunk_gated_delta_rule", "heads (16,8) D=128 fp16 native (mega)", _gdn_prefill_case(8, 16), TOL_GDN,
               _gdn_emulators(gdn_emu.OP_MEGA), (gdn_emu.OP_MEGA,), npu_env=_GDN_MEGA),
-        Check("chunk_gated_delta_rule", "heads (6,2) D=128 fp16 planned", _gdn_prefill_case(2, 6), TOL_GDN,
+        Check("chunk_gated_delta_rule", "heads (6,2) D=128 fp16 planned (mega)", _gdn_prefill_case(2, 6), TOL_GDN,
               _gdn_emulators(gdn_emu.OP_MEGA), (gdn_emu.OP_MEGA,), npu_env=_GDN_MEGA),
-        Check("recurrent_gated_delta_rule", "decode D=128 fp16 pad slot", _gdn_decode_case, TOL_GDN,
+        Check("recurrent_gated_delta_rule", "decode D=128 bf16 pad slot", _gdn_decode_case, TOL_GDN_BF16,
               _gdn_emulators(gdn_emu.OP_NPU_RECURRENT), (gdn_emu.OP_NPU_RECURRENT,),
               npu_env={"SGLANG_ASCEND_HYBRID_GDN_BACKEND": "npu_recurrent"}),
-        Check("fused_infer_attention_varlen", "bf16 KV-only + query-only", _attention_case(torch.bfloat16),
+        Check("recurrent_gated_delta_rule", "verify S<=4 D=128 bf16 (MTP)", _gdn_verify_case, TOL_GDN_BF16,
+              _gdn_emulators(gdn_emu.OP_NPU_RECURRENT), (gdn_emu.OP_NPU_RECURRENT,)),
+        # The real op takes head dim 128 (or 192 / 128): no other head dim on a device.
+        Check("fused_infer_attention_varlen", "bf16 D=128 KV-only + query-only", _attention_case(torch.bfloat16),
               TOL_ATTN, _attention_emulators, (attn_emu.OP_NAME,)),
-        Check("fused_infer_attention_varlen", "fp16 KV-only + query-only", _attention_case(torch.float16),
+        Check("fused_infer_attention_varlen", "fp16 D=128 KV-only + query-only", _attention_case(torch.float16),
               TOL_ATTN, _attention_emulators, (attn_emu.OP_NAME,)),
     ]
 

@@ -37,9 +37,9 @@ SYNC_OPS = {op for op in map(_op, _SYNC_OP_NAMES) if op is not None}
 class SyncCounter(TorchDispatchMode):
     """``with SyncCounter() as c: ...`` then ``c.total`` / ``c.counts`` (op name -> count).
 
-    Also counts copies to the CPU of tensors that live on another device (``.cpu()``,
-    ``.to("cpu")``, ``.tolist()`` on an NPU tensor) when a ``device_of_interest`` is given, and
-    boolean-mask indexing (``t[mask]``), which is a nonzero in disguise.
+    Also counts copies of device tensors to the CPU (``.cpu()``, ``.to("cpu")``), explicit CPU
+    copies of CPU tensors when ``device_of_interest="cpu"`` (how the plugin's host reads show up
+    on a CPU machine), and boolean-mask indexing (``t[mask]``), which is a nonzero in disguise.
     """
 
     def __init__(self, device_of_interest: str | None = None):
@@ -59,10 +59,16 @@ class SyncCounter(TorchDispatchMode):
             indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
             if any(i is not None and i.dtype == torch.bool for i in indices):
                 self.counts[f"{func} (boolean mask)"] += 1
-        elif self.device_of_interest is not None and func in (aten._to_copy.default, aten.copy_.default):
-            src = args[0] if func is aten._to_copy.default else args[1]
-            dst_device = kwargs.get("device") if func is aten._to_copy.default else args[0].device
-            if (isinstance(src, torch.Tensor) and src.device.type == self.device_of_interest
-                    and dst_device is not None and torch.device(dst_device).type == "cpu"):
+        elif func is aten._to_copy.default:
+            # An explicit transfer to the host.  On a CPU machine the plugin's host reads
+            # (ops.host.host_list) are explicit cpu copies, counted with device_of_interest="cpu".
+            dst = kwargs.get("device")
+            src = args[0]
+            if dst is not None and torch.device(dst).type == "cpu" and isinstance(src, torch.Tensor) and (
+                    src.device.type != "cpu" or self.device_of_interest == "cpu"):
+                self.counts[f"{func} (to cpu)"] += 1
+        elif func is aten.copy_.default:
+            dst, src = args[0], args[1]
+            if isinstance(src, torch.Tensor) and dst.device.type == "cpu" and src.device.type != "cpu":
                 self.counts[f"{func} (to cpu)"] += 1
         return func(*args, **(kwargs or {}))

@@ -63,10 +63,12 @@ def test_kernel_heads_option_changes_the_accepted_set(capsys):
     rows = plan_json(capsys, "--config", str(CONFIGS / "qwen3_6-27b"), "--tp", "8", "--kernel-heads", "6,12")
     assert rows[0]["gdn"]["strategy"] == "native" and rows[0]["gdn"]["launches"] == [[6, 2]]
     rows = plan_json(capsys, "--config", str(CONFIGS / "qwen3_6-27b"), "--tp", "1", "--kernel-heads", "16")
-    g = rows[0]["gdn"]  # (48, 16) with only 16 value heads accepted: split into 16 key-groups? no: (16,16) pairs
-    for hv, hk in g["launches"]:
-        assert hv == 16 and hv % hk == 0
-    assert g["overhead"] >= 1.0
+    g = rows[0]["gdn"]
+    # (48, 16) with only 16-value-head launches: four launches of 4 key groups, each group padded
+    # from 3 to 4 value heads (64/48 of the work) -- the mega kernel, not a fallback row.
+    assert g["fast_kernel"] and g["fallback"] is None
+    assert g["strategy"] == "split+pad" and g["launches"] == [[16, 4]] * 4
+    assert g["overhead"] == pytest.approx(64 / 48)
 
 
 @pytest.mark.parametrize("name", ["lfm2-1.2b", "lfm2-8b-a1b", "lfm2-vl-1.6b", "zaya1-base"])
@@ -103,9 +105,11 @@ def test_bad_configs_exit_2_with_one_line(tmp_path, capsys, content, needle):
     assert out == ""
 
 
-def test_bad_kernel_heads_exit_2(capsys):
-    code, _, err = run_plan(capsys, "--config", str(CONFIGS / "qwen3_6-27b"), "--kernel-heads", "8,x")
-    assert code == 2 and "--kernel-heads" in err
+@pytest.mark.parametrize("heads", ["8,x", "0", "-8", "8,4097", "99999999999", ","])
+def test_bad_kernel_heads_exit_2(capsys, heads):
+    code, out, err = run_plan(capsys, "--config", str(CONFIGS / "qwen3_6-27b"), "--kernel-heads", heads)
+    assert code == 2 and f"--kernel-heads {heads!r}: expected" in err
+    assert len(err.strip().splitlines()) == 1 and out == ""
 
 
 def test_plan_matches_what_the_runtime_launches(capsys):

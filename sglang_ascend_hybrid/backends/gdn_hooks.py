@@ -1,19 +1,29 @@
 """Integration hooks: SGLang's Ascend GDN prefill goes through the GDN kernel ladder.
 
 ``ascend_chunk_gdn`` (AROUND ``sglang.srt.hardware_backend.npu.attention.
-ascend_gdn_backend.AscendGDNAttnBackend.chunk_gdn``, SGLang 0.5.23)
+ascend_gdn_backend.AscendGDNAttnBackend.chunk_gdn``, SGLang 0.5.21-0.5.23)
     The narrowest symbol around the prefill kernel call
     (``torch.ops.npu.chunk_gated_delta_rule``): it receives q / k / v / g / beta,
-    a gathered copy of the SSM states and ``query_start_loc``, and returns
-    ``(o [T, Hv, V], final [N, Hv, V, K], h [NT, Hv, V, K])``; ``forward_extend``
-    then writes ``final`` into the pool.  The hook calls the original; when the
-    op refuses the shape it marks the shape refused (later calls skip the
-    original), logs once, and runs the rest of the ladder (mega through a head
-    plan, triton, torch) on the same inputs.  The per-chunk states ``h`` are
+    a gathered copy of the SSM states (in the pool's dtype) and
+    ``query_start_loc``, and returns ``(o [T, Hv, V], final [N, Hv, V, K],
+    h [NT, Hv, V, K])``; ``forward_extend`` then writes ``final`` into the pool.
+    The hook replaces the body with the GDN prefill ladder, whose first rung is
+    the same op called as its contract requires (the original passes the pool's
+    state dtype, which the op refuses on A2/A3 for the fp32 pools the Qwen3.5 /
+    3.6 configs ask for, and 3-D beta / g, which its host check rejects): a
+    refusal is predicted from the contract or recognised at call time, and the
+    rest of the ladder (mega through a head plan, triton, torch) serves the same
+    inputs.  The original is never called.  The per-chunk states ``h`` are
     produced whenever radix-cache tracking may read them
     (``forward_metadata.has_mamba_track_mask``), which rules the mega kernel out
     (its chunks are 128 tokens).  ``GDN_ATTN_BACKEND_TRITON=1`` keeps its
     upstream meaning: prefill goes to the Triton chunk path (then torch).
+``ascend_verify_update`` (AROUND ``AscendGDNAttnBackend.fused_recurrent_gated_delta_rule_update``)
+    Speculative verify: the same arguments as upstream's call of
+    ``torch.ops.npu.recurrent_gated_delta_rule`` (graph-mode or eager index
+    tensors) go through the verify ladder of :mod:`sglang_ascend_hybrid.ops.gdn.verify`
+    (the op where its bf16 contract holds, else an exact torch path keeping the
+    pool's dtype).  Capture-safe; the original is never called.
 ``sgl_chunk_gated_delta_rule_npu`` (AROUND ``sgl_kernel_npu.fla.chunk.
 chunk_gated_delta_rule_npu``, older SGLang releases' prefill entry)
     Calls the original; when the mega kernel inside refuses the head pair
@@ -31,6 +41,7 @@ import os
 
 import torch
 
+from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops.gdn import dispatch
 from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states
@@ -54,24 +65,17 @@ def _log_refusal(sig, kernel: str, exc: BaseException, taken: str) -> None:
 
 
 def ascend_chunk_gdn(original, self, q, k, v, g, beta, initial_state, cu_seqlens):
-    """AROUND hook of ``AscendGDNAttnBackend.chunk_gdn`` (see module docstring)."""
+    """AROUND hook of ``AscendGDNAttnBackend.chunk_gdn`` (see module docstring); ``original``
+    is not called."""
+    del original
     T, Hk, K = q.shape
     Hv, V = v.shape[-2], v.shape[-1]
     need_h = bool(getattr(getattr(self, "forward_metadata", None), "has_mamba_track_mask", True))
-    sig = dispatch.GdnSignature(Hv, Hk, K, V, q.dtype, need_h)
-    skip: tuple = ("npu_chunk",)
+    skip: tuple = ()
     if _triton_requested():
         skip = ("npu_chunk", "mega")
         log_once(logger, ("gdn-hook-triton",), "sglang-ascend-hybrid: GDN_ATTN_BACKEND_TRITON=1: GDN prefill "
                  "uses the Triton chunk kernel (torch if it refuses)")
-    elif not dispatch.PREFILL.refused("npu_chunk", sig):
-        try:
-            return original(self, q, k, v, g, beta, initial_state, cu_seqlens)
-        except Exception as exc:
-            if not dispatch._npu_op_refusal(exc):
-                raise
-            dispatch.PREFILL.mark_refused("npu_chunk", sig)
-            _log_refusal(sig, "npu_chunk (torch.ops.npu.chunk_gated_delta_rule)", exc, "the GDN ladder")
     o, final, h = chunk_with_states(
         q.reshape(1, T, Hk, K), k.reshape(1, T, Hk, K), v.reshape(1, T, Hv, V),
         g.reshape(1, T, Hv).float(), beta.reshape(1, T, Hv), cu_seqlens=cu_seqlens,
@@ -80,6 +84,33 @@ def ascend_chunk_gdn(original, self, q, k, v, g, beta, initial_state, cu_seqlens
         num_chunks = dispatch.ChunkCall(q, k, v, g, beta, cu_seqlens, None, 1.0).num_chunks()
         h = k.new_zeros(num_chunks, Hv, V, K)
     return o.reshape(T, Hv, V), final, h.to(k.dtype)
+
+
+def ascend_verify_update(original, self, mix_qkv, num_heads, num_value_heads, head_k_dim, head_v_dim,
+                         recurrent_state, beta, g, cache_indices, intermediate_state=None):
+    """AROUND hook of ``AscendGDNAttnBackend.fused_recurrent_gated_delta_rule_update`` (see module
+    docstring).  Mirrors upstream's argument preparation, then runs the verify ladder."""
+    del original
+    from sglang_ascend_hybrid.ops.gdn.verify import VerifyCall, recurrent_verify
+
+    batch_size, seq_len = mix_qkv.shape[0], mix_qkv.shape[1]
+    head_v = recurrent_state.shape[2]  # the pool is value-first [slots, nv, dv, dk]
+    if intermediate_state is not None:
+        intermediate_state = intermediate_state.reshape(-1, num_value_heads, head_v, head_k_dim)
+    if getattr(self, "graph_mode", False):
+        device = cache_indices.device
+        num_accepted = torch.ones(batch_size, dtype=torch.int32, device=device)
+        lengths = torch.full((batch_size,), seq_len, dtype=torch.int32, device=device)
+        ssm_state_indices = self.forward_metadata.mamba_cache_indices_gdn
+    else:
+        num_accepted, lengths = self.num_accept_tokens, self.actual_seq_lengths
+        ssm_state_indices = self.ssm_state_indices
+    call = VerifyCall(mix_qkv, recurrent_state, beta.reshape(batch_size, seq_len, num_value_heads),
+                      None if g is None else g.reshape(batch_size, seq_len, num_value_heads),
+                      1.0 / head_k_dim ** 0.5, lengths, ssm_state_indices.reshape(batch_size, seq_len),
+                      num_heads, num_value_heads, intermediate_state=intermediate_state,
+                      cache_indices=cache_indices, num_accepted_tokens=num_accepted)
+    return recurrent_verify(call, check_values=ENV.DEBUG_CHECKS.get())
 
 
 def sgl_chunk_gated_delta_rule_npu(original, q, k, v, g, beta, scale=None, initial_state=None,

@@ -1,154 +1,544 @@
-"""CPU emulators of the Ascend causal-conv1d kernels, with their contracts.
+"""CPU emulators of the Ascend causal-conv1d entry points, written from their upstream source.
 
-Three device ops take part in the short-conv ladder
-(:mod:`sglang_ascend_hybrid.ops.causal_conv1d`):
+Sources (read, not guessed; every rule below names the one it comes from):
 
-``causal_conv1d`` (``torch.ops.npu.causal_conv1d``, AscendC, as called by
-    SGLang's ``ascend_gdn_backend.py``): ``x [T, dim]``, ``weight [W, dim]``,
-    ``conv_states`` window-major ``[slots, window, dim]`` contiguous with the
-    state in the last ``W - 1`` rows, ``run_mode`` 0 (prefill, varlen by
-    ``query_start_loc``) or 1 (decode).  Returns ``[T, dim]``.  Refuses widths
-    outside 2-4, ``dim % 16 != 0`` and dtypes other than fp16 / bf16 with a
-    ``RuntimeError`` (the real op's aclnn shape check).
-``sgl_kernel_npu.mamba.causal_conv1d:causal_conv1d_fn_v2``: varlen prefill on
-    a window-major per-layer pool ``[slots, W - 1, dim]``; ``x [dim, T]``.
-    Pad rows (and only those) are redirected to the reserved slot 0, which is
-    scribbled on: that is the real op's documented behaviour.
-``sgl_kernel_npu.mamba.causal_conv1d:causal_conv1d_update_npu_v2``: decode on
-    the same pool; pad rows are skipped.
+``SKN``  = ``sgl-project/sgl-kernel-npu`` at ``f425bdf1e191a7682296d3b2ed0b927d4e37d671``
+           (``main``, tag ``2026.08.21``; the conv op last changed in 8f13e502, #592, 2026-07-10)
+``HOST`` = SKN ``csrc/causal_conv1d/op_host/causal_conv1d.cpp``
+``KERN`` = SKN ``csrc/causal_conv1d/op_kernel/causal_conv1d.h``, ``causal_conv1d.cpp``,
+           ``causal_conv1d_fn.h``, ``causal_conv1d_fn_tasks.h``
+``EXT``  = SKN ``csrc/pytorch_extensions.cpp``
+``PY``   = SKN ``python/sgl_kernel_npu/sgl_kernel_npu/mamba/causal_conv1d.py``
 
-The emulators loop over sequences in plain torch on purpose: they are an
-independent second implementation next to the vectorised reference.
-Speculative-verify features of the real ops (``num_accepted_tokens``) are not
-emulated and raise ``NotImplementedError``.
+Four entry points:
+
+:class:`NpuCausalConv1d` -- ``torch.ops.npu.causal_conv1d`` (:data:`OP_ACLNN`).
+    Registered by sgl-kernel-npu inside ``#ifdef SGL_KERNEL_ENABLE_A3_ONLY_OPS`` (EXT), i.e.
+    on every build except Ascend 950.  Schema (EXT)::
+
+        causal_conv1d(Tensor x, Tensor weight, Tensor conv_states, Tensor? bias=None,
+                      Tensor? query_start_loc=None, Tensor? cache_indices=None,
+                      Tensor? has_initial_state=None, Tensor? num_accepted_tokens=None,
+                      int activation_mode=0, int pad_slot_id=-1, int run_mode=0) -> Tensor
+
+    ``x [T, dim]`` (varlen by ``query_start_loc``) or ``[B, S, dim]``; ``weight [W, dim]``;
+    ``conv_states [slots, state_len, dim]`` window major.  Host checks, in order, raised as
+    ``RuntimeError`` by ``TORCH_CHECK`` with exactly these texts (HOST ``causal_conv1d_impl``):
+    ``x must be 2D or 3D tensor``, ``weight must be 2D tensor``,
+    ``Only BF16 and FP16 are supported``, ``weight dtype must match x dtype``,
+    ``conv_states dtype must match x dtype``, ``x must be contiguous``,
+    ``weight must be contiguous``, ``conv_states must be contiguous``,
+    ``Only support width in [2,4]``, and for 2-D x ``query_start_loc must have at least 2
+    elements`` (EXT turns None into an empty tensor).  Nothing else is checked: no ``dim % 16``
+    rule, no bias dtype, no ``weight.size(1) == dim``, no index ranges.
+    Semantics (KERN): per sequence, a zero-length window (``end - start <= 0``) is skipped
+    (``BuildSeqTaskWindowVarlen``), a cache index equal to ``pad_slot_id`` is skipped
+    (``ResolveSeqCacheIndex``); without cache_indices sequence ``b`` uses slot ``b``.  The
+    history is rows ``[0, W-1)`` of the slot (``InitRing``: ``pos = stateTokenOffset + i``,
+    offset 0), zeros in run_mode 0 when ``has_initial_state`` is absent or 0
+    (``ResolveSeqHasInit``), always the state in run_mode 1 (``hasInit = true`` in
+    ``ProcessDefaultByWindowMode``).  The output accumulates in fp32 (bias first, then taps
+    oldest to newest), optional SiLU (``activation_mode != 0``), rounded to x's dtype
+    (``CAST_RINT``).  The state write-back (``WriteBackState``) puts the last ``W-1`` rows of
+    ``[history, tokens]`` into rows ``[0, W-1)``; rows ``>= W-1`` are never touched.  In run
+    mode 1 with ``num_accepted_tokens`` and ``W == 4`` (``IsUpdateSpecDecodingEnabled``) the
+    history is read at row offset ``clamp(accepted - 1, 0, state_len - 3)`` and, when
+    ``2 + len <= state_len``, the write-back (``WriteBackStateSpec``) stores rows
+    ``offset+1, offset+2`` into rows 0, 1 and the tokens into rows ``2 ..``; otherwise the plain
+    write-back.  Run mode 0 ignores ``num_accepted_tokens`` (``(void)numAcceptedTokens`` in
+    ``causal_conv1d_fn.h``).  The output is ``at::empty_like(x)``: rows of skipped sequences
+    (and tokens outside every sequence) stay uninitialised -- NaN here.
+    Tiling cache (HOST): the tiling data is cached per ``CausalConv1dTilingKey`` (dim,
+    cuSeqlen, seqLen, batch, inputMode, width, stateLen, numCacheLines, activation,
+    pad_slot_id, run_mode, has bias / cache_indices / has_initial_state / num_accepted),
+    which omits the dtype although the tiling data carries ``dtypeKey`` and the kernel picks
+    its bf16 / fp16 instantiation from it (KERN ``causal_conv1d.cpp``): a second call of the
+    same key in the other dtype runs the wrong instantiation.  Up to ``MAX_CAPTURE_NUM``
+    (1024) keys are cached, later keys are not.  Each emulator instance keeps that cache.
+    Corroborated by SKN's own golden, ``tests/python/sgl_kernel_npu/test_conv1d_prefill.py``
+    ``reference_causal_conv1d`` (rows ``[:W-1]``, empty and pad sequences skipped, zeros
+    without an initial state).  That test file is older than the host: its negative cases
+    expect texts of the replaced PTO kernel (#572: widths ``2..64``, ``conv_states.shape[2]
+    must equal dim``, ``query_start_loc dtype must be int32``) that the f425bdf1 host lacks.
+
+:func:`emulate_causal_conv1d_update_v2` -- released ``sgl_kernel_npu.mamba.causal_conv1d:
+    causal_conv1d_update_v2`` (:data:`OP_UPDATE_V2_MAIN`, PY), a Triton kernel: x token major
+    ``[batch, dim]`` / ``[batch, seqlen, dim]`` / varlen ``[tokens, dim]``, ``conv_state
+    [slots, state_len, dim]`` (any strides), ``weight [W, dim]``.  It converts x to the state's
+    dtype and **overwrites that tensor in place** (``out = x``): the caller's x when the dtypes
+    agree.  History rows ``[offset, offset + W-1)`` (offset ``accepted - 1`` with
+    num_accepted_tokens, else 0) and the tokens are cast to **fp16** before the fp32
+    accumulation (``.to(tl.float16)``); weight and bias are read as fp32.  Pad and empty
+    sequences are skipped: their output rows keep x.  Checked against PY's Triton kernel itself
+    run in Triton's CPU interpreter (dim 512: below 512 its tiling uses a 48-wide ``tl.arange``
+    that only Triton-Ascend accepts): outputs and states bit-identical in fp16 (widths 2-4,
+    1-3 tokens, longer states, pads, num_accepted_tokens, varlen), bf16 outputs within one ulp.
+
+:func:`emulate_causal_conv1d_fn_v2`, :func:`emulate_causal_conv1d_update_npu_v2` -- the
+    window-major ops of an unmerged sgl-kernel-npu branch used by open sglang PR #38252
+    (:data:`OP_FN_V2`, :data:`OP_UPDATE_V2`); no release has them.  Only their signatures are
+    known (NPU_CONTRACTS.md section 5; its later version skips pad rows), so everything not
+    pinned raises :class:`EmulatorContractViolation`: a pool window other than ``W - 1``,
+    dtypes other than one shared fp16 / bf16, zero-length non-pad sequences.
+
+Everywhere: where the real op would read or write out of bounds (a slot index outside the
+pool that is not ``pad_slot_id``, offsets outside x, short index vectors, a bias or weight
+of another length), or reinterpret a dtype (a bias of another dtype is read as x's dtype),
+the emulators raise :class:`EmulatorContractViolation`.  Two processed sequences on one slot
+race (parallel blocks / lanes, no ordering): the rows they write and their outputs are left
+NaN (unspecified), not an error -- SGLang's NPU graph padding sends every padded decode row
+to slot 0 by design.
+
+:func:`emulators` builds the name -> callable table for
+:func:`sglang_ascend_hybrid.ops.seam.install_emulators`; which ops exist is a parameter, so
+tests run every build variant (conv op absent on Ascend 950 builds, v2 branch present or
+not, released ``causal_conv1d_update_v2`` present or not).
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 
+from sglang_ascend_hybrid.emulators import EmulatorContractViolation
+
+SOURCE_COMMIT = "sgl-project/sgl-kernel-npu@f425bdf1e191a7682296d3b2ed0b927d4e37d671"
+
 OP_ACLNN = "causal_conv1d"
 OP_FN_V2 = "sgl_kernel_npu.mamba.causal_conv1d:causal_conv1d_fn_v2"
 OP_UPDATE_V2 = "sgl_kernel_npu.mamba.causal_conv1d:causal_conv1d_update_npu_v2"
+OP_UPDATE_V2_MAIN = "sgl_kernel_npu.mamba.causal_conv1d:causal_conv1d_update_v2"
+
+# HOST TORCH_CHECK texts, in check order.
+ERR_X_DIM = "x must be 2D or 3D tensor"
+ERR_W_DIM = "weight must be 2D tensor"
+ERR_DTYPE = "Only BF16 and FP16 are supported"
+ERR_W_DTYPE = "weight dtype must match x dtype"
+ERR_S_DTYPE = "conv_states dtype must match x dtype"
+ERR_X_CONTIG = "x must be contiguous"
+ERR_W_CONTIG = "weight must be contiguous"
+ERR_S_CONTIG = "conv_states must be contiguous"
+ERR_WIDTH = "Only support width in [2,4]"
+ERR_QSL = "query_start_loc must have at least 2 elements"
+REFUSAL_TEXTS = (ERR_X_DIM, ERR_W_DIM, ERR_DTYPE, ERR_W_DTYPE, ERR_S_DTYPE, ERR_X_CONTIG,
+                 ERR_W_CONTIG, ERR_S_CONTIG, ERR_WIDTH, ERR_QSL)
+MAX_CAPTURE_NUM = 1024  # HOST: tiling entries cached per process
+_HALF = (torch.float16, torch.bfloat16)
 
 
-def _refuse_unsupported(name: str, width: int, dim: int, dtype: torch.dtype) -> None:
-    if not 2 <= width <= 4:
-        raise RuntimeError(f"{name}: unsupported conv width {width}; check failed: width in [2, 4]")
-    if dim % 16:
-        raise RuntimeError(f"{name}: unsupported dim {dim}; check failed: dim % 16 == 0")
-    if dtype not in (torch.float16, torch.bfloat16):
-        raise RuntimeError(f"{name}: unsupported dtype {dtype}; check failed: fp16 / bf16")
+def _violate(msg: str) -> None:
+    raise EmulatorContractViolation(msg)
 
 
-def _conv_one(seq: torch.Tensor, init: torch.Tensor, weight_dw: torch.Tensor,
-              bias: Optional[torch.Tensor], silu: bool) -> torch.Tensor:
-    """seq [dim, L], init [dim, W-1], weight_dw [dim, W] -> [dim, L] (fp32)."""
-    width = weight_dw.shape[1]
-    full = torch.cat([init.float(), seq.float()], dim=-1)
-    out = torch.zeros_like(seq, dtype=torch.float32)
-    for k in range(width):  # out[t] = sum_k w[k] * full[t + k]
-        out += weight_dw[:, k:k + 1].float() * full[:, k:k + seq.shape[1]]
+def _ints(t: Optional[torch.Tensor]) -> Optional[list]:
+    return None if t is None or t.numel() == 0 else [int(v) for v in t.reshape(-1).tolist()]
+
+
+def _check_offsets(qsl: list, total: int, op: str) -> None:
+    if qsl[0] < 0 or qsl[-1] > total or any(b < a for a, b in zip(qsl, qsl[1:])):
+        _violate(f"{op}: query_start_loc {qsl} is not non-decreasing within [0, {total}]: the "
+                 "kernel would read x out of bounds or mis-assign tokens (undefined behaviour)")
+
+
+def _check_slots(used: list, slots: int, op: str) -> set:
+    """``used``: slot per processed sequence (pads and empty sequences already removed).
+    Out of range: a violation.  Returns the slots used more than once: parallel blocks race on
+    them (read and write order unspecified), so the emulators leave those states and outputs
+    NaN.  (SGLang's NPU graph padding sends every padded decode row to slot 0.)"""
+    for s in used:
+        if not 0 <= s < slots:
+            _violate(f"{op}: slot index {s} outside [0, {slots}) and not pad_slot_id: "
+                     "out-of-bounds state access (undefined behaviour)")
+    return {s for s in used if used.count(s) > 1}
+
+
+def _conv_fp32(hist: torch.Tensor, seq: torch.Tensor, weight_wd: torch.Tensor,
+               bias: Optional[torch.Tensor], silu: bool) -> torch.Tensor:
+    """hist [W-1, dim], seq [L, dim], weight [W, dim] (already in the values the kernel uses)
+    -> fp32 [L, dim]: bias first, then taps oldest to newest, in fp32 (KERN ``RunSeq``)."""
+    width = weight_wd.shape[0]
+    full = torch.cat([hist.float(), seq.float()], dim=0)
+    w = weight_wd.float()
+    out = torch.zeros(seq.shape[0], seq.shape[1], dtype=torch.float32)
     if bias is not None:
-        out += bias.float()[:, None]
+        out += bias.float()
+    for j in range(width):
+        out += w[j] * full[j:j + seq.shape[0]]
     return F.silu(out) if silu else out
 
 
-def emulate_npu_causal_conv1d(x, weight, conv_states=None, bias=None, query_start_loc=None,
-                              cache_indices=None, has_initial_state=None,
-                              num_accepted_tokens=None, activation_mode=0, pad_slot_id=-1,
-                              run_mode=0):
-    if num_accepted_tokens is not None:
-        raise NotImplementedError("emulator: speculative verify (num_accepted_tokens) is not emulated")
-    width, dim = weight.shape
-    _refuse_unsupported("causal_conv1d", width, dim, x.dtype)
-    if x.dim() != 2 or x.shape[1] != dim:
-        raise RuntimeError(f"causal_conv1d: x shape {tuple(x.shape)} check failed: [T, {dim}]")
-    if conv_states is None or conv_states.dim() != 3 or conv_states.shape[2] != dim \
-            or conv_states.shape[1] < width - 1 or not conv_states.is_contiguous():
-        raise RuntimeError("causal_conv1d: conv_states shape check failed: contiguous [slots, window, dim]")
-    s = width - 1
-    out = torch.zeros_like(x)
-    qsl = query_start_loc.tolist()
-    for i in range(len(qsl) - 1):
-        slot = int(cache_indices[i])
-        start, end = qsl[i], qsl[i + 1]
-        if slot == pad_slot_id or end == start:
-            continue
-        window = conv_states[slot]  # [window, dim]
-        if run_mode == 0 and not (has_initial_state is not None and bool(has_initial_state[i])):
-            init = torch.zeros(s, dim, dtype=x.dtype)
+# --------------------------------------------------------------------------- torch.ops.npu.causal_conv1d
+
+
+class NpuCausalConv1d:
+    """``torch.ops.npu.causal_conv1d`` with the host's checks and the kernel's semantics.
+
+    One instance stands for one process: it keeps the host's tiling cache (see module doc).
+    """
+
+    def __init__(self) -> None:
+        self._tiling: dict[tuple, torch.dtype] = {}
+        self._lock = threading.Lock()
+        self.calls = 0
+
+    def __call__(self, x, weight, conv_states, bias=None, query_start_loc=None, cache_indices=None,
+                 has_initial_state=None, num_accepted_tokens=None, activation_mode=0, pad_slot_id=-1,
+                 run_mode=0):
+        self.calls += 1
+        # ---- HOST checks, in order (RuntimeError with the real texts)
+        if x.dim() not in (2, 3):
+            raise RuntimeError(ERR_X_DIM)
+        if weight.dim() != 2:
+            raise RuntimeError(ERR_W_DIM)
+        dtype = x.dtype
+        if dtype not in _HALF:
+            raise RuntimeError(ERR_DTYPE)
+        if weight.dtype != dtype:
+            raise RuntimeError(ERR_W_DTYPE)
+        if conv_states.dtype != dtype:
+            raise RuntimeError(ERR_S_DTYPE)
+        if not x.is_contiguous():
+            raise RuntimeError(ERR_X_CONTIG)
+        if not weight.is_contiguous():
+            raise RuntimeError(ERR_W_CONTIG)
+        if not conv_states.is_contiguous():
+            raise RuntimeError(ERR_S_CONTIG)
+        width = weight.shape[0]
+        if not 2 <= width <= 4:
+            raise RuntimeError(ERR_WIDTH)
+        varlen = x.dim() == 2
+        dim = x.shape[-1]
+        qsl = _ints(query_start_loc)
+        if varlen:
+            if qsl is None or len(qsl) < 2:
+                raise RuntimeError(ERR_QSL)
+            batch, seq_len, total = len(qsl) - 1, 0, x.shape[0]
         else:
-            init = window[-s:]
-        seq = x[start:end].t()
-        out[start:end] = _conv_one(seq, init.t(), weight.t(), bias, activation_mode == 1).t().to(x.dtype)
-        rows = torch.cat([window.to(x.dtype), x[start:end]], dim=0)[-window.shape[0]:]
-        if run_mode == 0:
-            rows = torch.cat([init.to(x.dtype), x[start:end]], dim=0)[-s:]
-            window[-s:] = rows.to(window.dtype)
-        else:  # decode shifts the whole window
-            window.copy_(rows.to(window.dtype))
-    return out
+            batch, seq_len = x.shape[0], x.shape[1]
+            total = batch * seq_len
+        op = "torch.ops.npu.causal_conv1d"
+        # ---- what the kernel reads without checking (EmulatorContractViolation)
+        if conv_states.dim() != 3 or conv_states.shape[2] != dim:
+            _violate(f"{op}: conv_states {tuple(conv_states.shape)} is not [slots, state_len, {dim}]")
+        slots, state_len = conv_states.shape[0], conv_states.shape[1]
+        if weight.shape[1] != dim:
+            _violate(f"{op}: weight {tuple(weight.shape)} is not [W, {dim}]: out-of-bounds weight reads")
+        if state_len < width - 1:
+            _violate(f"{op}: conv_states has {state_len} rows per slot, fewer than W-1 = {width - 1}")
+        has_bias = bias is not None and bias.numel() > 0
+        if has_bias and (bias.dtype != dtype or bias.numel() < dim):
+            _violate(f"{op}: bias {bias.dtype} {tuple(bias.shape)} is read as {dim} x {dtype} "
+                     "(the host checks neither its dtype nor its length)")
+        idx = _ints(cache_indices)
+        his = _ints(has_initial_state)
+        acc = _ints(num_accepted_tokens)
+        for name, vec in (("cache_indices", idx), ("has_initial_state", his),
+                          ("num_accepted_tokens", acc)):
+            if vec is not None and len(vec) < batch:
+                _violate(f"{op}: {name} has {len(vec)} entries for {batch} sequences")
+        if varlen:
+            _check_offsets(qsl, total, op)
+        windows = [(qsl[b], qsl[b + 1] - qsl[b]) if varlen else (b * seq_len, seq_len)
+                   for b in range(batch)]
+        todo = []
+        for b, (start, length) in enumerate(windows):
+            if length <= 0:                      # BuildSeqTaskWindow*: valid = len > 0
+                continue
+            slot = b if idx is None else idx[b]
+            if idx is not None and slot == pad_slot_id:   # ResolveSeqCacheIndex
+                continue
+            todo.append((b, start, length, slot))
+        racing = _check_slots([t[3] for t in todo], slots, op)
+        spec = run_mode == 1 and acc is not None and width == 4   # IsUpdateSpecDecodingEnabled
+        if spec and state_len < 3:
+            _violate(f"{op}: speculative update with state_len {state_len} < 3")
+        self._tiling_check((dim, total, seq_len, batch, int(not varlen), width, state_len, slots,
+                            int(activation_mode), int(pad_slot_id), int(run_mode), int(has_bias),
+                            int(idx is not None), int(his is not None), int(acc is not None)), dtype)
+
+        # ---- kernel semantics
+        x2 = x.reshape(-1, dim)
+        out = torch.full_like(x2, float("nan"))             # at::empty_like(x)
+        silu = activation_mode != 0
+        snapshot = conv_states.clone()                       # init-state workspace (read before writes)
+        w = weight
+        b_vec = bias.reshape(-1)[:dim] if has_bias else None
+        racing_rows: dict = {}
+        for b, start, length, slot in todo:
+            if run_mode == 1:
+                offset = min(max(acc[b] - 1, 0), state_len - 3) if spec else 0
+                hist = snapshot[slot, offset:offset + width - 1]
+            elif his is not None and his[b] != 0:
+                offset = 0
+                hist = snapshot[slot, :width - 1]
+            else:
+                offset = 0
+                hist = torch.zeros(width - 1, dim, dtype=dtype)
+            seq = x2[start:start + length]
+            out[start:start + length] = _conv_fp32(hist, seq, w, b_vec, silu).to(dtype)
+            full = torch.cat([hist, seq], dim=0)
+            if spec and 2 + length <= state_len:             # WriteBackStateSpec
+                conv_states[slot, 0:2] = snapshot[slot, offset + 1:offset + 3]
+                conv_states[slot, 2:2 + length] = seq
+                written = 2 + length
+            else:                                            # WriteBackState
+                conv_states[slot, :width - 1] = full[-(width - 1):]
+                written = width - 1
+            if slot in racing:
+                out[start:start + length] = float("nan")
+                racing_rows[slot] = max(racing_rows.get(slot, 0), written)
+        for slot, rows in racing_rows.items():
+            conv_states[slot, :rows] = float("nan")
+        return out.reshape(x.shape)
+
+    def _tiling_check(self, key: tuple, dtype: torch.dtype) -> None:
+        with self._lock:
+            seen = self._tiling.get(key)
+            if seen is None:
+                if len(self._tiling) < MAX_CAPTURE_NUM:
+                    self._tiling[key] = dtype
+                return
+        if seen != dtype:
+            _violate(f"torch.ops.npu.causal_conv1d: tiling key {key} was cached for {seen}; its cache "
+                     f"key omits the dtype, so this {dtype} call would run the {seen} kernel "
+                     "(HOST CausalConv1dTilingKey has no dtype; the kernel reads dtypeKey from it)")
 
 
-def _pool_rows(pool: torch.Tensor, dim: int, state_len: int) -> torch.Tensor:
-    """A per-slot [state_len, dim] accessor of either pool layout (like the real op)."""
-    if pool.shape[-1] == dim and pool.shape[-2] == state_len:
-        return pool
-    if pool.shape[-2] == dim and pool.shape[-1] == state_len:
-        return pool.transpose(1, 2)
-    raise AssertionError(f"conv-state pool {tuple(pool.shape)} matches neither "
-                         f"(slots, {dim}, {state_len}) nor (slots, {state_len}, {dim})")
+def emulate_npu_causal_conv1d(*args, **kwargs):
+    """A one-call :class:`NpuCausalConv1d` (no tiling cache carried between calls)."""
+    return NpuCausalConv1d()(*args, **kwargs)
+
+
+# --------------------------------------------------------------------------- released causal_conv1d_update_v2
+
+
+def emulate_causal_conv1d_update_v2(x, conv_state, weight, bias=None, activation=None,
+                                    conv_state_indices=None, num_accepted_tokens=None,
+                                    query_start_loc=None, max_query_len=-1, pad_slot_id=-1,
+                                    block_idx_last_scheduled_token=None, initial_state_idx=None,
+                                    validate_data=False):
+    """PY ``causal_conv1d_update_v2`` (see module doc); overwrites the state-dtype copy of x."""
+    op = "causal_conv1d_update_v2"
+    if isinstance(activation, bool):
+        activation = "silu" if activation is True else None
+    elif activation is not None:
+        assert activation in ["silu", "swish"]             # PY: a bare assert
+    if block_idx_last_scheduled_token is not None or initial_state_idx is not None:
+        _violate(f"{op}: prefix-cache (APC) indexing is not emulated")
+    if conv_state_indices is None:
+        _violate(f"{op}: conv_state_indices None is dereferenced by the kernel")
+    original_dtype = x.dtype
+    x = x.to(conv_state.dtype)                              # PY: same tensor when dtypes agree
+    unsqueeze = query_start_loc is None and x.dim() == 2
+    if unsqueeze:
+        x = x.unsqueeze(1)
+    if query_start_loc is None:
+        batch, seqlen, dim = x.shape
+    else:
+        assert conv_state_indices is not None
+        batch = conv_state_indices.size(0)
+        dim = x.size(1)
+        seqlen = max_query_len
+    width, _ = weight.shape
+    num_cache_lines, state_len_total, _ = conv_state.size()
+    if weight.shape[1] != dim or conv_state.shape[2] != dim:
+        _violate(f"{op}: weight {tuple(weight.shape)} / conv_state {tuple(conv_state.shape)} "
+                 f"do not have {dim} channels")
+    if bias is not None and bias.numel() < dim:
+        _violate(f"{op}: bias has {bias.numel()} < {dim} entries")
+    spec = num_accepted_tokens is not None
+    eff_state_len = width - 1 + (seqlen - 1) if spec else width - 1
+    np2 = 1 << max(eff_state_len - 1, 0).bit_length()      # triton.next_power_of_2
+    idx = _ints(conv_state_indices)
+    acc = _ints(num_accepted_tokens)
+    qsl = _ints(query_start_loc)
+    if len(idx) < batch or (acc is not None and len(acc) < batch):
+        _violate(f"{op}: index vectors shorter than the batch ({batch})")
+    if qsl is not None:
+        if len(qsl) < batch + 1:
+            _violate(f"{op}: query_start_loc has {len(qsl)} entries for {batch} sequences")
+        _check_offsets(qsl[:batch + 1], x.shape[0], op)
+    out = x
+    todo = []
+    for b in range(batch):
+        coord = idx[b]
+        if pad_slot_id is not None and coord == pad_slot_id:
+            continue
+        if qsl is not None:
+            run_len = qsl[b + 1] - qsl[b]
+            state_len_run = eff_state_len - (seqlen - run_len)
+            tokens = x[qsl[b]:qsl[b + 1]]
+            if run_len > max(seqlen, 0) and run_len > 0:
+                _violate(f"{op}: sequence {b} has {run_len} tokens > max_query_len {seqlen}")
+        else:
+            run_len, state_len_run, tokens = seqlen, eff_state_len, x[b]
+        if run_len <= 0:
+            continue
+        todo.append((b, coord, run_len, state_len_run, tokens))
+    racing = _check_slots([t[1] for t in todo], num_cache_lines, op)
+    new_states, outputs = {}, []
+    for b, coord, run_len, state_len_run, tokens in todo:
+        offset = acc[b] - 1 if spec else 0
+        shift = 1 if spec else run_len
+        if offset < 0 or offset + width - 1 > state_len_total:
+            _violate(f"{op}: history rows [{offset}, {offset + width - 1}) outside the "
+                     f"{state_len_total}-row state")
+        state = conv_state[coord]
+        hist = state[offset:offset + width - 1].clone()
+        new = state.clone()
+        written: list = []
+        # STEP 2 (A/B/C): chunked state update, bounded by NP2_STATELEN and state_len_run
+        if run_len < state_len_run:
+            keep = state_len_run - run_len
+            for dst in range(min(keep, np2)):
+                src = dst + shift
+                if src < state_len_run:
+                    if offset + src >= state_len_total:
+                        _violate(f"{op}: state row {offset + src} read out of bounds")
+                    new[dst] = state[offset + src]
+                    written.append(dst)
+            for t in range(run_len):
+                if t < max(seqlen, 0) and keep + t < state_len_run:
+                    if keep + t >= state_len_total:
+                        _violate(f"{op}: state row {keep + t} written out of bounds")
+                    new[keep + t] = tokens[t]
+                    written.append(keep + t)
+        else:
+            tail = run_len - state_len_run
+            for dst in range(min(max(state_len_run, 0), np2)):
+                if dst >= state_len_total:
+                    _violate(f"{op}: state row {dst} written out of bounds")
+                new[dst] = tokens[tail + dst]
+                written.append(dst)
+        if coord in racing:                 # lanes race on this state: the rows they write are unspecified
+            new = new_states.get(coord, new)
+            new[written] = float("nan")
+        new_states[coord] = new
+        y = _conv_fp32(hist.to(torch.float16), tokens.to(torch.float16), weight.float(),
+                       None if bias is None else bias.reshape(-1)[:dim].float(),
+                       activation in ("silu", "swish"))
+        outputs.append((b, run_len, y))
+    for coord, new in new_states.items():
+        conv_state[coord] = new
+    for b, run_len, y in outputs:
+        if idx[b] in racing:
+            y = torch.full_like(y, float("nan"))
+        if qsl is not None:
+            out[qsl[b]:qsl[b] + run_len] = y.to(out.dtype)
+        else:
+            out[b] = y.to(out.dtype)
+    if unsqueeze:
+        out = out.squeeze(1)
+    return out.to(original_dtype)
+
+
+# --------------------------------------------------------------------------- unmerged v2 branch
+
+
+def _branch_checks(op: str, dtypes: tuple, pool: torch.Tensor, width: int, dim: int) -> None:
+    if len(set(dtypes)) != 1 or dtypes[0] not in _HALF:
+        _violate(f"{op}: dtypes {dtypes} -- the unmerged branch's dtype rules are not known; "
+                 "only one shared fp16 / bf16 dtype is emulated")
+    if pool.dim() != 3 or pool.shape[1] != width - 1 or pool.shape[2] != dim:
+        _violate(f"{op}: pool {tuple(pool.shape)} -- only a [slots, W-1={width - 1}, {dim}] "
+                 "window-major pool has known semantics for the unmerged branch")
 
 
 def emulate_causal_conv1d_fn_v2(x, weight, bias, query_start_loc, cache_indices,
                                 has_initial_state, conv_states, activation, pad_slot_id=-1):
-    assert x.dim() == 2, "NPU causal_conv1d prefill requires the packed (dim, cu_seq) layout"
-    dim = x.shape[0]
+    """Unmerged branch: ``x [dim, T]``, ``weight [dim, W]``, ``conv_states [slots, W-1, dim]``."""
+    op = "causal_conv1d_fn_v2"
+    dim, total = x.shape
     width = weight.shape[1]
-    s = width - 1
-    pool = _pool_rows(conv_states, dim, s)
+    _branch_checks(op, (x.dtype, weight.dtype, conv_states.dtype), conv_states, width, dim)
+    qsl = _ints(query_start_loc)
+    idx = _ints(cache_indices)
+    his = _ints(has_initial_state)
+    if qsl is None or idx is None or len(idx) < len(qsl) - 1:
+        _violate(f"{op}: query_start_loc / cache_indices missing or short")
+    _check_offsets(qsl, total, op)
+    todo = []
+    for b in range(len(qsl) - 1):
+        if idx[b] == pad_slot_id:
+            continue
+        if qsl[b + 1] == qsl[b]:
+            _violate(f"{op}: zero-length sequence {b} on slot {idx[b]}: behaviour not known")
+        todo.append((b, idx[b]))
+    racing = _check_slots([t[1] for t in todo], conv_states.shape[0], op)
+    out = torch.full_like(x, float("nan"))
     silu = activation in ("silu", "swish")
-    out = torch.zeros_like(x)
-    qsl = query_start_loc.tolist()
-    for i in range(len(qsl) - 1):
-        slot = int(cache_indices[i])
-        slot = 0 if slot == pad_slot_id else slot  # real op: pads write the reserved slot 0
-        start, end = qsl[i], qsl[i + 1]
-        use_init = has_initial_state is not None and bool(has_initial_state[i])
-        init = pool[slot].t().to(x.dtype) if use_init else torch.zeros(dim, s, dtype=x.dtype)
-        seq = x[:, start:end]
-        out[:, start:end] = _conv_one(seq, init, weight, bias, silu).to(x.dtype)
-        pool[slot] = torch.cat([init, seq], dim=-1)[:, -s:].t().to(pool.dtype)
+    for b, slot in todo:
+        start, end = qsl[b], qsl[b + 1]
+        use = his is not None and his[b] != 0
+        hist = conv_states[slot].clone() if use else torch.zeros(width - 1, dim, dtype=x.dtype)
+        seq = x[:, start:end].t()
+        out[:, start:end] = _conv_fp32(hist, seq, weight.t(), bias, silu).to(x.dtype).t()
+        conv_states[slot] = torch.cat([hist, seq], dim=0)[-(width - 1):]
+    for b, slot in todo:
+        if slot in racing:
+            out[:, qsl[b]:qsl[b + 1]] = float("nan")
+            conv_states[slot] = float("nan")
     return out
 
 
 def emulate_causal_conv1d_update_npu_v2(x, conv_state, weight, bias=None, activation=None,
                                         conv_state_indices=None, pad_slot_id=-1):
+    """Unmerged branch: ``x [B, dim]`` / ``[B, dim, L]``, ``conv_state [slots, W-1, dim]``."""
+    op = "causal_conv1d_update_npu_v2"
     squeeze = x.dim() == 2
     x3 = x.unsqueeze(-1) if squeeze else x
     batch, dim, _ = x3.shape
-    s = weight.shape[1] - 1
-    pool = _pool_rows(conv_state, dim, s)
+    width = weight.shape[1]
+    _branch_checks(op, (x.dtype, weight.dtype, conv_state.dtype), conv_state, width, dim)
+    idx = _ints(conv_state_indices)
+    if idx is None or len(idx) < batch:
+        _violate(f"{op}: conv_state_indices missing or short")
+    todo = [(b, idx[b]) for b in range(batch) if idx[b] != pad_slot_id]
+    racing = _check_slots([t[1] for t in todo], conv_state.shape[0], op)
+    out = torch.full_like(x3, float("nan"))
     silu = activation in ("silu", "swish")
-    out = torch.zeros_like(x3)
-    for i in range(batch):
-        slot = int(conv_state_indices[i]) if conv_state_indices is not None else i
-        if slot == pad_slot_id:
-            continue
-        init = pool[slot].t().to(x.dtype)
-        out[i] = _conv_one(x3[i], init, weight, bias, silu).to(x.dtype)
-        pool[slot] = torch.cat([init, x3[i]], dim=-1)[:, -s:].t().to(pool.dtype)
+    for b, slot in todo:
+        hist = conv_state[slot].clone()
+        seq = x3[b].t()
+        out[b] = _conv_fp32(hist, seq, weight.t(), bias, silu).to(x.dtype).t()
+        conv_state[slot] = torch.cat([hist, seq], dim=0)[-(width - 1):]
+    for b, slot in todo:
+        if slot in racing:
+            out[b] = float("nan")
+            conv_state[slot] = float("nan")
     return out.squeeze(-1) if squeeze else out
 
 
-def emulators() -> dict:
-    """Name -> emulator, for :func:`sglang_ascend_hybrid.ops.seam.install_emulators`."""
-    return {
-        OP_ACLNN: emulate_npu_causal_conv1d,
-        OP_FN_V2: emulate_causal_conv1d_fn_v2,
-        OP_UPDATE_V2: emulate_causal_conv1d_update_npu_v2,
-    }
+# --------------------------------------------------------------------------- factory
+
+
+def emulators(*, conv_op: bool = True, v2_branch: bool = True, update_v2: bool = True) -> dict:
+    """Name -> emulator for :func:`sglang_ascend_hybrid.ops.seam.install_emulators`.
+
+    ``conv_op``: ``torch.ops.npu.causal_conv1d`` present (False: an Ascend 950 build);
+    ``v2_branch``: the unmerged ``causal_conv1d_fn_v2`` / ``causal_conv1d_update_npu_v2``;
+    ``update_v2``: the released ``causal_conv1d_update_v2``.  Each call makes a fresh
+    :class:`NpuCausalConv1d`, i.e. a fresh process tiling cache.
+    """
+    table: dict = {}
+    if conv_op:
+        table[OP_ACLNN] = NpuCausalConv1d()
+    if v2_branch:
+        table[OP_FN_V2] = emulate_causal_conv1d_fn_v2
+        table[OP_UPDATE_V2] = emulate_causal_conv1d_update_npu_v2
+    if update_v2:
+        table[OP_UPDATE_V2_MAIN] = emulate_causal_conv1d_update_v2
+    return table
+
+
+VARIANTS = {
+    "all": dict(conv_op=True, v2_branch=True, update_v2=True),
+    "release": dict(conv_op=True, v2_branch=False, update_v2=True),
+    "conv_op_only": dict(conv_op=True, v2_branch=False, update_v2=False),
+    "ascend950": dict(conv_op=False, v2_branch=False, update_v2=True),
+    "v2_branch_only": dict(conv_op=False, v2_branch=True, update_v2=False),
+    "none": dict(conv_op=False, v2_branch=False, update_v2=False),
+}

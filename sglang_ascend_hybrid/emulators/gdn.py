@@ -1,39 +1,54 @@
-"""CPU emulators of the Ascend GDN kernels, with their contracts.
+"""CPU emulators of the Ascend GDN kernels, mirroring :mod:`sglang_ascend_hybrid.ops.gdn.capabilities`.
 
-``sgl_kernel_npu.fla.mega_chunk_gdn:run_mega_chunk_gdn`` (:func:`make_mega_emulator`)
-    The Python entry of the mega chunk kernel.  Like the real one it casts q, k, v
-    and beta to fp16, then applies ``check_shape`` of ``csrc/mega_chunk_gdn/op_host/
-    mega_chunk_gdn.cpp`` with the same messages (each followed by the
-    ``GDN_ATTN_BACKEND_TRITON=1`` hint), e.g.
-    ``RuntimeError: unsupported mega_chunk_gdn (NumValueHeads, NumKeyHeads) pair Try
-    running the alternative backend by setting GDN_ATTN_BACKEND_TRITON=1.``
-    States are key-first ``[N, H, K, V]`` (the kernel's layout); the final state is
-    rounded through fp16 as the kernel keeps it.  Returns the real 7-tuple
-    ``(g_sum, o, A, final_state, w, h, v_new)``; only ``o`` and ``final_state`` are
-    meaningful here (the others are placeholders of the right shapes).
-``torch.ops.npu.chunk_gated_delta_rule`` (:func:`make_npu_chunk_emulator`)
-    As SGLang 0.5.23 calls it: ``q, k [T, Hk, K]``, ``v [T, Hv, V]``, ``beta, g
-    [1, T, Hv]``, value-first ``initial_state [N, Hv, V, K]``, ``actual_seq_lengths
-    [N]``, ``chunk_state`` (written: state at the start of every 64-token chunk,
-    ``[NT, Hv, V, K]``).  Returns ``(o [T, Hv, V], final [N, Hv, V, K])``.  Refuses
-    shapes outside its reported limits with an aclnn-style ``RuntimeError``
-    (error code 161002); ``refuse`` adds pairs it refuses on top.
-``torch.ops.npu.recurrent_gated_delta_rule`` (:func:`make_npu_recurrent_emulator`)
-    One token per sequence: ``mix_qkv [B, 1, 2*Hk*K + Hv*V]``, the state pool
-    (value-first, updated in place at ``ssm_state_indices``), ``beta, g [B, 1, Hv]``.
-    Multi-token (speculative verify) calls are not emulated (NotImplementedError).
+Every rule below cites its source (abbreviations as in ``capabilities``: SKN = sgl-project/
+sgl-kernel-npu f425bdf1, SKN-462 = ff984786, SKN-517 = 12f136d3, SKN-533 = 3558cea0,
+SKN-747 = PR #747 host at b878a61a / 0a96db2f as recorded in ``shared/NPU_CONTRACTS.md``).
+Memory the real op leaves unwritten is filled with NaN here; calls the real op would take and
+compute wrongly without an error (a dtype it reinterprets, an index it reads out of bounds)
+raise :class:`~sglang_ascend_hybrid.emulators.EmulatorContractViolation`.
 
-The arithmetic is the token-by-token recurrence of
-:func:`sglang_ascend_hybrid.ops.gdn.reference.recurrent_reference`, an
-implementation independent of the chunked torch path.
+``run_mega_chunk_gdn`` (:func:`make_mega_emulator`; SKN ``python/.../fla/mega_chunk_gdn.py`` and
+``csrc/mega_chunk_gdn/op_host/mega_chunk_gdn.cpp``)
+    Casts q, k, v, beta and the initial state to fp16 (wrapper: ``t.half()``), cu_seqlens to int32,
+    then ``check_shape`` with the variant's texts (hint or not) and head-pair set; returns the
+    7-tuple ``(g_sum, (out * scale).to(q.dtype), A_inv, final fp32 [N, H, K, V] or None, w, h, v_new)``
+    with h per 128-token chunk ``[1, NT, H, K, V]``.  The kernel keeps the state in fp16 (its
+    ``final_state`` buffer), so the emulated state is rounded through fp16 after every chunk.
+``torch.ops.npu.chunk_gated_delta_rule`` (:func:`make_npu_chunk_emulator`; SKN-747)
+    ``(q, k, v, *, beta, initial_state, actual_seq_lengths, scale=1.0, chunk_state, g)`` ->
+    ``(out [T, Nv, Dv] bf16, final [B, Nv, Dv, Dk] in the state's dtype)``; q and k are used as given
+    (the caller normalises); beta post-sigmoid; g log-space; chunk_state receives the entering
+    state of every 64-token chunk, sequence-major (rows past those are left unwritten: NaN).
+    Host checks in SKN-747 order with its texts; the chip generation decides whether an fp32
+    state is accepted (OPP: fp32 states only on Ascend 950).  beta and g must be 2-D ``(T, Nv)``
+    (the stored host checks; whether the shipped wheel accepts SGLang's 3-D ``[1, T, Nv]`` is not
+    known without a device, so the emulator is strict).
+``torch.ops.npu.recurrent_gated_delta_rule`` (:func:`make_npu_recurrent_emulator`; SKN
+``csrc/recurrent_gated_delta_rule/op_host/recurrent_gated_delta_rule.cpp`` and
+``op_kernel/recurrent_gated_delta_rule_kernel.cpp``, unchanged since 878309c5 / #403)
+    Host ``TORCH_CHECK`` texts and the vStep refusal; bf16 only (violation otherwise); index
+    tensors read as int32 without a cast (violation otherwise); mix_qkv, beta and the state used
+    in place (violation when not contiguous; the host copies a non-contiguous intermediate_state,
+    so its writes would be lost: violation); S <= 8 (violation).  Per batch b: initial row
+    ``r0 = ssm_state_indices[b, num_accepted_tokens[b] - 1]`` (``[b, 0]`` without it), read from
+    intermediate_state[r0] when given, else recurrent_state[r0]; with intermediate_state and
+    ``r0 % S == 0`` from ``recurrent_state[cache_indices[b]]`` instead.  Per token
+    ``t < actual_seq_lengths[b]``: q, k l2-normalised in fp32 (``x * rsqrt(sum x^2 + 1e-6)``), q
+    scaled; ``beta = sigmoid(beta)`` (the kernel applies it); ``S = exp(g) S`` (no gating when g
+    is None); ``u = beta (v - S k)``; ``S += u k^T``; ``o = S q``; the state is written (rounded
+    to bf16, CAST_RINT) to row ``ssm_state_indices[b, t]`` of intermediate_state when given, else
+    of recurrent_state.  Output ``[B, S, nv, dv]`` from ``torch::empty``: rows past a sequence's
+    length are NaN.  Value head h reads key head ``h // (nv / nk)``.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Optional
 
 import torch
 
+from sglang_ascend_hybrid.emulators import EmulatorContractViolation
 from sglang_ascend_hybrid.ops.gdn import capabilities as caps
 from sglang_ascend_hybrid.ops.gdn.reference import recurrent_reference
 
@@ -41,158 +56,297 @@ OP_MEGA = "sgl_kernel_npu.fla.mega_chunk_gdn:run_mega_chunk_gdn"
 OP_NPU_CHUNK = "chunk_gated_delta_rule"
 OP_NPU_RECURRENT = "recurrent_gated_delta_rule"
 
-MEGA_HINT = "Try running the alternative backend by setting GDN_ATTN_BACKEND_TRITON=1."
+MEGA_HINT = caps.MEGA_HINT
 MEGA_CHUNK = 128
 
 
-def _mega_check(ok: bool, message: str) -> None:
-    if not ok:
-        raise RuntimeError(f"{message} {MEGA_HINT}")
+def _violation(op: str, what: str) -> None:
+    raise EmulatorContractViolation(f"{op}: {what} (undefined behaviour on the real op, which does not check it)")
 
 
-def make_mega_emulator(predicate: Optional[Callable[[int, int], bool]] = None) -> Callable:
-    """An emulator of ``run_mega_chunk_gdn`` accepting the head pairs of ``predicate``
-    (default: the current release's table)."""
-    pair_ok = predicate or caps.CURRENT_MEGA_ENTRY.supports
+# ----------------------------------------------------------------------------- mega kernel
+
+
+def make_mega_emulator(predicate: Optional[Callable[[int, int], bool]] = None, *,
+                       variant: caps.MegaVariant = caps.MEGA_CURRENT) -> Callable:
+    """An emulator of ``run_mega_chunk_gdn`` of ``variant`` (a :data:`caps.MEGA_VARIANTS` entry);
+    ``predicate`` replaces the variant's head-pair set (tests of the planner)."""
+    pair_ok = predicate or variant.supports
+
+    def check(ok: bool, message: str) -> None:
+        if not ok:
+            raise RuntimeError(variant.refusal_text(message))
 
     def run_mega_chunk_gdn(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens):
         if scale is None:
             scale = k.shape[-1] ** -0.5
-        q_dtype = q.dtype
-        q, k, v, beta = (t.half() for t in (q, k, v, beta))
-        cu = (torch.tensor([0, q.shape[1]], dtype=torch.int32) if cu_seqlens is None
-              else cu_seqlens.to(torch.int32))
+        q_dtype, k_dtype, v_dtype = q.dtype, k.dtype, v.dtype
+        q, k, v, beta = (t.half() for t in (q, k, v, beta))  # the wrapper's casts
+        T = q.shape[1] if q.dim() == 4 else 0
+        cu = (torch.tensor([0, T], dtype=torch.int32) if cu_seqlens is None else cu_seqlens.to(torch.int32))
         has_init = initial_state is not None
         if has_init:
             initial_state = initial_state.half()
         D = caps.MEGA_HEAD_DIM
-        _mega_check(q.dim() == 4, "q must have shape [B, T, Hg, D]")
-        _mega_check(k.dim() == 4, "k must have shape [B, T, Hg, D]")
-        _mega_check(v.dim() == 4, "v must have shape [B, T, H, D]")
-        _mega_check(g.dim() == 3, "g must have shape [B, T, H]")
-        _mega_check(beta.dim() == 3, "beta must have shape [B, T, H]")
-        _mega_check(q.shape[0] == 1, "mega_chunk_gdn currently supports packed B=1 input")
-        _mega_check(q.shape == k.shape, "q and k must have the same shape")
-        _mega_check(q.shape[1] == v.shape[1], "q/k and v sequence lengths must match")
-        _mega_check(pair_ok(v.shape[2], q.shape[2]),
-                    "unsupported mega_chunk_gdn (NumValueHeads, NumKeyHeads) pair")
-        _mega_check(q.shape[3] == D and v.shape[3] == D, "mega_chunk_gdn supports head dimension 128")
-        _mega_check(g.shape[0] == 1 and beta.shape[0] == 1, "g and beta must use packed B=1 layout")
-        _mega_check(g.shape[1] == q.shape[1] and beta.shape[1] == q.shape[1],
-                    "g/beta sequence lengths must match q")
-        _mega_check(g.shape[2] == v.shape[2] and beta.shape[2] == v.shape[2],
-                    "g/beta must use the same NumValueHeads as v")
-        _mega_check(g.dtype == torch.float32, "g must be float32")
-        _mega_check(q.is_contiguous() and k.is_contiguous() and v.is_contiguous(),
-                    "q, k, and v must be contiguous")
-        _mega_check(g.is_contiguous() and beta.is_contiguous() and cu.is_contiguous(),
-                    "g, beta, and cu_seqlens must be contiguous")
+        check(q.dim() == 4, "q must have shape [B, T, Hg, D]")
+        check(k.dim() == 4, "k must have shape [B, T, Hg, D]")
+        check(v.dim() == 4, "v must have shape [B, T, H, D]")
+        check(g.dim() == 3, "g must have shape [B, T, H]")
+        check(beta.dim() == 3, "beta must have shape [B, T, H]")
+        check(q.shape[0] == 1, "mega_chunk_gdn currently supports packed B=1 input")
+        check(q.shape == k.shape, "q and k must have the same shape")
+        check(q.shape[1] == v.shape[1], "q/k and v sequence lengths must match")
+        check(pair_ok(v.shape[2], q.shape[2]), caps.MEGA_PAIR_TEXT)
+        check(q.shape[3] == D and v.shape[3] == D, "mega_chunk_gdn supports head dimension 128")
+        check(g.shape[0] == 1 and beta.shape[0] == 1, "g and beta must use packed B=1 layout")
+        check(g.shape[1] == q.shape[1] and beta.shape[1] == q.shape[1], "g/beta sequence lengths must match q")
+        check(g.shape[2] == v.shape[2] and beta.shape[2] == v.shape[2], "g/beta must use the same NumValueHeads as v")
+        check(g.dtype == torch.float32, "g must be float32")
+        check(q.is_contiguous() and k.is_contiguous() and v.is_contiguous(), "q, k, and v must be contiguous")
+        check(g.is_contiguous() and beta.is_contiguous() and cu.is_contiguous(),
+              "g, beta, and cu_seqlens must be contiguous")
         n = cu.numel() - 1
         if has_init:
-            _mega_check(initial_state.dim() == 4, "initial_state must have shape [N, H, D, D]")
-            _mega_check(initial_state.shape[0] == n, "initial_state.size(0) must match cu_seqlens sequences")
-            _mega_check(initial_state.shape[1] == v.shape[2], "initial_state.size(1) must match NumValueHeads")
-            _mega_check(initial_state.shape[2] == D and initial_state.shape[3] == D,
-                        "initial_state must use head dimensions 128 x 128")
-        vf_init = None if not has_init else initial_state.float().transpose(-1, -2)  # -> value-first
-        o, final = recurrent_reference(q, k, v, g, beta, cu_seqlens=cu, initial_state=vf_init, scale=scale)
-        final_kv = final.transpose(-1, -2).half().float()  # kernel keeps the state in fp16
-        H, T = v.shape[2], q.shape[1]
-        lens = (cu[1:] - cu[:-1]).tolist()
-        num_chunks = sum((x + MEGA_CHUNK - 1) // MEGA_CHUNK for x in lens)
-        g_sum = torch.zeros_like(g)
-        A = torch.zeros(1, T, H, MEGA_CHUNK, dtype=k.dtype)
-        h = torch.zeros(1, num_chunks, H, D, D, dtype=k.dtype)
-        return (g_sum, o.to(q_dtype), A, final_kv if output_final_state else None,
-                torch.zeros_like(v), h, torch.zeros_like(v))
+            check(initial_state.dim() == 4, "initial_state must have shape [N, H, D, D]")
+            check(initial_state.shape[0] == n, "initial_state.size(0) must match cu_seqlens sequences")
+            check(initial_state.shape[1] == v.shape[2], "initial_state.size(1) must match NumValueHeads")
+            check(initial_state.shape[2] == D and initial_state.shape[3] == D,
+                  "initial_state must use head dimensions 128 x 128")
+        H = v.shape[2]
+        bounds = cu.tolist()
+        out = torch.empty(1, T, H, D, dtype=torch.float32)
+        final = torch.zeros(n, H, D, D, dtype=torch.float32)  # key first
+        num_chunks = sum(math.ceil((b - a) / MEGA_CHUNK) for a, b in zip(bounds, bounds[1:]))
+        h = torch.full((1, num_chunks, H, D, D), float("nan"))
+        row = 0
+        for s in range(n):
+            state_vf = (initial_state[s].float().transpose(-1, -2) if has_init
+                        else torch.zeros(H, D, D))  # value first for the reference
+            for c0 in range(bounds[s], bounds[s + 1], MEGA_CHUNK):
+                c1 = min(c0 + MEGA_CHUNK, bounds[s + 1])
+                h[0, row] = state_vf.transpose(-1, -2)
+                o, state_vf = recurrent_reference(q[:, c0:c1], k[:, c0:c1], v[:, c0:c1], g[:, c0:c1],
+                                                  beta[:, c0:c1], cu_seqlens=torch.tensor([0, c1 - c0]),
+                                                  initial_state=state_vf[None], scale=1.0)
+                state_vf = state_vf[0].half().float()  # the kernel's fp16 state buffer
+                out[0, c0:c1] = o[0].float()
+                row += 1
+            final[s] = state_vf.transpose(-1, -2)
+        return (torch.zeros_like(g), (out * scale).to(q_dtype), torch.zeros(1, T, H, MEGA_CHUNK, dtype=k_dtype),
+                final if output_final_state else None, torch.zeros_like(v, dtype=k_dtype), h.to(k_dtype),
+                torch.zeros_like(v, dtype=v_dtype))
 
     return run_mega_chunk_gdn
 
 
-def _aclnn_refuse(op: str, detail: str) -> None:
-    raise RuntimeError(f"{op}: aclnn call failed, error code 161002 (parameter invalid): {detail}")
+# ----------------------------------------------------------------------------- npu chunk op
 
 
-def make_npu_chunk_emulator(refuse: Optional[Callable[[int, int], bool]] = None) -> Callable:
-    """An emulator of ``torch.ops.npu.chunk_gated_delta_rule``; ``refuse(Hv, Hk)`` makes
-    it refuse more head pairs (as the real fused op does for some Qwen3.5 shapes)."""
+def make_npu_chunk_emulator(refuse: Optional[Callable[[int, int], bool]] = None, *, chip: Optional[str] = "A3"
+                            ) -> Callable:
+    """An emulator of ``torch.ops.npu.chunk_gated_delta_rule`` on ``chip`` (``"A2"``, ``"A3"`` or
+    ``"950"``); ``refuse(Nv, Nk)`` makes it refuse more head pairs with the heads text."""
+    texts = caps.NPU_CHUNK_TEXTS
+    name = "chunk_gated_delta_rule"
 
-    def chunk_gated_delta_rule(q, k, v, *, beta, initial_state, actual_seq_lengths, scale, chunk_state, g):
-        name = "chunk_gated_delta_rule"
+    def check(ok: bool, key: str, extra: str = "") -> None:
+        if not ok:
+            raise RuntimeError(texts[key] + extra)
+
+    def chunk_gated_delta_rule(q, k, v, *, beta, initial_state, actual_seq_lengths, scale=1.0, chunk_state, g):
         if q.dim() != 3 or k.shape != q.shape or v.dim() != 3 or v.shape[0] != q.shape[0]:
-            _aclnn_refuse(name, f"q/k must be [T, Nk, Dk] and v [T, Nv, Dv], got {tuple(q.shape)}, "
-                                f"{tuple(k.shape)}, {tuple(v.shape)}")
-        T, Hk, K = q.shape
-        Hv, V = v.shape[1], v.shape[2]
-        if not caps.npu_op_supports(Hv, Hk, K, V, q.dtype):
-            _aclnn_refuse(name, f"unsupported shape nv={Hv} nk={Hk} dk={K} dv={V} dtype={q.dtype}")
-        if refuse is not None and refuse(Hv, Hk):
-            _aclnn_refuse(name, f"unsupported head pair nv={Hv} nk={Hk}")
-        lens = actual_seq_lengths.to(torch.long)
-        cu = torch.zeros(lens.numel() + 1, dtype=torch.long)
-        cu[1:] = lens.cumsum(0)
-        if int(cu[-1]) != T:
-            _aclnn_refuse(name, f"sum(actual_seq_lengths)={int(cu[-1])} does not match T={T}")
-        o, final = recurrent_reference(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), g.reshape(1, T, Hv),
-                                       beta.reshape(1, T, Hv), cu_seqlens=cu,
-                                       initial_state=initial_state, scale=scale)
-        # per-chunk start states, recomputed chunk by chunk
-        row = 0
-        for s in range(lens.numel()):
-            start = int(cu[s])
-            state = initial_state[s:s + 1].float()
-            for c0 in range(start, int(cu[s + 1]), 64):
-                chunk_state[row] = state[0].to(chunk_state.dtype)
-                c1 = min(c0 + 64, int(cu[s + 1]))
-                _, state = recurrent_reference(q[None, c0:c1], k[None, c0:c1], v[None, c0:c1],
-                                               g.reshape(1, T, Hv)[:, c0:c1], beta.reshape(1, T, Hv)[:, c0:c1],
-                                               cu_seqlens=torch.tensor([0, c1 - c0]), initial_state=state,
-                                               scale=scale)
+            _violation(name, f"q/k [T, Nk, Dk] and v [T, Nv, Dv] expected, got {tuple(q.shape)}, "
+                             f"{tuple(k.shape)}, {tuple(v.shape)} (the host reads sizes without checking ranks)")
+        T, Nk, Dk = q.shape
+        Nv, Dv = v.shape[1], v.shape[2]
+        B = actual_seq_lengths.numel()
+        check(Nk <= caps.NPU_CHUNK_MAX_HEADS and Nv <= caps.NPU_CHUNK_MAX_HEADS and Nk > 0 and Nv > 0, "heads")
+        check(0 < Dk <= caps.NPU_CHUNK_MAX_HEAD_DIM and 0 < Dv <= caps.NPU_CHUNK_MAX_HEAD_DIM, "dims")
+        check(Nv % Nk == 0, "ratio")
+        check(q.dtype == k.dtype == v.dtype == torch.bfloat16, "qkv_dtype")
+        check(beta.dtype == torch.bfloat16, "beta_dtype")
+        check(beta.dim() == 2 and tuple(beta.shape) == (T, Nv), "beta_2d")
+        check(g.dim() == 2 and tuple(g.shape) == (T, Nv), "g_2d")
+        check(initial_state.dtype in caps.npu_chunk_state_dtypes(chip), "fp32_state")
+        check(chunk_state.dtype == initial_state.dtype, "chunk_state_dtype")
+        lens = actual_seq_lengths.to(torch.long).tolist()
+        check(all(x > 0 for x in lens), "lengths")
+        need = caps.npu_chunk_min_chunk_states(T, B)
+        check(chunk_state.shape[0] >= need, "chunk_state_size", str(need))
+        if tuple(initial_state.shape) != (B, Nv, Dv, Dk) or tuple(chunk_state.shape[1:]) != (Nv, Dv, Dk):
+            _violation(name, f"initial_state {tuple(initial_state.shape)} / chunk_state {tuple(chunk_state.shape)} "
+                             f"do not match [B, Nv, Dv, Dk] = [{B}, {Nv}, {Dv}, {Dk}]")
+        if sum(lens) != T:
+            _violation(name, f"sum(actual_seq_lengths)={sum(lens)} != T={T} (reads past the packed tokens)")
+        if g.dtype != torch.float32:
+            _violation(name, f"g must be float32 (the kernel reads fp32), got {g.dtype}")
+        if refuse is not None and refuse(Nv, Nk):
+            raise RuntimeError(texts["heads"])
+        chunk_state.fill_(float("nan"))  # rows the op does not write stay undefined
+        out = torch.empty(T, Nv, Dv, dtype=torch.float32)
+        final = torch.empty(B, Nv, Dv, Dk, dtype=torch.float32)
+        row, start = 0, 0
+        for s, length in enumerate(lens):
+            state = initial_state[s].float()
+            for c0 in range(start, start + length, caps.NPU_CHUNK_CHUNK):
+                c1 = min(c0 + caps.NPU_CHUNK_CHUNK, start + length)
+                chunk_state[row] = state.to(chunk_state.dtype)
+                o, st = recurrent_reference(q[None, c0:c1], k[None, c0:c1], v[None, c0:c1], g[None, c0:c1],
+                                            beta[None, c0:c1], cu_seqlens=torch.tensor([0, c1 - c0]),
+                                            initial_state=state[None], scale=scale)
+                out[c0:c1] = o[0].float()
+                state = st[0]
                 row += 1
-        return o[0], final
+            final[s] = state
+            start += length
+        return out.to(torch.bfloat16), final.to(initial_state.dtype)
 
     return chunk_gated_delta_rule
 
 
-def make_npu_recurrent_emulator() -> Callable:
-    """An emulator of ``torch.ops.npu.recurrent_gated_delta_rule`` (one token per sequence)."""
+# ----------------------------------------------------------------------------- npu recurrent op
 
-    def recurrent_gated_delta_rule(mix_qkv, recurrent_state, *, beta, scale, actual_seq_lengths,
-                                   ssm_state_indices, nk, nv, intermediate_state=None, cache_indices=None,
-                                   num_accepted_tokens=None, g):
-        name = "recurrent_gated_delta_rule"
+
+def _recurrent_check(ok: bool, text: str) -> None:
+    if not ok:
+        raise RuntimeError(text)
+
+
+def make_npu_recurrent_emulator(*, ub_bytes: int = caps.UB_BYTES) -> Callable:
+    """An emulator of ``torch.ops.npu.recurrent_gated_delta_rule`` (decode and speculative verify)."""
+    name = "recurrent_gated_delta_rule"
+
+    def recurrent_gated_delta_rule(mix_qkv, recurrent_state, beta, scale, actual_seq_lengths, ssm_state_indices,
+                                   nk, nv, intermediate_state=None, cache_indices=None, num_accepted_tokens=None,
+                                   g=None, gk=None):
+        _recurrent_check(mix_qkv.dim() == 3, "MixQKV must be 3-dimensional (B, S, D)")
+        _recurrent_check(recurrent_state.dim() == 4, "State must be 4-dimensional (N, nv, dv, dk)")
         B, S, D = mix_qkv.shape
-        if S != 1:
-            raise NotImplementedError(f"{name} emulator: only one token per sequence is emulated, got {S}")
-        V, K = recurrent_state.shape[-2], recurrent_state.shape[-1]
-        if recurrent_state.shape[1] != nv or D != 2 * nk * K + nv * V:
-            _aclnn_refuse(name, f"mix_qkv last dim {D} / state {tuple(recurrent_state.shape)} do not match "
-                                f"nk={nk} nv={nv}")
-        if not caps.npu_op_supports(nv, nk, K, V, mix_qkv.dtype):
-            _aclnn_refuse(name, f"unsupported shape nv={nv} nk={nk} dk={K} dv={V} dtype={mix_qkv.dtype}")
-        q, k, v = torch.split(mix_qkv[:, 0], [nk * K, nk * K, nv * V], dim=-1)
-        slots = ssm_state_indices.reshape(B, S)[:, 0].long()
-        out = torch.zeros(B, 1, nv, V, dtype=mix_qkv.dtype)
+        dv, dk = recurrent_state.shape[2], recurrent_state.shape[3]
+        expected = 2 * nk * dk + nv * dv
+        _recurrent_check(D == expected, f"mix_qkv width mismatch. Expected: {expected}, Got: {D}. Formula: "
+                                        f"D = nv*dv + 2*nk*dk, where nv={nv}, dv(or State.size(2))={dv}, "
+                                        f"nk={nk}, dk(or State.size(3))={dk}")
+        _recurrent_check(recurrent_state.shape[1] == nv, "State third dimension must match nv")
+        _recurrent_check(beta.dim() == 3, "Beta must be 3-dimensional (B, S, nv)")
+        _recurrent_check(beta.shape[0] == B, "Beta batch size must match MixQKV")
+        _recurrent_check(beta.shape[1] == S, "Beta sequence length must match MixQKV")
+        _recurrent_check(beta.shape[2] == nv, "Beta last dimension must equal nv")
+        _recurrent_check(ssm_state_indices.dim() == 2, "ssm_state_indices must be 2-dimensional (B, S)")
+        _recurrent_check(ssm_state_indices.shape[0] == B, "ssm_state_indices batch size must match MixQKV")
+        _recurrent_check(ssm_state_indices.shape[1] == S, "ssm_state_indices sequence length must match MixQKV")
+        _recurrent_check(caps.recurrent_vstep(nv, dk, dv, ub_bytes) >= 8, caps.RECURRENT_VSTEP_TEXT)
+        # --- what the host does not check (undefined behaviour on the device)
+        for label, t in (("mix_qkv", mix_qkv), ("beta", beta), ("recurrent_state", recurrent_state),
+                         ("intermediate_state", intermediate_state)):
+            if t is not None and t.dtype != caps.RECURRENT_DTYPE:
+                _violation(name, f"{label} is {t.dtype}; the kernel is bf16-only and reads the bytes as bf16")
+        for label, t in (("mix_qkv", mix_qkv), ("beta", beta), ("recurrent_state", recurrent_state)):
+            if not t.is_contiguous():
+                _violation(name, f"{label} is not contiguous (used in place by raw offsets)")
+        if intermediate_state is not None and not intermediate_state.is_contiguous():
+            _violation(name, "intermediate_state is not contiguous: the host writes into a contiguous copy, "
+                             "the caller's tensor is never updated")
+        for label, t in (("actual_seq_lengths", actual_seq_lengths), ("ssm_state_indices", ssm_state_indices)):
+            if t.dtype != torch.int32:
+                _violation(name, f"{label} is {t.dtype}; the kernel reads int32 without a cast")
+        if S > caps.RECURRENT_MAX_TOKENS:
+            _violation(name, f"S={S} > {caps.RECURRENT_MAX_TOKENS} (MAX_MTP buffers)")
+        if nk <= 0 or nv % nk:
+            _violation(name, f"nv={nv} is not a multiple of nk={nk}")
+        if gk is not None:
+            _violation(name, "gk is not emulated")
+        if not (nk * dk * 2 + nv * dv == D):
+            _violation(name, "layout")
+        states_out = intermediate_state if intermediate_state is not None else recurrent_state
+        rows_out = states_out.shape[0]
+        lens = actual_seq_lengths.tolist()
+        idx = ssm_state_indices.tolist()
+        nat = None if num_accepted_tokens is None else num_accepted_tokens.to(torch.int32).tolist()
+        ci = None if cache_indices is None else cache_indices.to(torch.int32).tolist()
+        ratio = nv // nk
+        betas = torch.sigmoid(beta.float())
+        gates = None if g is None else g.float().reshape(B, S, nv)
+        out = torch.full((B, S, nv, dv), float("nan"), dtype=torch.float32)
+        writes = []
         for b in range(B):
-            slot = int(slots[b])
-            if slot < 0:
-                continue
-            o, final = recurrent_reference(q[b].view(1, 1, nk, K), k[b].view(1, 1, nk, K), v[b].view(1, 1, nv, V),
-                                           g.reshape(B, nv)[b].view(1, 1, nv).float(),
-                                           beta.reshape(B, nv)[b].view(1, 1, nv).float(),
-                                           cu_seqlens=torch.tensor([0, 1]),
-                                           initial_state=recurrent_state[slot:slot + 1], scale=scale)
-            recurrent_state[slot] = final[0].to(recurrent_state.dtype)
-            out[b, 0] = o[0, 0].to(out.dtype)
-        return out
+            length = lens[b]
+            if not 0 <= length <= S:
+                _violation(name, f"actual_seq_lengths[{b}]={length} outside [0, S={S}]")
+            pos = 0 if nat is None else nat[b] - 1
+            if not 0 <= pos < S:
+                _violation(name, f"num_accepted_tokens[{b}]={pos + 1} outside [1, S={S}]")
+            r0 = idx[b][pos]
+            if intermediate_state is not None and r0 % S == 0:
+                if ci is None:
+                    _violation(name, "intermediate_state without cache_indices (reads a null pointer)")
+                src, row = recurrent_state, ci[b]
+            else:
+                src, row = (intermediate_state if intermediate_state is not None else recurrent_state), r0
+            if not 0 <= row < src.shape[0]:
+                _violation(name, f"initial state row {row} of batch {b} outside [0, {src.shape[0]})")
+            state = src[row].float().clone()  # [nv, dv, dk]
+            for t in range(length):
+                dst = idx[b][t]
+                if not 0 <= dst < rows_out:
+                    _violation(name, f"ssm_state_indices[{b}, {t}]={dst} outside [0, {rows_out}) (no pad skip)")
+                tok = mix_qkv[b, t].float()
+                q, k, v = torch.split(tok, [nk * dk, nk * dk, nv * dv])
+                q, k, v = q.view(nk, dk), k.view(nk, dk), v.view(nv, dv)
+                q = q * torch.rsqrt(q.pow(2).sum(-1, keepdim=True) + 1e-6) * scale
+                k = k * torch.rsqrt(k.pow(2).sum(-1, keepdim=True) + 1e-6)
+                q, k = q.repeat_interleave(ratio, 0), k.repeat_interleave(ratio, 0)
+                if gates is not None:
+                    state = state * gates[b, t].exp()[:, None, None]
+                u = betas[b, t][:, None] * (v - torch.einsum("hvk,hk->hv", state, k))
+                state = state + u[:, :, None] * k[:, None, :]
+                out[b, t] = torch.einsum("hvk,hk->hv", state, q)
+                writes.append((dst, state.to(torch.bfloat16)))
+        for dst, value in writes:  # the real op writes per token as it goes
+            states_out[dst] = value
+        return out.to(torch.bfloat16)
 
     return recurrent_gated_delta_rule
 
 
-def emulators(mega_predicate=None, npu_chunk_refuse=None) -> dict[str, Callable]:
-    """Every GDN emulator, keyed by seam name (for ``seam.install_emulators``)."""
-    return {
-        OP_MEGA: make_mega_emulator(mega_predicate),
-        OP_NPU_CHUNK: make_npu_chunk_emulator(npu_chunk_refuse),
-        OP_NPU_RECURRENT: make_npu_recurrent_emulator(),
-    }
+# ----------------------------------------------------------------------------- sets
+
+
+def emulators(mega_predicate=None, npu_chunk_refuse=None, *, chip: Optional[str] = "A3",
+              mega_variant: Optional[caps.MegaVariant] = caps.MEGA_CURRENT,
+              recurrent: bool = True, npu_chunk: bool = True) -> dict[str, Callable]:
+    """The GDN emulators of one machine, keyed by seam name (for ``seam.install_emulators``).
+
+    ``chip``: the chip generation; on ``"950"`` the sgl-kernel-npu build has no
+    ``recurrent_gated_delta_rule`` (SKN csrc/CMakeLists.txt: SGL_KERNEL_ENABLE_A3_ONLY_OPS is OFF
+    for ascend950; whether the chunk op is in the same block is not known, ``npu_chunk`` decides).
+    ``mega_variant=None``: a release without the mega kernel (tags before ``2026.05.01.post3``).
+    """
+    ops: dict[str, Callable] = {}
+    if mega_variant is not None:
+        ops[OP_MEGA] = make_mega_emulator(mega_predicate, variant=mega_variant)
+    if npu_chunk:
+        ops[OP_NPU_CHUNK] = make_npu_chunk_emulator(npu_chunk_refuse, chip=chip)
+    if recurrent and chip != "950":
+        ops[OP_NPU_RECURRENT] = make_npu_recurrent_emulator()
+    return ops
+
+
+def emulate_move_intermediate_cache(ssm_states, intermediate_state_cache, dst_indices_tensor, src_indices_tensor,
+                                    last_steps_tensor, h_block_size=2):
+    """sgl-kernel-npu ``mamba/mamba_state_update_triton.py`` ``move_intermediate_cache`` (f425bdf1):
+    for every i with ``last_steps[i] >= 0``, every layer l:
+    ``ssm_states[l, dst[i]] = intermediate_state_cache[l, src[i], last_steps[i]]`` (a plain copy,
+    the store casting to the destination's dtype); entries with a negative step are skipped.
+    ``intermediate_state_cache`` is ``[L, size, draft, H, V, K]``."""
+    if len(dst_indices_tensor) != len(last_steps_tensor):
+        raise AssertionError("Destination indices lengths must match")
+    if len(src_indices_tensor) != len(last_steps_tensor):
+        raise AssertionError("Source indices lengths must match")
+    for dst, src, step in zip(dst_indices_tensor.tolist(), src_indices_tensor.tolist(), last_steps_tensor.tolist()):
+        if step < 0:
+            continue
+        if not (0 <= dst < ssm_states.shape[1] and 0 <= src < intermediate_state_cache.shape[1]
+                and step < intermediate_state_cache.shape[2]):
+            _violation("move_intermediate_cache", f"index out of bounds (dst={dst}, src={src}, step={step})")
+        ssm_states[:, dst] = intermediate_state_cache[:, src, step].to(ssm_states.dtype)

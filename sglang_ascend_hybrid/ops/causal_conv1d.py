@@ -2,49 +2,77 @@
 
 Same signatures and semantics as
 ``sglang.srt.layers.attention.mamba.causal_conv1d`` (see
-:mod:`~sglang_ascend_hybrid.ops.causal_conv1d_reference` for the contract).
-Conv states may be any strided ``[slots, dim, state_len]`` tensor, in
+:mod:`~sglang_ascend_hybrid.ops.causal_conv1d_reference` for the contract), plus a keyword
+``check_values``.  Conv states may be any strided ``[slots, dim, state_len]`` tensor, in
 particular the transposed view of a window-major NPU pool that
-:mod:`sglang_ascend_hybrid.backends.conv_state_layout` hands to the model.
+:mod:`sglang_ascend_hybrid.backends.conv_state_layout` hands to the model; the state is its
+columns ``[0, W-1)``.
 
-Dispatch (a :class:`~sglang_ascend_hybrid.ops.ladder.Ladder` per op, device
-kernels only through :mod:`~sglang_ascend_hybrid.ops.seam`):
+Dispatch (a :class:`~sglang_ascend_hybrid.ops.ladder.Ladder` per op, device kernels only
+through :mod:`~sglang_ascend_hybrid.ops.seam`; contracts in
+:mod:`sglang_ascend_hybrid.emulators.causal_conv1d`, written from sgl-kernel-npu f425bdf1):
 
-``npu_v2``
-    sgl-kernel-npu's window-major ops ``causal_conv1d_fn_v2`` /
-    ``causal_conv1d_update_npu_v2`` (``sgl_kernel_npu.mamba.causal_conv1d``).
-    Their pad rows write the reserved pool slot 0 (SGLang's padding slot).
-``npu_aclnn``
-    ``torch.ops.npu.causal_conv1d`` (run_mode 0 prefill, 1 single-token
-    decode); needs the window-major state to be contiguous.
+``npu_v2`` (both ops)
+    ``causal_conv1d_fn_v2`` / ``causal_conv1d_update_npu_v2`` of an unmerged sgl-kernel-npu
+    branch (no release has them): only when present, on a contiguous window-major pool of
+    exactly ``W - 1`` rows, one shared fp16 / bf16 dtype; zero-length sequences are turned
+    into pad rows first (their behaviour on that branch is unknown).
+``npu_aclnn`` (both ops)
+    ``torch.ops.npu.causal_conv1d`` (sgl-kernel-npu; absent on Ascend 950 builds), run mode 0
+    (prefill, varlen ``[T, dim]``) or 1 (decode, batch ``[B, L, dim]``).  Its host accepts
+    exactly: x, weight and conv_states of one dtype, fp16 or bf16, contiguous, width 2-4 (no
+    ``dim`` rule).  It reads and writes rows ``[0, W-1)`` of each slot of the contiguous
+    ``conv_states`` it is given, so the rung passes the pool itself and runs only when that is
+    the state: the model's view transposed is contiguous, i.e. the pool has no draft rows
+    (SGLang's NPU pool with speculative decoding is ``[slots, (W-1) + (draft-1), dim]`` and
+    the view holds its LAST ``W-1`` rows: the op would compute on the wrong rows, so the
+    predicate skips it; copying those rows to a scratch pool and back would cost two gathers
+    per layer and step).  Its tiling cache omits the dtype, so this rung never calls one
+    shape in a second dtype in a process (:data:`_TILING_SEEN`; such calls go to the next
+    rung).  Bias is passed in x's dtype (the kernel reads it as x's dtype, unchecked).
+``npu_update_v2`` (decode only)
+    the released ``sgl_kernel_npu.mamba.causal_conv1d.causal_conv1d_update_v2`` (Triton):
+    token-major x, any-strided ``[slots, state_len, dim]`` state (so draft-window pools work:
+    the rung passes the model's view), rows ``[0, W-1)`` of it.  It overwrites its x in place,
+    so the rung passes a private copy.  It casts history and tokens to fp16 inside, so the
+    rung takes fp16 only (bf16 values beyond the fp16 range would become inf).
 ``torch``
-    the vectorised pure-torch implementation (the CPU path).
+    the vectorised pure-torch implementation (the CPU path); its decode is graph-capture
+    safe (no host sync, fixed shapes).
 
-Device rungs take width 2-4, ``dim % 16 == 0``, fp16 / bf16 and a window-major
-state whose window is exactly ``width - 1``; anything else goes to ``torch``
-with one INFO line per distinct shape.  Zero-length sequences are turned into
-pad rows before a device rung sees them, so their state is never touched.
-``SGLANG_ASCEND_HYBRID_CONV_BACKEND`` forces a rung.
+Inputs (the project's policy): shape, dtype and layout checks always (no sync); value checks
+(offsets, slot ranges, duplicate slots) when ``check_values`` is true -- the default for a
+direct call -- once, before any rung runs, identical for every rung, raising ``ValueError``
+with the pool untouched.  The SGLang hooks pass ``check_values=ENV.DEBUG_CHECKS.get()``:
+decode under graph capture never reads tensor values on the host.  Empty batches and
+``T == 0`` return an empty result without calling any kernel.  ``SGLANG_ASCEND_HYBRID_CONV_BACKEND``
+forces a rung.
 
-Hooks: SGLang's LFM2 imports ``causal_conv1d_fn`` / ``causal_conv1d_update``
-into its own module.  :func:`causal_conv1d_fn_around` /
-:func:`causal_conv1d_update_around` are AROUND hooks for the two names in
-``sglang.srt.layers.attention.mamba.causal_conv1d`` (HookRegistry rebinds the
-from-import copies).  They route to this module when the input lives on an NPU,
-when a conv emulator is installed in the seam (CPU self-test), or when the conv
-state is a window-major view (only the NPU pool is laid out that way); every
-other call (CUDA, ROCm, CPU with a CUDA-layout pool) runs the original.
+Hooks: SGLang's LFM2 imports ``causal_conv1d_fn`` / ``causal_conv1d_update`` into its own
+module.  :func:`causal_conv1d_fn_around` / :func:`causal_conv1d_update_around` are AROUND
+hooks for the two names in ``sglang.srt.layers.attention.mamba.causal_conv1d`` (HookRegistry
+rebinds the from-import copies).  They route to this module when the input lives on an NPU,
+when a conv emulator is installed in the seam (CPU self-test), or when the conv state is a
+window-major view (only the NPU pool is laid out that way); every other call (CUDA, ROCm,
+CPU with a CUDA-layout pool) runs the original.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
-from sglang_ascend_hybrid.emulators.causal_conv1d import OP_ACLNN, OP_FN_V2, OP_UPDATE_V2
+from sglang_ascend_hybrid.emulators.causal_conv1d import (
+    OP_ACLNN,
+    OP_FN_V2,
+    OP_UPDATE_V2,
+    OP_UPDATE_V2_MAIN,
+    REFUSAL_TEXTS,
+)
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops import seam
@@ -54,13 +82,15 @@ from sglang_ascend_hybrid.ops.causal_conv1d_reference import (
     causal_conv1d_fn_torch,
     causal_conv1d_update_torch,
     check_fn_inputs,
+    check_fn_values,
+    check_slot_values,
     check_update_inputs,
 )
 from sglang_ascend_hybrid.ops.ladder import Ladder, Rung
 
 logger = logging.getLogger(__name__)
 
-DEVICE_OPS = (OP_FN_V2, OP_UPDATE_V2, OP_ACLNN)
+DEVICE_OPS = (OP_FN_V2, OP_UPDATE_V2, OP_ACLNN, OP_UPDATE_V2_MAIN)
 _NPU_DTYPES = (torch.float16, torch.bfloat16)
 
 
@@ -83,14 +113,23 @@ def layout_tag(conv_states: Optional[torch.Tensor]) -> str:
 
 
 def npu_conv_supports(width: int, dim: int, dtype: torch.dtype) -> bool:
-    """The NPU conv ops' documented limits (shared with the ``plan`` CLI)."""
-    return 2 <= width <= 4 and dim % 16 == 0 and dtype in _NPU_DTYPES
+    """Whether ``torch.ops.npu.causal_conv1d``'s host accepts this width and dtype (it has no
+    ``dim`` rule; shared with the ``plan`` CLI)."""
+    return 2 <= width <= 4 and dtype in _NPU_DTYPES
 
 
-def _in_npu_limits(width: int, dim: int, x: torch.Tensor, state: Optional[torch.Tensor]) -> bool:
-    return (npu_conv_supports(width, dim, x.dtype)
-            and state is not None and state.dtype == x.dtype
-            and is_window_major(state) and state.shape[2] == width - 1)
+def _pool_is_state(state: Optional[torch.Tensor], width: int, exact: bool) -> bool:
+    """The model's view transposed is a contiguous window-major pool whose rows ``[0, W-1)``
+    are the view's state columns (``exact``: the pool has exactly ``W-1`` rows)."""
+    if state is None or state.dim() != 3:
+        return False
+    pool = state.transpose(1, 2)
+    return pool.is_contiguous() and (pool.shape[1] == width - 1 if exact else pool.shape[1] >= width - 1)
+
+
+def _one_half_dtype(*tensors) -> bool:
+    dtypes = {t.dtype for t in tensors if t is not None}
+    return len(dtypes) == 1 and dtypes.pop() in _NPU_DTYPES
 
 
 def _device_possible(x: torch.Tensor) -> bool:
@@ -98,15 +137,42 @@ def _device_possible(x: torch.Tensor) -> bool:
 
 
 def _refusal(exc: BaseException) -> bool:
-    text = str(exc).lower()
-    return isinstance(exc, RuntimeError) and any(
-        k in text for k in ("not support", "unsupported", "check failed", "161002"))
+    """One of ``torch.ops.npu.causal_conv1d``'s host ``TORCH_CHECK`` texts."""
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and any(t in text for t in REFUSAL_TEXTS)
 
 
 def _skip_empty(idx: torch.Tensor, qsl: torch.Tensor, pad_slot_id: int) -> torch.Tensor:
-    """Zero-length sequences become pad rows (device ops may rewrite their state)."""
+    """Zero-length sequences become pad rows (device op, no sync)."""
     lens = (qsl[1:] - qsl[:-1]).to(idx.device)
     return torch.where(lens > 0, idx, torch.full_like(idx, pad_slot_id))
+
+
+# torch.ops.npu.causal_conv1d caches its tiling per key without the dtype (emulators module doc):
+# key -> dtype of the first call in this process.
+_TILING_SEEN: dict[tuple, torch.dtype] = {}
+_TILING_LOCK = threading.Lock()
+_TILING_CAPACITY = 1024
+
+
+def _tiling_free(key: tuple, dtype: torch.dtype) -> bool:
+    with _TILING_LOCK:
+        seen = _TILING_SEEN.get(key)
+    return seen is None or seen == dtype
+
+
+def _tiling_record(key: tuple, dtype: torch.dtype) -> None:
+    with _TILING_LOCK:
+        if key not in _TILING_SEEN and len(_TILING_SEEN) < _TILING_CAPACITY:
+            _TILING_SEEN[key] = dtype
+
+
+def reset_state() -> None:
+    """Forget call-time refusals and the tiling-key record (tests; a reloaded kernel)."""
+    FN_LADDER.forget_refusals()
+    UPDATE_LADDER.forget_refusals()
+    with _TILING_LOCK:
+        _TILING_SEEN.clear()
 
 
 # --------------------------------------------------------------------------- prefill ladder
@@ -124,45 +190,77 @@ class _FnCall:
     activation: object
     pad_slot_id: int
 
+    @property
+    def width(self) -> int:
+        return int(self.weight.shape[1])
+
+    def aclnn_key(self) -> tuple:
+        """``CausalConv1dTilingKey`` of the call :func:`_fn_aclnn` makes (varlen, run mode 0)."""
+        pool = self.conv_states.transpose(1, 2)
+        return (self.x.shape[0], self.x.shape[1], 0, self.query_start_loc.shape[0] - 1, 0, self.width,
+                pool.shape[1], pool.shape[0], int(activation_is_silu(self.activation)), self.pad_slot_id, 0,
+                int(self.bias is not None), int(self.cache_indices is not None),
+                int(self.has_initial_state is not None), 0)
+
 
 def _fn_device_ok(c: _FnCall) -> bool:
-    return (c.cache_indices is not None
-            and _in_npu_limits(c.weight.shape[1], c.x.shape[0], c.x, c.conv_states))
+    return (c.conv_states is not None and 2 <= c.width <= 4
+            and _one_half_dtype(c.x, c.weight, c.conv_states))
+
+
+def _fn_v2_ok(c: _FnCall) -> bool:
+    return (_fn_device_ok(c) and _pool_is_state(c.conv_states, c.width, exact=True)
+            and seam.serves(OP_FN_V2, c.x, c.conv_states))
 
 
 def _fn_v2(c: _FnCall) -> torch.Tensor:
     pool = c.conv_states.transpose(1, 2)  # [slots, W-1, dim]: the pool's own layout
-    idx = _skip_empty(c.cache_indices.to(torch.int32), c.query_start_loc, c.pad_slot_id)
+    batch = c.query_start_loc.shape[0] - 1
+    idx = (c.cache_indices if c.cache_indices is not None
+           else torch.arange(batch, device=c.x.device)).to(torch.int32)
+    idx = _skip_empty(idx, c.query_start_loc, c.pad_slot_id)
     act = "silu" if activation_is_silu(c.activation) else None
-    return seam.call(OP_FN_V2, c.x, c.weight, c.bias, c.query_start_loc, idx,
+    bias = c.bias.to(c.x.dtype) if c.bias is not None else None
+    return seam.call(OP_FN_V2, c.x, c.weight, bias, c.query_start_loc, idx,
                      c.has_initial_state, pool, act, c.pad_slot_id)
 
 
+def _fn_aclnn_ok(c: _FnCall) -> bool:
+    return (_fn_device_ok(c) and _pool_is_state(c.conv_states, c.width, exact=False)
+            and seam.serves(OP_ACLNN, c.x, c.conv_states) and _tiling_free(c.aclnn_key(), c.x.dtype))
+
+
 def _fn_aclnn(c: _FnCall) -> torch.Tensor:
-    pool = c.conv_states.transpose(1, 2)
-    idx = _skip_empty(c.cache_indices.to(torch.int32), c.query_start_loc, c.pad_slot_id)
-    his = c.has_initial_state
-    if his is None:
-        his = torch.zeros(idx.shape[0], dtype=torch.bool, device=idx.device)
+    key = c.aclnn_key()
     out = seam.call(
-        OP_ACLNN, c.x.t().contiguous(), c.weight.t().contiguous(), conv_states=pool, bias=c.bias,
-        query_start_loc=c.query_start_loc.to(torch.int32), cache_indices=idx,
-        has_initial_state=his.bool(), activation_mode=int(activation_is_silu(c.activation)),
+        OP_ACLNN, c.x.t().contiguous(), c.weight.t().contiguous(), c.conv_states.transpose(1, 2),
+        bias=c.bias.to(c.x.dtype) if c.bias is not None else None,
+        query_start_loc=c.query_start_loc, cache_indices=c.cache_indices,
+        has_initial_state=c.has_initial_state, activation_mode=int(activation_is_silu(c.activation)),
         pad_slot_id=c.pad_slot_id, run_mode=0)
+    _tiling_record(key, c.x.dtype)
     return out.t()
 
 
 def _fn_torch(c: _FnCall) -> torch.Tensor:
     return causal_conv1d_fn_torch(c.x, c.weight, c.bias, c.query_start_loc, c.cache_indices,
-                                  c.has_initial_state, c.conv_states, c.activation, c.pad_slot_id)
+                                  c.has_initial_state, c.conv_states, c.activation, c.pad_slot_id,
+                                  check_values=False)
 
+
+_NEEDS_V2 = ("sgl-kernel-npu's unmerged causal_conv1d_fn_v2 / causal_conv1d_update_npu_v2, "
+             "width 2-4, x / weight / state of one dtype fp16 or bf16, a window-major pool of "
+             "exactly width-1 rows")
+_NEEDS_ACLNN = ("torch.ops.npu.causal_conv1d (sgl-kernel-npu, not on Ascend 950), width 2-4, "
+                "x / weight / state of one dtype fp16 or bf16, a contiguous window-major pool "
+                "without draft rows, a shape not yet called in the other dtype")
+_NEEDS_UPDATE_V2 = ("sgl_kernel_npu.mamba.causal_conv1d.causal_conv1d_update_v2, fp16 x and "
+                    "state, a window-major state")
 
 FN_LADDER = Ladder("causal_conv1d_fn", [
-    Rung("npu_v2", lambda sig, c: _fn_device_ok(c) and seam.serves(OP_FN_V2, c.x, c.conv_states),
-         _fn_v2, _refusal),
-    Rung("npu_aclnn", lambda sig, c: (_fn_device_ok(c) and c.conv_states.transpose(1, 2).is_contiguous()
-                                      and seam.serves(OP_ACLNN, c.x, c.conv_states)),
-         _fn_aclnn, _refusal),
+    Rung("npu_v2", lambda sig, c: _fn_v2_ok(c), _fn_v2, _refusal, device=True, needs=_NEEDS_V2),
+    Rung("npu_aclnn", lambda sig, c: _fn_aclnn_ok(c), _fn_aclnn, _refusal, device=True,
+         needs=_NEEDS_ACLNN),
     Rung("torch", lambda sig, c: True, _fn_torch),
 ])
 
@@ -180,41 +278,89 @@ class _UpdateCall:
     conv_state_indices: Optional[torch.Tensor]
     pad_slot_id: int
 
+    @property
+    def width(self) -> int:
+        return int(self.weight.shape[1])
+
+    def tokens_major(self) -> torch.Tensor:
+        """x as a private contiguous ``[B, L, dim]`` copy (never a view of the caller's x)."""
+        x3 = self.x.unsqueeze(-1) if self.x.dim() == 2 else self.x
+        return x3.transpose(1, 2).clone(memory_format=torch.contiguous_format)
+
+    def aclnn_key(self) -> tuple:
+        """``CausalConv1dTilingKey`` of :func:`_update_aclnn`'s call (batch mode, run mode 1)."""
+        pool = self.conv_state.transpose(1, 2)
+        b, dim = self.x.shape[0], self.x.shape[1]
+        length = 1 if self.x.dim() == 2 else self.x.shape[2]
+        return (dim, b * length, length, b, 1, self.width, pool.shape[1], pool.shape[0],
+                int(activation_is_silu(self.activation)), self.pad_slot_id, 1, int(self.bias is not None),
+                int(self.conv_state_indices is not None), 0, 0)
+
 
 def _update_device_ok(c: _UpdateCall) -> bool:
-    return (c.conv_state_indices is not None
-            and _in_npu_limits(c.weight.shape[1], c.x.shape[1], c.x, c.conv_state))
+    return 2 <= c.width <= 4 and _one_half_dtype(c.x, c.weight, c.conv_state)
+
+
+def _update_v2_ok(c: _UpdateCall) -> bool:
+    return (_update_device_ok(c) and _pool_is_state(c.conv_state, c.width, exact=True)
+            and seam.serves(OP_UPDATE_V2, c.x, c.conv_state))
+
+
+def _indices(c: _UpdateCall) -> torch.Tensor:
+    if c.conv_state_indices is not None:
+        return c.conv_state_indices.to(torch.int32)
+    return torch.arange(c.x.shape[0], dtype=torch.int32, device=c.x.device)
 
 
 def _update_v2(c: _UpdateCall) -> torch.Tensor:
     act = "silu" if activation_is_silu(c.activation) else None
-    return seam.call(OP_UPDATE_V2, c.x, c.conv_state.transpose(1, 2), c.weight, c.bias, act,
-                     c.conv_state_indices.to(torch.int32), c.pad_slot_id)
+    bias = c.bias.to(c.x.dtype) if c.bias is not None else None
+    return seam.call(OP_UPDATE_V2, c.x, c.conv_state.transpose(1, 2), c.weight, bias, act,
+                     _indices(c), c.pad_slot_id)
+
+
+def _update_aclnn_ok(c: _UpdateCall) -> bool:
+    return (_update_device_ok(c) and _pool_is_state(c.conv_state, c.width, exact=False)
+            and seam.serves(OP_ACLNN, c.x, c.conv_state) and _tiling_free(c.aclnn_key(), c.x.dtype))
 
 
 def _update_aclnn(c: _UpdateCall) -> torch.Tensor:
-    x2 = c.x if c.x.dim() == 2 else c.x[..., 0]
-    batch = x2.shape[0]
-    qsl = torch.arange(batch + 1, dtype=torch.int32, device=x2.device)
+    key = c.aclnn_key()
     out = seam.call(
-        OP_ACLNN, x2.contiguous(), c.weight.t().contiguous(), conv_states=c.conv_state.transpose(1, 2),
-        bias=c.bias, query_start_loc=qsl, cache_indices=c.conv_state_indices.to(torch.int32),
-        activation_mode=int(activation_is_silu(c.activation)), pad_slot_id=c.pad_slot_id, run_mode=1)
-    return out if c.x.dim() == 2 else out.unsqueeze(-1)
+        OP_ACLNN, c.tokens_major(), c.weight.t().contiguous(), c.conv_state.transpose(1, 2),
+        bias=c.bias.to(c.x.dtype) if c.bias is not None else None,
+        cache_indices=c.conv_state_indices, activation_mode=int(activation_is_silu(c.activation)),
+        pad_slot_id=c.pad_slot_id, run_mode=1)
+    _tiling_record(key, c.x.dtype)
+    out = out.transpose(1, 2)
+    return out[..., 0] if c.x.dim() == 2 else out
+
+
+def _update_v2_main_ok(c: _UpdateCall) -> bool:
+    return (2 <= c.width <= 4 and c.x.dtype == torch.float16 and c.conv_state.dtype == torch.float16
+            and is_window_major(c.conv_state) and seam.serves(OP_UPDATE_V2_MAIN, c.x, c.conv_state))
+
+
+def _update_v2_main(c: _UpdateCall) -> torch.Tensor:
+    act = "silu" if activation_is_silu(c.activation) else None
+    x_private = c.tokens_major() if c.x.dim() == 3 else c.x.clone()   # the op overwrites its x
+    out = seam.call(OP_UPDATE_V2_MAIN, x_private, c.conv_state.transpose(1, 2), c.weight.t(),
+                    bias=c.bias, activation=act, conv_state_indices=_indices(c),
+                    pad_slot_id=c.pad_slot_id)
+    return out.transpose(1, 2) if c.x.dim() == 3 else out
 
 
 def _update_torch(c: _UpdateCall) -> torch.Tensor:
     return causal_conv1d_update_torch(c.x, c.conv_state, c.weight, c.bias, c.activation,
-                                      c.conv_state_indices, c.pad_slot_id)
+                                      c.conv_state_indices, c.pad_slot_id, check_values=False)
 
 
 UPDATE_LADDER = Ladder("causal_conv1d_update", [
-    Rung("npu_v2", lambda sig, c: _update_device_ok(c) and seam.serves(OP_UPDATE_V2, c.x, c.conv_state),
-         _update_v2, _refusal),
-    Rung("npu_aclnn", lambda sig, c: (_update_device_ok(c) and (c.x.dim() == 2 or c.x.shape[-1] == 1)
-                                      and c.conv_state.transpose(1, 2).is_contiguous()
-                                      and seam.serves(OP_ACLNN, c.x, c.conv_state)),
-         _update_aclnn, _refusal),
+    Rung("npu_v2", lambda sig, c: _update_v2_ok(c), _update_v2, _refusal, device=True, needs=_NEEDS_V2),
+    Rung("npu_aclnn", lambda sig, c: _update_aclnn_ok(c), _update_aclnn, _refusal, device=True,
+         needs=_NEEDS_ACLNN),
+    Rung("npu_update_v2", lambda sig, c: _update_v2_main_ok(c), _update_v2_main, _refusal, device=True,
+         needs=_NEEDS_UPDATE_V2),
     Rung("torch", lambda sig, c: True, _update_torch),
 ])
 
@@ -223,13 +369,27 @@ def _dispatch(ladder: Ladder, sig: tuple, call, x: torch.Tensor):
     backend = ENV.CONV_BACKEND.get()
     if backend == "auto" and _device_possible(x) and ladder.choose(sig, call).name == "torch":
         log_once(logger, ("conv-torch-path", sig),
-                 "sglang-ascend-hybrid: %s %s is outside the NPU conv kernels' limits (width 2-4, "
-                 "dim %% 16 == 0, fp16/bf16, window-major state of width-1 rows) or no kernel is "
-                 "installed; using the torch path for this shape", ladder.op, sig)
+                 "sglang-ascend-hybrid: %s %s is outside every installed NPU conv kernel's contract "
+                 "(width 2-4; x, weight and state of one dtype fp16/bf16; torch.ops.npu.causal_conv1d "
+                 "needs a window-major pool without draft rows, causal_conv1d_update_v2 fp16) or no "
+                 "kernel is installed; using the torch path for this shape", ladder.op, sig)
     return ladder(sig, call, backend=backend)
 
 
+def _signature(kind: str, width: int, x: torch.Tensor, weight: torch.Tensor,
+               state: Optional[torch.Tensor]) -> tuple:
+    def name(t):
+        return "none" if t is None else str(t.dtype).replace("torch.", "")
+
+    return (kind, width, x.shape[0] if kind == "fn" else x.shape[1], name(x), name(weight), name(state),
+            layout_tag(state), None if state is None else int(state.shape[2]))
+
+
 # --------------------------------------------------------------------------- public ops
+
+
+def _resolve_check(check_values: Optional[bool]) -> bool:
+    return True if check_values is None else bool(check_values)
 
 
 def causal_conv1d_fn(
@@ -242,10 +402,13 @@ def causal_conv1d_fn(
     conv_states: Optional[torch.Tensor] = None,
     activation: Optional[str] = "silu",
     pad_slot_id: int = PAD_SLOT_ID,
+    *,
+    check_values: Optional[bool] = None,
     **kwargs,
 ) -> torch.Tensor:
     """Varlen causal conv1d: ``x [dim, T]`` packed by ``query_start_loc`` (or
     ``[batch, dim, L]`` without it) -> same shape; ``conv_states`` updated in place.
+    ``check_values`` (None: True) checks offsets and slot indices on the host first.
     ``seq_lens_cpu`` / ``validate_data`` keyword arguments are accepted and unused."""
     if kwargs.get("block_table") is not None:
         raise ValueError("block_table is not None: expected None (chunk block tables are "
@@ -263,17 +426,24 @@ def causal_conv1d_fn(
             batched = x.shape
             b, d, length = x.shape
             x = x.transpose(0, 1).reshape(d, b * length)
-            query_start_loc = torch.arange(0, b * length + 1, max(length, 1), device=x.device,
-                                           dtype=torch.int32)[: b + 1]
+            query_start_loc = torch.arange(b + 1, device=x.device, dtype=torch.int32) * length
         else:
             query_start_loc = torch.tensor([0, x.shape[1]], dtype=torch.int32, device=x.device)
     width = check_fn_inputs(x, weight, bias, query_start_loc, cache_indices, has_initial_state,
                             conv_states)
     activation_is_silu(activation)
-    call = _FnCall(x, weight, bias, query_start_loc, cache_indices, has_initial_state, conv_states,
-                   activation, pad_slot_id)
-    sig = ("fn", width, x.shape[0], str(x.dtype).replace("torch.", ""), layout_tag(conv_states))
-    out = _dispatch(FN_LADDER, sig, call, x)
+    batch = query_start_loc.shape[0] - 1
+    if conv_states is not None and cache_indices is None and conv_states.shape[0] < batch:
+        raise ValueError(f"conv_states has {conv_states.shape[0]} slots: expected >= batch "
+                         f"({batch}) when cache_indices is None")
+    if _resolve_check(check_values):
+        check_fn_values(query_start_loc, cache_indices, conv_states, x.shape[1], pad_slot_id)
+    if batch == 0 or x.shape[1] == 0:   # nothing to compute, no state to touch (shapes only)
+        out = torch.empty_like(x)
+    else:
+        call = _FnCall(x, weight, bias, query_start_loc, cache_indices, has_initial_state, conv_states,
+                       activation, pad_slot_id)
+        out = _dispatch(FN_LADDER, _signature("fn", width, x, weight, conv_states), call, x)
     if batched is not None:
         b, d, length = batched
         out = out.reshape(d, b, length).transpose(0, 1)
@@ -289,17 +459,24 @@ def causal_conv1d_update(
     cache_seqlens: Optional[torch.Tensor] = None,
     conv_state_indices: Optional[torch.Tensor] = None,
     pad_slot_id: int = PAD_SLOT_ID,
+    *,
+    check_values: Optional[bool] = None,
 ) -> torch.Tensor:
     """Decode step: ``x [batch, dim]`` or ``[batch, dim, L]``; ``conv_state``
-    (``[slots, dim, >= width-1]``, any strides) updated in place."""
+    (``[slots, dim, >= width-1]``, any strides) updated in place.  ``check_values``
+    (None: True) checks the slot indices on the host first; with False nothing reads tensor
+    values on the host (graph capture)."""
     if cache_seqlens is not None:
         raise ValueError("cache_seqlens is not None: expected None (circular-buffer conv states "
                          "are not supported; SGLang's Triton kernel ignores it as well)")
     width = check_update_inputs(x, conv_state, weight, bias, conv_state_indices)
     activation_is_silu(activation)
+    if _resolve_check(check_values):
+        check_slot_values(conv_state_indices, "conv_state_indices", conv_state.shape[0], pad_slot_id)
+    if x.shape[0] == 0 or (x.dim() == 3 and x.shape[2] == 0):
+        return torch.empty_like(x)
     call = _UpdateCall(x, conv_state, weight, bias, activation, conv_state_indices, pad_slot_id)
-    sig = ("update", width, x.shape[1], str(x.dtype).replace("torch.", ""), layout_tag(conv_state))
-    return _dispatch(UPDATE_LADDER, sig, call, x)
+    return _dispatch(UPDATE_LADDER, _signature("update", width, x, weight, conv_state), call, x)
 
 
 # --------------------------------------------------------------------------- hooks
@@ -312,19 +489,33 @@ def routes_to_plugin(x, conv_state) -> bool:
     return _device_possible(x) or (isinstance(conv_state, torch.Tensor) and is_window_major(conv_state))
 
 
+def _host_seq_lens_check(seq_lens_cpu, x) -> None:
+    """Value check on SGLang's host mirror of the query lengths (no device read)."""
+    if seq_lens_cpu is None or not isinstance(x, torch.Tensor) or x.dim() != 2:
+        return
+    lens = [int(v) for v in seq_lens_cpu]
+    if any(v < 0 for v in lens) or sum(lens) > x.shape[1]:
+        raise ValueError(f"seq_lens_cpu={lens}: expected non-negative lengths summing to at most "
+                         f"the {x.shape[1]} tokens of x")
+
+
 def causal_conv1d_fn_around(original, *args, **kwargs):
     """AROUND hook for ``sglang.srt.layers.attention.mamba.causal_conv1d.causal_conv1d_fn``."""
     x = args[0] if args else kwargs.get("x")
     state = args[6] if len(args) > 6 else kwargs.get("conv_states")
     if routes_to_plugin(x, state):
+        _host_seq_lens_check(kwargs.get("seq_lens_cpu"), x)
+        kwargs.setdefault("check_values", ENV.DEBUG_CHECKS.get())
         return causal_conv1d_fn(*args, **kwargs)
     return original(*args, **kwargs)
 
 
 def causal_conv1d_update_around(original, *args, **kwargs):
-    """AROUND hook for ``sglang.srt.layers.attention.mamba.causal_conv1d.causal_conv1d_update``."""
+    """AROUND hook for ``sglang.srt.layers.attention.mamba.causal_conv1d.causal_conv1d_update``
+    (the serving decode path: no host sync unless SGLANG_ASCEND_HYBRID_DEBUG_CHECKS=1)."""
     x = args[0] if args else kwargs.get("x")
     state = args[1] if len(args) > 1 else kwargs.get("conv_state")
     if routes_to_plugin(x, state):
+        kwargs.setdefault("check_values", ENV.DEBUG_CHECKS.get())
         return causal_conv1d_update(*args, **kwargs)
     return original(*args, **kwargs)

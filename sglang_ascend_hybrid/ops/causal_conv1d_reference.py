@@ -87,9 +87,11 @@ def check_conv_states(conv_states, name: str, dim: int, width: int) -> None:
           f"{name} has dtype {conv_states.dtype}: expected a floating dtype")
 
 
-def check_slot_range(indices: Optional[torch.Tensor], name: str, num_slots: int,
-                     pad_slot_id: int) -> None:
-    """Every index is ``pad_slot_id`` or in ``[0, num_slots)`` (reads the values: a host sync)."""
+def check_slot_values(indices: Optional[torch.Tensor], name: str, num_slots: int, pad_slot_id: int,
+                      active: Optional[torch.Tensor] = None) -> None:
+    """Value check (reads the values on the host: never on the serving decode path): every
+    index is ``pad_slot_id`` or in ``[0, num_slots)``, and no slot repeats among the rows that
+    write a state (``active``: rows that would write, e.g. non-empty sequences)."""
     if indices is None or indices.numel() == 0:
         return
     idx = indices.detach().to("cpu", torch.int64)
@@ -98,6 +100,19 @@ def check_slot_range(indices: Optional[torch.Tensor], name: str, num_slots: int,
         first = int(idx[bad][0])
         raise ValueError(f"{name} contains slot {first}: expected pad_slot_id ({pad_slot_id}) "
                          f"or a slot in [0, {num_slots})")
+    live = idx != pad_slot_id
+    if active is not None:
+        live = live & active.detach().to("cpu").bool()
+    same = (idx[:, None] == idx[None, :]) & live[:, None] & live[None, :]
+    same.fill_diagonal_(False)
+    if bool(same.any()):
+        slot = int(idx[same.any(1)][0])
+        raise ValueError(f"{name} uses slot {slot} for more than one sequence of the batch "
+                         f"({idx.tolist()}): expected distinct slots (or pad_slot_id {pad_slot_id})")
+
+
+# Backward-compatible name (range check plus duplicates).
+check_slot_range = check_slot_values
 
 
 def check_fn_inputs(x, weight, bias, query_start_loc, cache_indices, has_initial_state,
@@ -129,6 +144,16 @@ def check_query_start_loc_values(query_start_loc: torch.Tensor, total_tokens: in
                          f"[0, {total_tokens}] (x has {total_tokens} tokens)")
 
 
+def check_fn_values(query_start_loc: torch.Tensor, cache_indices: Optional[torch.Tensor],
+                    conv_states: Optional[torch.Tensor], total_tokens: int, pad_slot_id: int) -> None:
+    """Every value rule of ``causal_conv1d_fn`` (host reads): offsets, slot range, no slot
+    shared by two non-empty sequences."""
+    check_query_start_loc_values(query_start_loc, total_tokens)
+    if conv_states is not None and cache_indices is not None:
+        lens = (query_start_loc[1:] - query_start_loc[:-1]).to(cache_indices.device) > 0
+        check_slot_values(cache_indices, "cache_indices", conv_states.shape[0], pad_slot_id, lens)
+
+
 def check_update_inputs(x, conv_state, weight, bias, conv_state_indices) -> int:
     _need(isinstance(x, torch.Tensor) and x.dim() in (2, 3),
           f"x has shape {tuple(getattr(x, 'shape', ()))}: expected (batch, dim) or (batch, dim, seqlen)")
@@ -152,12 +177,28 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-def _write_states(conv_states: torch.Tensor, slots: torch.Tensor, new: torch.Tensor,
-                  write: torch.Tensor, state_len: int) -> None:
-    rows = write.nonzero().squeeze(1)
-    if rows.numel():
-        conv_states[slots.index_select(0, rows), :, :state_len] = (
-            new.index_select(0, rows).to(conv_states.dtype))
+def scatter_states(conv_states: torch.Tensor, slots: torch.Tensor, new: torch.Tensor,
+                   write: torch.Tensor, state_len: int) -> None:
+    """``conv_states[slots[i], :, :state_len] = new[i]`` for the rows where ``write`` holds,
+    with fixed shapes and no host sync (graph-capture safe: no ``nonzero``, no ``.item()``).
+
+    Rows that must not write are sent to the slot of the first writing row with that row's
+    value (an identical duplicate write); when no row writes, every row rewrites slot 0 with
+    its own current content, bit for bit.  Either way no slot changes except those of
+    writing rows."""
+    batch = slots.shape[0]
+    if batch == 0 or conv_states.shape[0] == 0:
+        return
+    new = new.to(conv_states.dtype)
+    # (0-d tensor indices would be read on the host: index_select with 1-element indices only)
+    first = torch.argmax(write.to(torch.int32)).reshape(1)      # first writing row (0 if none)
+    any_write = write.any().reshape(1)
+    first_slot = torch.where(any_write, slots.index_select(0, first), torch.zeros_like(first, dtype=slots.dtype))
+    current = conv_states.index_select(0, first_slot.to(torch.int64))[:, :, :state_len]   # pool dtype
+    fill = torch.where(any_write[:, None, None], new.index_select(0, first), current)
+    target = torch.where(write, slots, first_slot)
+    value = torch.where(write[:, None, None], new, fill)
+    conv_states[target, :, :state_len] = value
 
 
 def causal_conv1d_fn_torch(
@@ -170,19 +211,23 @@ def causal_conv1d_fn_torch(
     conv_states: Optional[torch.Tensor] = None,
     activation=None,
     pad_slot_id: int = PAD_SLOT_ID,
+    check_values: bool = True,
 ) -> torch.Tensor:
-    """Varlen prefill: ``x [dim, T]`` -> ``out [dim, T]``; ``conv_states`` updated in place."""
+    """Varlen prefill: ``x [dim, T]`` -> ``out [dim, T]``; ``conv_states`` updated in place.
+
+    ``check_values`` reads offsets and slot indices on the host (a sync) and raises
+    ``ValueError`` before anything is written; the plugin's ladder checks once before it
+    picks a rung and calls this with ``check_values=False``."""
     width = check_fn_inputs(x, weight, bias, query_start_loc, cache_indices,
                             has_initial_state, conv_states)
     silu = activation_is_silu(activation)
     dim, total = x.shape
-    check_query_start_loc_values(query_start_loc, total)
-    if conv_states is not None:
-        check_slot_range(cache_indices, "cache_indices", conv_states.shape[0], pad_slot_id)
-        if cache_indices is None:
-            _need(conv_states.shape[0] >= query_start_loc.shape[0] - 1,
-                  f"conv_states has {conv_states.shape[0]} slots: expected >= batch "
-                  f"({query_start_loc.shape[0] - 1}) when cache_indices is None")
+    if conv_states is not None and cache_indices is None:
+        _need(conv_states.shape[0] >= query_start_loc.shape[0] - 1,
+              f"conv_states has {conv_states.shape[0]} slots: expected >= batch "
+              f"({query_start_loc.shape[0] - 1}) when cache_indices is None")
+    if check_values:
+        check_fn_values(query_start_loc, cache_indices, conv_states, total, pad_slot_id)
 
     s = width - 1
     batch = query_start_loc.shape[0] - 1
@@ -237,7 +282,7 @@ def causal_conv1d_fn_torch(
     if silu:
         out = F.silu(out)
 
-    if conv_states is not None and batch > 0:
+    if conv_states is not None and batch > 0 and total > 0:   # T == 0: no sequence has a token
         # New state of sequence b: the last s columns of [history_b, x_b].
         virt = lens[1:batch + 1, None] + r[None, :]                       # index into [history, x]
         from_hist = virt < s
@@ -245,8 +290,8 @@ def causal_conv1d_fn_torch(
         hist_col = (seg_ids[1:batch + 1, None] * s + virt).clamp(max=(batch + 2) * s - 1)
         new = torch.where(from_hist[None], init_cols.index_select(1, hist_col.reshape(-1)).view(dim, batch, s),
                           xc.index_select(1, x_col.reshape(-1)).view(dim, batch, s))
-        _write_states(conv_states, slots.to(conv_states.device), new.permute(1, 0, 2).to(conv_states.device),
-                      (valid & (lens[1:batch + 1] > 0)).to(conv_states.device), s)
+        scatter_states(conv_states, slots.to(conv_states.device), new.permute(1, 0, 2).to(conv_states.device),
+                       (valid & (lens[1:batch + 1] > 0)).to(conv_states.device), s)
     return out.to(x.dtype)
 
 
@@ -258,11 +303,16 @@ def causal_conv1d_update_torch(
     activation=None,
     conv_state_indices: Optional[torch.Tensor] = None,
     pad_slot_id: int = PAD_SLOT_ID,
+    check_values: bool = True,
 ) -> torch.Tensor:
-    """Decode step: ``x [B, dim]`` or ``[B, dim, L]``; ``conv_state`` updated in place."""
+    """Decode step: ``x [B, dim]`` or ``[B, dim, L]``; ``conv_state`` updated in place.
+
+    With ``check_values=False`` this is graph-capture safe: no host sync, no value-dependent
+    shapes (states are written by :func:`scatter_states`)."""
     width = check_update_inputs(x, conv_state, weight, bias, conv_state_indices)
     silu = activation_is_silu(activation)
-    check_slot_range(conv_state_indices, "conv_state_indices", conv_state.shape[0], pad_slot_id)
+    if check_values:
+        check_slot_values(conv_state_indices, "conv_state_indices", conv_state.shape[0], pad_slot_id)
 
     squeeze = x.dim() == 2
     x3 = x.unsqueeze(-1) if squeeze else x
@@ -281,7 +331,8 @@ def causal_conv1d_update_torch(
     out = F.conv1d(full, w, b, groups=dim)
     if silu:
         out = F.silu(out)
-    _write_states(conv_state, slots.to(conv_state.device), full[:, :, -s:].to(conv_state.device),
-                  valid.to(conv_state.device), s)
+    if x3.shape[-1] > 0:   # a zero-token step leaves every state as it is
+        scatter_states(conv_state, slots.to(conv_state.device), full[:, :, -s:].to(conv_state.device),
+                       valid.to(conv_state.device), s)
     out = out.to(x.dtype)
     return out.squeeze(-1) if squeeze else out

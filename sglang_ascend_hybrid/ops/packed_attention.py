@@ -20,20 +20,40 @@ Dispatch, for inputs that pass upstream's argument checks:
    query-only rows are filled with 0 / ``-inf``;
 3. otherwise (CPU tensors, no emulator): the pure-torch reference.
 
-Host boundaries (``cu_seqlens_*_host``) are used when given; otherwise each
-``cu_seqlens_*`` is read with one ``.tolist()``, as upstream does.  No other
-device-to-host transfer happens.
+Input checks (every path, before any work; ``ValueError`` naming the argument,
+its value and what was expected; upstream's message first where upstream has one):
+q / k / v are ``[T, N, D]`` floating-point tensors of one dtype on one device with
+``N, D >= 1``, matching K/V token and head counts, matching Q/K head dims and
+query heads a multiple of key/value heads; each ``cu_seqlens_*`` is a 1D int32 /
+int64 tensor, its boundaries start at 0, never decrease and end at the side's
+token count, and both sides describe the same batch; ``softmax_scale`` is a finite
+number.
+
+Host boundary contract.  ``cu_seqlens_*_host`` (a list / tuple of ints or a CPU
+tensor, the same length as the device tensor) is *trusted*: when given, the
+device tensor's values are never read -- comparing them would be a
+device-to-host sync -- and every decision (sequence boundaries, which sequences
+are one-sided, the compaction index, the kernel's ``actual_seq_lengths``) is
+made from the host copy.  If the two disagree the result is attention over the
+boundaries the host copy describes (checked as above), not over the device
+tensor's.  With ``SGLANG_ASCEND_HYBRID_DEBUG_CHECKS=1`` the device tensor is read
+(one ``.tolist()`` per side) and a disagreement raises ``ValueError`` naming both.
+Without a host copy each ``cu_seqlens_*`` is read with one ``.tolist()``, as
+upstream does.  No other device-to-host transfer happens.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
+import math
+import operator
 from itertools import pairwise
 from typing import Sequence
 
 import torch
 
+from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.packed_attention_reference import (  # noqa: F401  (re-exported)
@@ -60,6 +80,29 @@ _DEVICE_TYPES = ("npu", "cpu")
 # Argument checks (upstream-compatible messages)
 # ---------------------------------------------------------------------------
 
+def _host_values(host, name: str) -> tuple[int, ...]:
+    """A caller's host copy as a tuple of ints (never reads device memory)."""
+    host_name = f"{name}_host"
+    if isinstance(host, torch.Tensor):
+        if host.device.type != "cpu":
+            raise ValueError(f"{host_name} is a tensor on {host.device}: expected host data (a list, "
+                             "tuple or CPU tensor of ints); reading it would be a device-to-host sync")
+        if host.dtype.is_floating_point or host.dtype.is_complex or host.dtype == torch.bool or host.ndim != 1:
+            raise ValueError(f"{host_name} is a {host.ndim}D {host.dtype} tensor: expected a 1D integer tensor")
+        return tuple(host.tolist())
+    if isinstance(host, (str, bytes)) or not isinstance(host, Sequence):
+        raise ValueError(f"{host_name}={host!r}: expected a list, tuple or CPU tensor of ints")
+    values = []
+    for b in host:
+        try:
+            if isinstance(b, bool):
+                raise TypeError
+            values.append(operator.index(b))
+        except TypeError:
+            raise ValueError(f"{host_name}={list(host)!r}: expected integers only") from None
+    return tuple(values)
+
+
 def packed_boundaries(
     cu_seqlens: torch.Tensor | None,
     cu_seqlens_host: Sequence[int] | None,
@@ -67,15 +110,27 @@ def packed_boundaries(
     name: str,
 ) -> tuple[int, ...]:
     """Validated host boundaries of one side; reads the device tensor (one
-    ``.tolist()``) only when no host copy is given."""
+    ``.tolist()``) only when no host copy is given, or to compare it with the
+    host copy under ``SGLANG_ASCEND_HYBRID_DEBUG_CHECKS=1``."""
     if cu_seqlens is None:
         raise ValueError(f"{name} is required for NPU packed attention")
+    if not isinstance(cu_seqlens, torch.Tensor):
+        raise ValueError(f"{name} must be a 1D int32 or int64 tensor; got {type(cu_seqlens).__name__}")
     if cu_seqlens.ndim != 1 or cu_seqlens.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"{name} must be a 1D int32 or int64 tensor")
-    if cu_seqlens_host is not None and len(cu_seqlens_host) != cu_seqlens.numel():
-        raise ValueError(f"{name} and its host copy must have the same length")
-    raw = cu_seqlens.tolist() if cu_seqlens_host is None else cu_seqlens_host
-    bounds = tuple(int(b) for b in raw)
+    if cu_seqlens_host is None:
+        bounds = tuple(cu_seqlens.tolist())
+    else:
+        bounds = _host_values(cu_seqlens_host, name)
+        if len(bounds) != cu_seqlens.numel():
+            raise ValueError(f"{name} and its host copy must have the same length")
+        if ENV.DEBUG_CHECKS.get():
+            device_values = tuple(cu_seqlens.tolist())
+            if device_values != bounds:
+                raise ValueError(
+                    f"{name}_host={list(bounds)} disagrees with {name}={list(device_values)}: expected the "
+                    f"host copy to equal the device tensor ({ENV.DEBUG_CHECKS.name}=1 compares them; "
+                    "without it the host copy is trusted)")
     if len(bounds) < 2 or bounds[0] != 0:
         raise ValueError(f"{name} must start with 0 and contain at least one sequence")
     if bounds[-1] != total_tokens:
@@ -88,23 +143,40 @@ def packed_boundaries(
 
 def _check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     tensors = {"q": q, "k": k, "v": v}
+    for n, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"NPU packed attention requires q, k, and v to be tensors; {n} is a "
+                             f"{type(t).__name__}")
     bad = [n for n, t in tensors.items() if t.ndim != 3]
     if bad:
         raise ValueError("NPU packed attention requires q, k, and v in [T, N, D] layout; "
-                         f"invalid tensors: {', '.join(bad)}")
+                         f"invalid tensors: {', '.join(bad)} (got "
+                         f"{', '.join(f'{n} of shape {list(tensors[n].shape)}' for n in bad)})")
     # Upstream accepts NPU tensors only; CPU tensors are accepted here too (they
     # take the reference path, or an installed emulator).
     bad = [n for n, t in tensors.items()
            if t.device.type not in _DEVICE_TYPES or t.device != q.device]
     if bad:
         raise ValueError("NPU packed attention requires q, k, and v on the same NPU; "
-                         f"invalid tensors: {', '.join(bad)}")
+                         f"invalid tensors: {', '.join(bad)} (got "
+                         f"{', '.join(f'{n} on {tensors[n].device}' for n in bad)}, q on {q.device})")
+    for n, t in tensors.items():  # the dtype check upstream leaves to the kernel
+        if not t.dtype.is_floating_point:
+            raise ValueError(f"NPU packed attention requires floating-point q, k, and v; got {n} with "
+                             f"dtype {t.dtype}")
     if not (q.dtype == k.dtype == v.dtype):
-        raise ValueError("NPU packed attention requires q, k, and v with the same dtype")
+        raise ValueError("NPU packed attention requires q, k, and v with the same dtype; got "
+                         f"q {q.dtype}, k {k.dtype}, v {v.dtype}")
     if k.shape[:2] != v.shape[:2]:
-        raise ValueError("NPU packed attention requires matching K/V token and head counts")
+        raise ValueError("NPU packed attention requires matching K/V token and head counts; got "
+                         f"k [T, N] = {list(k.shape[:2])}, v [T, N] = {list(v.shape[:2])}")
     if q.shape[-1] != k.shape[-1]:
-        raise ValueError("NPU packed attention requires matching Q/K head dimensions")
+        raise ValueError("NPU packed attention requires matching Q/K head dimensions; got "
+                         f"q D = {q.shape[-1]}, k D = {k.shape[-1]}")
+    for n, t in tensors.items():
+        if t.shape[1] == 0 or t.shape[2] == 0:
+            raise ValueError(f"NPU packed attention requires at least one head and a head dimension "
+                             f">= 1; got {n} of shape {list(t.shape)}")
     # Upstream leaves this to the kernel; the reference path needs it too.
     if k.shape[1] == 0 or q.shape[1] % k.shape[1]:
         raise ValueError(f"NPU packed attention requires the query head count to be a "
@@ -253,8 +325,13 @@ def fused_infer_attention_varlen(
     q_bounds = packed_boundaries(cu_seqlens_q, cu_seqlens_q_host, q.shape[0], "cu_seqlens_q")
     k_bounds = packed_boundaries(cu_seqlens_k, cu_seqlens_k_host, k.shape[0], "cu_seqlens_k")
     if len(q_bounds) != len(k_bounds):
-        raise ValueError("cu_seqlens_q and cu_seqlens_k must describe the same batch")
-    scale = q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
+        raise ValueError("cu_seqlens_q and cu_seqlens_k must describe the same batch; got "
+                         f"{len(q_bounds) - 1} and {len(k_bounds) - 1} sequences")
+    if softmax_scale is not None and (isinstance(softmax_scale, bool)
+                                      or not isinstance(softmax_scale, (int, float))
+                                      or not math.isfinite(softmax_scale)):
+        raise ValueError(f"softmax_scale={softmax_scale!r}: expected a finite number or None")
+    scale = q.shape[-1] ** -0.5 if softmax_scale is None else float(softmax_scale)
 
     if seam.serves(OP_NAME, q, k, v):
         out, lse = _device_path(q, k, v, q_bounds, k_bounds, scale, return_softmax_lse)

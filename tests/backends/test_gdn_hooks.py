@@ -13,6 +13,7 @@ from fla.ops.gated_delta_rule.naive import naive_recurrent_gated_delta_rule
 from sglang_ascend_hybrid.backends import gdn_hooks
 from sglang_ascend_hybrid.emulators import gdn as emu
 from sglang_ascend_hybrid.ops import seam
+from sglang_ascend_hybrid.ops.gdn import capabilities as caps
 from sglang_ascend_hybrid.ops.gdn import dispatch
 from sglang_ascend_hybrid.ops.gdn.reference import chunk_gdn_torch, l2norm
 
@@ -47,16 +48,17 @@ def _backend(mod, cu, track):
     return backend
 
 
-def _inputs(lens, hv, hk, seed=0):
+def _inputs(lens, hv, hk, seed=0, dtype=torch.bfloat16, pool_dtype=torch.float32):
+    """Inputs as the Ascend GDN backend hands them to chunk_gdn (bf16 model, pool of ``pool_dtype``)."""
     gen = torch.Generator().manual_seed(seed)
     T = sum(lens)
-    q = torch.randn(T, hk, D, generator=gen).half()
-    k = torch.randn(T, hk, D, generator=gen).half()
-    v = torch.randn(T, hv, D, generator=gen).half()
+    q = torch.randn(T, hk, D, generator=gen).to(dtype)
+    k = torch.randn(T, hk, D, generator=gen).to(dtype)
+    v = torch.randn(T, hv, D, generator=gen).to(dtype)
     g = F.logsigmoid(torch.randn(1, T, hv, generator=gen) + 2.0)
-    beta = torch.rand(1, T, hv, generator=gen).half()
+    beta = torch.rand(1, T, hv, generator=gen).to(dtype)
     cu = torch.tensor([0] + lens, dtype=torch.int32).cumsum(0).to(torch.int32)
-    pool = torch.randn(len(lens) + 2, hv, D, D, generator=gen) * 0.1
+    pool = (torch.randn(len(lens) + 2, hv, D, D, generator=gen) * 0.1).to(pool_dtype)
     return q, k, v, g, beta, cu, pool
 
 
@@ -88,82 +90,127 @@ def _hooked(mod):
     return chunk_gdn
 
 
-def test_upstream_raises_and_hooked_prefill_runs_6_2(ascend_gdn, monkeypatch, caplog):
+class _Counting:
+    def __init__(self, fn):
+        self.fn, self.calls = fn, 0
+
+    def __call__(self, *a, **kw):
+        self.calls += 1
+        return self.fn(*a, **kw)
+
+
+# bf16 inputs and 16-bit or fp32 states: bf16 rounding of the inputs dominates the error.
+TOL = dict(atol=2e-2, rtol=2e-2)
+
+
+def test_qwen36_tp8_fp32_pool_upstream_fails_hook_keeps_fp32(ascend_gdn, monkeypatch, caplog):
+    """Qwen3.6-27B at TP=8 with its config's fp32 SSM pool on an A3: upstream hands the chunk op an
+    fp32 state (and 3-D beta / g), which its host refuses; the hook predicts that, keeps fp32 (no
+    16-bit kernel may hold the state) and gives the reference result."""
     mod = ascend_gdn
     q, k, v, g, beta, cu, pool = _inputs([5, 70], 6, 2)
-    refusing = emu.make_npu_chunk_emulator(refuse=lambda hv, hk: (hv, hk) == (6, 2))
-    monkeypatch.setattr(torch.ops.npu, "chunk_gated_delta_rule", refusing, raising=False)
+    npu_chunk = _Counting(emu.make_npu_chunk_emulator(chip="A3"))
+    mega = _Counting(emu.make_mega_emulator())
+    monkeypatch.setattr(torch.ops.npu, "chunk_gated_delta_rule", npu_chunk, raising=False)
     idx = torch.tensor([3, 1])
     pool_before = pool.clone()
     backend = _backend(mod, cu, track=False)
-
-    with pytest.raises(RuntimeError, match="161002"):  # upstream as shipped
-        backend.chunk_gdn(q, k, v, g, beta, pool[idx], cu)
-
-    monkeypatch.setattr(mod.AscendGDNAttnBackend, "chunk_gdn", _hooked(mod))
-    mega_calls = []
-    mega = emu.make_mega_emulator()
-    with seam.install_emulators({emu.OP_MEGA: lambda *a: mega_calls.append(1) or mega(*a)}), \
-            caplog.at_level(logging.INFO):
-        o, final, h = backend.chunk_gdn(q, k, v, g, beta, pool[idx], cu)
-        backend.chunk_gdn(q, k, v, g, beta, pool[idx], cu)
-    assert len(mega_calls) == 2  # the (8, 2) pad plan, on both calls
+    with seam.install_device_facts(chip="A3"):
+        with pytest.raises(RuntimeError) as err:  # upstream as shipped
+            backend.chunk_gdn(q, k, v, g, beta, pool[idx], cu)
+        assert caps.is_npu_chunk_refusal(err.value)
+        npu_chunk.calls = 0
+        monkeypatch.setattr(mod.AscendGDNAttnBackend, "chunk_gdn", _hooked(mod))
+        with seam.install_emulators({emu.OP_NPU_CHUNK: npu_chunk, emu.OP_MEGA: mega}), \
+                caplog.at_level(logging.INFO):
+            o, final, h = backend.chunk_gdn(q, k, v, g, beta, pool[idx], cu)
+    assert (npu_chunk.calls, mega.calls) == (0, 0)  # both predicted: they would lower the precision
     assert torch.equal(pool, pool_before)
     ref_o, ref_final = _fla_reference(q, k, v, g, beta, cu, pool[idx])
-    assert o.shape == (75, 6, D) and o.dtype == torch.float16
-    torch.testing.assert_close(o.float(), ref_o, atol=3e-3, rtol=3e-3)
-    torch.testing.assert_close(final, ref_final, atol=3e-3, rtol=3e-3)
-    assert h.shape == (1 + 2, 6, D, D)
+    assert o.shape == (75, 6, D) and o.dtype == torch.bfloat16 and final.dtype == torch.float32
+    torch.testing.assert_close(o.float(), ref_o, **TOL)
+    torch.testing.assert_close(final, ref_final, **TOL)
     text = "\n".join(r.getMessage() for r in caplog.records)
-    assert text.count("refused") == 1
+    assert "cannot use the npu_chunk kernel" in text and "Ascend 950" in text
+    assert "runs on the torch kernel" in text
+
+
+def test_bf16_pool_runs_6_2_on_the_npu_chunk_op(ascend_gdn, monkeypatch):
+    mod = ascend_gdn
+    q, k, v, g, beta, cu, pool = _inputs([5, 70], 6, 2, seed=4, pool_dtype=torch.bfloat16)
+    npu_chunk = _Counting(emu.make_npu_chunk_emulator(chip="A2"))
+    monkeypatch.setattr(mod.AscendGDNAttnBackend, "chunk_gdn", _hooked(mod))
+    idx = torch.tensor([0, 2])
+    with seam.install_device_facts(chip="A2"), seam.install_emulators({emu.OP_NPU_CHUNK: npu_chunk}):
+        o, final, h = _backend(mod, cu, track=True).chunk_gdn(q, k, v, g, beta, pool[idx], cu)
+    assert npu_chunk.calls == 1
+    ref_o, ref_final = _fla_reference(q, k, v, g, beta, cu, pool[idx].float())
+    torch.testing.assert_close(o.float(), ref_o, **TOL)
+    torch.testing.assert_close(final, ref_final, **TOL)
+    _, _, ref_h = chunk_gdn_torch(l2norm(q)[None], l2norm(k)[None], v[None], g, beta, cu_seqlens=cu,
+                                  initial_state=pool[idx], chunk_states=True)
+    assert h.shape == ref_h.shape == (1 + 2, 6, D, D)
+    torch.testing.assert_close(h.float(), ref_h, **TOL)
+
+
+def test_npu_chunk_refusal_goes_to_the_mega_pad_plan_once(ascend_gdn, monkeypatch, caplog):
+    mod = ascend_gdn
+    q, k, v, g, beta, cu, pool = _inputs([5, 70], 6, 2, seed=5, pool_dtype=torch.bfloat16)
+    refusing = _Counting(emu.make_npu_chunk_emulator(refuse=lambda hv, hk: (hv, hk) == (6, 2)))
+    mega = _Counting(emu.make_mega_emulator())
+    monkeypatch.setattr(mod.AscendGDNAttnBackend, "chunk_gdn", _hooked(mod))
+    idx = torch.tensor([3, 1])
+    pool_before = pool.clone()
+    backend = _backend(mod, cu, track=False)
+    with seam.install_device_facts(chip="A3"), \
+            seam.install_emulators({emu.OP_NPU_CHUNK: refusing, emu.OP_MEGA: mega}), caplog.at_level(logging.INFO):
+        o, final, _ = backend.chunk_gdn(q, k, v, g, beta, pool[idx], cu)
+        backend.chunk_gdn(q, k, v, g, beta, pool[idx], cu)
+    assert (refusing.calls, mega.calls) == (1, 2)  # refused once, then remembered; (8, 2) pad plan
+    assert torch.equal(pool, pool_before)
+    ref_o, ref_final = _fla_reference(q, k, v, g, beta, cu, pool[idx].float())
+    torch.testing.assert_close(o.float(), ref_o, **TOL)
+    torch.testing.assert_close(final, ref_final, **TOL)
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert text.count("refused") == 1 and "nk and nv must be <= 64" in text
     assert "(NumValueHeads, NumKeyHeads)=(6, 2)" in text and "mega kernel via pad plan" in text
 
 
-def test_hooked_prefill_with_state_tracking_returns_chunk_states(ascend_gdn, monkeypatch):
+def test_unexpected_device_error_is_a_refusal_logged_as_warning(ascend_gdn, monkeypatch, caplog):
     mod = ascend_gdn
-    q, k, v, g, beta, cu, pool = _inputs([3, 130], 6, 2, seed=1)
-    refusing = emu.make_npu_chunk_emulator(refuse=lambda hv, hk: True)
-    monkeypatch.setattr(torch.ops.npu, "chunk_gated_delta_rule", refusing, raising=False)
-    monkeypatch.setattr(mod.AscendGDNAttnBackend, "chunk_gdn", _hooked(mod))
-    backend = _backend(mod, cu, track=True)
-    idx = torch.tensor([0, 2])
-    with seam.install_emulators({emu.OP_MEGA: emu.make_mega_emulator()}):
-        o, final, h = backend.chunk_gdn(q, k, v, g, beta, pool[idx], cu)
-    ref_o, ref_final = _fla_reference(q, k, v, g, beta, cu, pool[idx])
-    torch.testing.assert_close(o.float(), ref_o, atol=3e-3, rtol=3e-3)
-    torch.testing.assert_close(final, ref_final, atol=3e-3, rtol=3e-3)
-    _, _, ref_h = chunk_gdn_torch(l2norm(q)[None], l2norm(k)[None], v[None], g, beta, cu_seqlens=cu,
-                                  initial_state=pool[idx], chunk_states=True)
-    assert h.shape == ref_h.shape == (1 + 3, 6, D, D)
-    torch.testing.assert_close(h.float(), ref_h, atol=3e-3, rtol=3e-3)
+    q, k, v, g, beta, cu, pool = _inputs([4], 8, 2, seed=3, pool_dtype=torch.bfloat16)
 
+    def odd(*a, **kw):
+        raise RuntimeError("EZ9999: inner error, kernel launch failed")
 
-def test_hook_passes_through_what_upstream_serves(ascend_gdn, monkeypatch):
-    mod = ascend_gdn
-    q, k, v, g, beta, cu, pool = _inputs([9], 8, 2, seed=2)
-    monkeypatch.setattr(torch.ops.npu, "chunk_gated_delta_rule", emu.make_npu_chunk_emulator(), raising=False)
-    backend = _backend(mod, cu, track=True)
-    expected = mod.AscendGDNAttnBackend.chunk_gdn(backend, q, k, v, g, beta, pool[:1], cu)
     monkeypatch.setattr(mod.AscendGDNAttnBackend, "chunk_gdn", _hooked(mod))
-    got = backend.chunk_gdn(q, k, v, g, beta, pool[:1], cu)
-    for a, b in zip(got, expected):
-        assert torch.equal(a, b)
+    with seam.install_device_facts(chip="A3"), seam.install_emulators({emu.OP_NPU_CHUNK: odd}), \
+            caplog.at_level(logging.INFO):
+        o, final, _ = _backend(mod, cu, track=False).chunk_gdn(q, k, v, g, beta, pool[:1], cu)
+    ref_o, ref_final = _fla_reference(q, k, v, g, beta, cu, pool[:1].float())
+    torch.testing.assert_close(o.float(), ref_o, **TOL)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "EZ9999: inner error" in warnings[0].getMessage()
+    assert "npu_chunk" in warnings[0].getMessage()
 
 
 def test_real_errors_are_not_swallowed(ascend_gdn, monkeypatch):
     mod = ascend_gdn
-    q, k, v, g, beta, cu, pool = _inputs([4], 8, 2, seed=3)
+    q, k, v, g, beta, cu, pool = _inputs([4], 8, 2, seed=3, pool_dtype=torch.bfloat16)
 
     def broken(*a, **kw):
-        raise RuntimeError("device out of memory")
+        raise RuntimeError("NPU out of memory. Tried to allocate 2.00 GiB")
 
-    monkeypatch.setattr(torch.ops.npu, "chunk_gated_delta_rule", broken, raising=False)
     monkeypatch.setattr(mod.AscendGDNAttnBackend, "chunk_gdn", _hooked(mod))
-    with pytest.raises(RuntimeError, match="out of memory"):
-        _backend(mod, cu, track=False).chunk_gdn(q, k, v, g, beta, pool[:1], cu)
+    with seam.install_device_facts(chip="A3"), seam.install_emulators({emu.OP_NPU_CHUNK: broken}):
+        with pytest.raises(RuntimeError, match="out of memory"):
+            _backend(mod, cu, track=False).chunk_gdn(q, k, v, g, beta, pool[:1], cu)
 
 
-def test_sgl_kernel_npu_entry_hook_falls_back_on_mega_refusal(caplog):
+@pytest.mark.parametrize("variant", caps.MEGA_VARIANTS, ids=lambda v: v.name)
+def test_sgl_kernel_npu_entry_hook_falls_back_on_mega_refusal(caplog, variant):
+    """Every released mega variant refuses (6, 2), post3 without the GDN_ATTN_BACKEND_TRITON hint:
+    the entry hook recognises each text and serves the call."""
     dispatch.forget_refusals()
     gen = torch.Generator().manual_seed(4)
     T, hv, hk = 40, 6, 2
@@ -174,7 +221,7 @@ def test_sgl_kernel_npu_entry_hook_falls_back_on_mega_refusal(caplog):
     beta = torch.rand(1, T, hv, generator=gen).half()
     cu = torch.tensor([0, 15, 40])
     h0_kv = torch.randn(2, hv, D, D, generator=gen) * 0.1  # the entry's key-first layout
-    mega = emu.make_mega_emulator()
+    mega = emu.make_mega_emulator(variant=variant)
 
     def original(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=True, cu_seqlens=None,
                  head_first=False, use_qk_l2norm_in_kernel=False):
@@ -190,4 +237,5 @@ def test_sgl_kernel_npu_entry_hook_falls_back_on_mega_refusal(caplog):
     torch.testing.assert_close(final.transpose(-1, -2), ref_final, atol=3e-3, rtol=3e-3)
     assert h.shape == (1, 1 + 1, hv, D, D)
     assert "unsupported mega_chunk_gdn (NumValueHeads, NumKeyHeads) pair" in caplog.text
+    assert ("GDN_ATTN_BACKEND_TRITON" in caplog.text) == variant.hint
     dispatch.forget_refusals()

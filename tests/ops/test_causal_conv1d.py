@@ -229,3 +229,35 @@ def test_window_major_view_writes_land_in_pool():
     assert view.shape == (3, 16, 2) and shares_storage(view, pool)
     causal_conv1d_update(torch.ones(1, 16), view, torch.ones(16, 3), conv_state_indices=torch.tensor([2]))
     assert torch.equal(pool[1, 2, -1], torch.ones(16)) and pool[0].abs().sum() == 0
+
+
+@pytest.mark.parametrize("his", [None, True, False])
+def test_reference_fn_with_every_sequence_empty_returns_empty_and_writes_nothing(his):
+    """T == 0 used to crash inside the torch prefill (a gather from an empty x)."""
+    from sglang_ascend_hybrid.ops.causal_conv1d_reference import causal_conv1d_fn_torch
+
+    pool = torch.randn(3, 2, 8)
+    before = pool.clone()
+    h = None if his is None else torch.tensor([his, his])
+    out = causal_conv1d_fn_torch(torch.zeros(8, 0), torch.randn(8, 3), None,
+                                 torch.tensor([0, 0, 0], dtype=torch.int32), torch.tensor([0, 2]), h,
+                                 cuda_layout_view(pool))
+    assert out.shape == (8, 0) and torch.equal(pool, before)
+
+
+def test_reference_update_without_value_checks_writes_only_live_slots():
+    """The capture-safe scatter: pads never write (slot 0 and the first live slot included)."""
+    from sglang_ascend_hybrid.ops.causal_conv1d_reference import causal_conv1d_update_torch
+
+    pool = torch.randn(5, 3, 8)
+    before = pool.clone()
+    x = torch.randn(4, 8)
+    causal_conv1d_update_torch(x, cuda_layout_view(pool), torch.randn(8, 4), None, None,
+                               torch.tensor([-1, 3, -1, 1]), check_values=False)
+    for slot in (0, 2, 4):
+        assert torch.equal(pool[slot], before[slot])
+    assert torch.equal(pool[3, 2], x[1]) and torch.equal(pool[1, 2], x[3])
+    assert torch.equal(pool[3, :2], before[3, 1:]) and torch.equal(pool[1, :2], before[1, 1:])
+    causal_conv1d_update_torch(x, cuda_layout_view(pool), torch.randn(8, 4), None, None,
+                               torch.tensor([-1, -1, -1, -1]), check_values=False)
+    assert torch.equal(pool[0], before[0])

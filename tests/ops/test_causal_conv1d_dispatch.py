@@ -24,6 +24,13 @@ SLOTS = [1, -1, 3, 4, 6]
 HAS_INIT = [True, False, True, False, True]
 
 
+@pytest.fixture(autouse=True)
+def _fresh_ladders():
+    ops.reset_state()
+    yield
+    ops.reset_state()
+
+
 def _ops(*names):
     table = emu.emulators()
     return {n: table[n] for n in names}
@@ -62,16 +69,17 @@ def test_prefill_device_rungs_match_triton(width, installed, expected_rung):
     real = torch.ones(sum(LENS), dtype=torch.bool)
     real[5:7] = False  # padded sequence
     torch.testing.assert_close(out[:, real], ref[:, real], rtol=2e-3, atol=2e-3)
-    # slot 0 is SGLang's reserved padding slot: the v2 kernel writes pad rows there
-    torch.testing.assert_close(pool[1:], ref_pool[1:], rtol=0, atol=0)
-    for slot in (2, 3, 5, 7):  # pad / zero-length / outside the batch: untouched
+    # states are copies of inputs: bit-identical to the Triton kernel's, slot 0 included
+    torch.testing.assert_close(pool, ref_pool, rtol=0, atol=0)
+    for slot in (0, 2, 3, 5, 7):  # pad / zero-length / outside the batch: untouched
         assert torch.equal(pool[slot], before[slot])
 
 
 @pytest.mark.parametrize("width", [2, 4])
 @pytest.mark.parametrize("installed,expected_rung", [
     ((emu.OP_UPDATE_V2, emu.OP_ACLNN), "npu_v2"),
-    ((emu.OP_ACLNN,), "npu_aclnn"),
+    ((emu.OP_ACLNN, emu.OP_UPDATE_V2_MAIN), "npu_aclnn"),
+    ((emu.OP_UPDATE_V2_MAIN,), "npu_update_v2"),
 ])
 def test_decode_device_rungs_match_triton(width, installed, expected_rung):
     gen = torch.Generator().manual_seed(40 + width)
@@ -93,7 +101,6 @@ def test_decode_device_rungs_match_triton(width, installed, expected_rung):
 
 
 @pytest.mark.parametrize("why,dim,width,dtype", [
-    ("dim", 24, 3, torch.float16),
     ("width", 32, 5, torch.float16),
     ("dtype", 32, 3, torch.float32),
 ])
@@ -112,32 +119,42 @@ def test_out_of_limits_goes_to_torch_and_logs_once(caplog, why, dim, width, dtyp
             out = ops.causal_conv1d_update(x, cuda_layout_view(pool), weight, conv_state_indices=idx)
             expect = ops.causal_conv1d_update(x, cuda_layout_view(ref), weight, conv_state_indices=idx)
     torch.testing.assert_close(out, expect)
-    lines = [r for r in caplog.records if "outside the NPU conv kernels' limits" in r.getMessage()]
+    lines = [r for r in caplog.records if "outside every installed NPU conv kernel" in r.getMessage()]
     assert len(lines) == 1 and r"update" in lines[0].getMessage()
 
 
+def test_dim_not_a_multiple_of_16_stays_on_the_npu_kernel():
+    """torch.ops.npu.causal_conv1d's host has no dim rule (sgl-kernel-npu f425bdf1)."""
+    pool = torch.randn(4, 2, 24).half()
+    call = ops._UpdateCall(torch.zeros(2, 24).half(), cuda_layout_view(pool), torch.randn(24, 3).half(),
+                           None, None, torch.tensor([1, 3]), -1)
+    with seam.install_emulators(emu.emulators(v2_branch=False)):
+        assert ops.UPDATE_LADDER.choose(("update",), call).name == "npu_aclnn"
+
+
 def test_refusal_falls_back_to_next_rung(caplog):
-    """A kernel that refuses the shape at call time is marked and the next rung runs."""
+    """A kernel that refuses the shape at call time with a host text is marked and the next rung runs."""
     gen = torch.Generator().manual_seed(5)
     x, qsl, weight, bias, pool = _prefill_case(3, gen)
     ref_pool = pool.clone()
     idx = torch.tensor(SLOTS, dtype=torch.int32)
 
     def refusing_v2(*a, **k):
-        raise RuntimeError("causal_conv1d_fn_v2: unsupported shape (aclnn 161002)")
+        raise RuntimeError(emu.ERR_DTYPE)
 
-    ops.FN_LADDER._refused.clear()
-    with seam.install_emulators({emu.OP_FN_V2: refusing_v2, emu.OP_ACLNN: emu.emulate_npu_causal_conv1d}), \
+    ops.reset_state()
+    with seam.install_emulators({emu.OP_FN_V2: refusing_v2, emu.OP_ACLNN: emu.NpuCausalConv1d()}), \
             caplog.at_level(logging.INFO):
         out = ops.causal_conv1d_fn(x, weight, bias, query_start_loc=qsl, cache_indices=idx,
                                    conv_states=cuda_layout_view(pool), activation=None)
-    ops.FN_LADDER._refused.clear()
+    ops.reset_state()
     ref = triton_fn(x, weight, bias, cuda_layout_view(ref_pool), qsl, LENS, cache_indices=idx, activation=None)
     real = torch.ones(sum(LENS), dtype=torch.bool)
     real[5:7] = False
     torch.testing.assert_close(out[:, real], ref[:, real], rtol=2e-3, atol=2e-3)
     torch.testing.assert_close(pool, ref_pool, rtol=0, atol=0)
-    assert any("refused" in r.getMessage() and "npu_aclnn" in r.getMessage() for r in caplog.records)
+    assert any("refused" in r.getMessage() and "npu_aclnn" in r.getMessage()
+               and r.levelno == logging.INFO for r in caplog.records)
 
 
 def test_forced_backend_env(monkeypatch):
@@ -145,7 +162,7 @@ def test_forced_backend_env(monkeypatch):
     gen = torch.Generator().manual_seed(6)
     pool = torch.randn(4, 2, DIM, generator=gen).half()
     called = []
-    with seam.install_emulators({emu.OP_UPDATE_V2: lambda *a, **k: called.append(1)}):
+    with seam.install_emulators({n: (lambda *a, **k: called.append(1)) for n in ops.DEVICE_OPS}):
         ops.causal_conv1d_update(torch.randn(1, DIM).half(), cuda_layout_view(pool),
                                  torch.randn(DIM, 3).half(), conv_state_indices=torch.tensor([1]))
     assert not called
@@ -182,7 +199,7 @@ def test_hooks_route_window_major_to_plugin_and_cuda_layout_to_original():
 
 
 def test_hooks_route_everything_to_plugin_while_emulated():
-    with seam.install_emulators({emu.OP_ACLNN: emu.emulate_npu_causal_conv1d}):
+    with seam.install_emulators({emu.OP_ACLNN: emu.NpuCausalConv1d()}):
         assert ops.routes_to_plugin(torch.zeros(2, DIM), torch.zeros(2, DIM, 2))
     assert not ops.routes_to_plugin(torch.zeros(2, DIM), torch.zeros(2, DIM, 2))
     assert ops.routes_to_plugin(torch.zeros(2, DIM), cuda_layout_view(torch.zeros(2, 1, DIM)))

@@ -26,7 +26,9 @@ def _fresh_ladders():
     dispatch.forget_refusals()
 
 
-def _inputs(lens, hv, hk, dtype=torch.float16, seed=0, with_state=True):
+def _inputs(lens, hv, hk, dtype=torch.float16, seed=0, with_state=True, state_dtype=None):
+    """Inputs in ``dtype``; the initial state in ``state_dtype`` (default: the input dtype, a
+    16-bit pool that the 16-bit kernels may serve without lowering its precision)."""
     gen = torch.Generator().manual_seed(seed)
     T = sum(lens)
     q = l2norm(torch.randn(1, T, hk, D, generator=gen)).to(dtype)
@@ -36,6 +38,8 @@ def _inputs(lens, hv, hk, dtype=torch.float16, seed=0, with_state=True):
     beta = torch.rand(1, T, hv, generator=gen).to(dtype)
     cu = torch.tensor([0] + lens).cumsum(0)
     h0 = torch.randn(len(lens), hv, D, D, generator=gen) * 0.1 if with_state else None
+    if h0 is not None:
+        h0 = h0.to(state_dtype or dtype)
     return q, k, v, g, beta, cu, h0
 
 
@@ -117,19 +121,19 @@ def test_call_time_refusal_falls_through_once_and_logs(caplog):
 
 
 def test_npu_chunk_refusal_goes_to_mega_plan():
-    q, k, v, g, beta, cu, h0 = _inputs([3, 70], 6, 2, seed=4)
+    q, k, v, g, beta, cu, h0 = _inputs([3, 70], 6, 2, seed=4, dtype=torch.bfloat16)
     npu_chunk = _Counting(emu.make_npu_chunk_emulator(refuse=lambda hv, hk: (hv, hk) == (6, 2)))
     mega = _Counting(emu.make_mega_emulator())
     with seam.install_emulators({emu.OP_NPU_CHUNK: npu_chunk, emu.OP_MEGA: mega}):
         o, final = chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0)
     assert (npu_chunk.calls, mega.calls) == (1, 1)
     ref_o, ref_final = _torch_result(q, k, v, g, beta, cu, h0)
-    torch.testing.assert_close(o.float(), ref_o.float(), atol=2e-3, rtol=2e-3)
-    torch.testing.assert_close(final, ref_final, atol=2e-3, rtol=2e-3)
+    torch.testing.assert_close(o.float(), ref_o.float(), atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(final, ref_final, atol=2e-2, rtol=2e-2)
 
 
 def test_npu_chunk_serves_its_pairs_with_chunk_states():
-    q, k, v, g, beta, cu, h0 = _inputs([3, 70], 4, 2, seed=5)
+    q, k, v, g, beta, cu, h0 = _inputs([3, 70], 4, 2, seed=5, dtype=torch.bfloat16)
     with seam.install_emulators({emu.OP_NPU_CHUNK: emu.make_npu_chunk_emulator()}):
         call = dispatch.ChunkCall(q, k, v, g, beta, cu, h0, D ** -0.5, chunk_states=True)
         o, final, h = dispatch.run_prefill(call)
@@ -154,17 +158,17 @@ def test_decode_refusal_leaves_the_state_pool_untouched(caplog):
     reach the pool: the next rung gives exactly the torch result."""
     gen = torch.Generator().manual_seed(8)
     B, hk, hv, K = 3, 2, 6, 16
-    pool = torch.randn(5, hv, K, K, generator=gen)
+    pool = torch.randn(5, hv, K, K, generator=gen).bfloat16()
     idx = torch.tensor([3, 0, -1])
-    q = torch.randn(1, B, hk, K, generator=gen).half()
-    k = torch.randn(1, B, hk, K, generator=gen).half()
-    v = torch.randn(1, B, hv, K, generator=gen).half()
+    q = torch.randn(1, B, hk, K, generator=gen).bfloat16()
+    k = torch.randn(1, B, hk, K, generator=gen).bfloat16()
+    v = torch.randn(1, B, hv, K, generator=gen).bfloat16()
     g = F.logsigmoid(torch.randn(1, B, hv, generator=gen))
-    beta = torch.rand(1, B, hv, generator=gen).half()
+    beta = torch.rand(1, B, hv, generator=gen).bfloat16()
 
-    def scribble_then_refuse(mix, states, **kw):
+    def scribble_then_refuse(mix, states, *a, **kw):
         states.fill_(1e4)
-        raise RuntimeError("recurrent_gated_delta_rule: aclnn call failed, error code 161002: unsupported")
+        raise RuntimeError("vStep should be bigger than 8, shape is too big")
 
     ref_pool = pool.clone()
     ref = recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=ref_pool, state_indices=idx,
@@ -178,13 +182,13 @@ def test_decode_refusal_leaves_the_state_pool_untouched(caplog):
 def test_decode_npu_recurrent_emulator_matches_torch():
     gen = torch.Generator().manual_seed(9)
     B, hk, hv, K = 4, 2, 4, 32
-    pool = torch.randn(6, hv, K, K, generator=gen)
+    pool = (torch.randn(6, hv, K, K, generator=gen) * 0.3).bfloat16()
     idx = torch.tensor([5, 1, -1, 2])
-    q = torch.randn(1, B, hk, K, generator=gen).half()
-    k = torch.randn(1, B, hk, K, generator=gen).half()
-    v = torch.randn(1, B, hv, K, generator=gen).half()
+    q = torch.randn(1, B, hk, K, generator=gen).bfloat16()
+    k = torch.randn(1, B, hk, K, generator=gen).bfloat16()
+    v = torch.randn(1, B, hv, K, generator=gen).bfloat16()
     g = F.logsigmoid(torch.randn(1, B, hv, generator=gen))
-    beta = torch.rand(1, B, hv, generator=gen).half()
+    beta = torch.rand(1, B, hv, generator=gen).bfloat16()
     ref_pool = pool.clone()
     ref = recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=ref_pool, state_indices=idx,
                                      use_qk_l2norm=True, backend="torch")
@@ -192,8 +196,9 @@ def test_decode_npu_recurrent_emulator_matches_torch():
     with seam.install_emulators({emu.OP_NPU_RECURRENT: kernel}):
         o = recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=pool, state_indices=idx, use_qk_l2norm=True)
     assert kernel.calls == 1
-    torch.testing.assert_close(o.float(), ref.float(), atol=2e-3, rtol=2e-3)
-    torch.testing.assert_close(pool, ref_pool, atol=2e-3, rtol=2e-3)
+    # bf16 inputs, bf16 state rounding, and beta handed over as a bf16 logit
+    torch.testing.assert_close(o.float(), ref.float(), atol=3e-2, rtol=3e-2)
+    torch.testing.assert_close(pool.float(), ref_pool.float(), atol=3e-2, rtol=3e-2)
 
 
 def test_mega_emulator_keeps_the_real_contract():

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from sglang_ascend_hybrid.ops.gdn import capabilities as caps
+from sglang_ascend_hybrid.ops.gdn import planner
 from sglang_ascend_hybrid.ops.gdn.planner import plan_for
 
 CURRENT = caps.CURRENT_MEGA_ENTRY.supports
@@ -131,3 +132,100 @@ def test_kernel_table_lookup_by_version():
     assert caps.mega_pair_predicate("0.1.0")(6, 2) is False
     assert caps.mega_pair_predicate("0.1.0")(8, 2) is True
     assert caps.mega_entry(None) is caps.CURRENT_MEGA_ENTRY
+
+
+# ---------------------------------------------------------------------------
+# The overhead limit: inf means no limit, nan / < 1 / non-numbers are refused
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("pair", _table_pairs() + [(1, 1), (2, 2), (7, 7), (9, 3)])
+@pytest.mark.parametrize("limit", [math.inf, 1e300])
+def test_no_limit_gives_the_cheapest_plan_the_table_accepts(pair, limit):
+    """With the current table (launches of <= 64 value heads, each holding >= 1 real head) no plan
+    can cost more than 64x: an unlimited search equals a search with limit 64, and never "none"
+    for a layout the table can hold at all."""
+    hv, hk = pair
+    plan = plan_for(hv, hk, 128, torch.float16, CURRENT, max_overhead=limit)
+    assert plan == plan_for(hv, hk, 128, torch.float16, CURRENT, max_overhead=64.0)
+    assert plan.strategy != "none" and all(CURRENT(a, b) for a, b in plan.launches)
+    assert 1.0 <= plan.overhead <= 64.0
+    if hk <= 4:
+        expected = _brute_force(hv, hk, CURRENT, 64.0)
+        assert math.isclose(plan.overhead, expected[0]) and len(plan.launches) == expected[1]
+
+
+def test_no_limit_plans_padding_the_limited_planner_refuses():
+    assert plan_for(3, 1, 128, torch.float16, CURRENT, max_overhead=1.5).strategy == "none"
+    plan = plan_for(3, 1, 128, torch.float16, CURRENT, max_overhead=math.inf)
+    assert plan.strategy == "pad" and list(plan.launches) == [(8, 2)] and plan.overhead == pytest.approx(8 / 3)
+    plan = plan_for(1, 1, 128, torch.float16, CURRENT, max_overhead=math.inf)
+    assert list(plan.launches) == [(8, 8)] and plan.overhead == 8.0
+
+
+@pytest.mark.parametrize("raw", ["inf", "Infinity", "1e300", "1e308"])
+def test_env_no_limit_does_not_overflow(monkeypatch, raw):
+    monkeypatch.setenv("SGLANG_ASCEND_HYBRID_GDN_MAX_OVERHEAD", raw)
+    assert plan_for(3, 1, 128, torch.float16, CURRENT).launches == ((8, 2),)
+
+
+def test_search_is_finite_for_a_predicate_that_accepts_nothing():
+    never = lambda hv, hk: False  # no max_value_heads: searched up to UNKNOWN_PREDICATE_MAX_HEADS
+    assert planner.launch_ceiling(never) == planner.UNKNOWN_PREDICATE_MAX_HEADS
+    assert plan_for(24, 24, 128, torch.float16, never, max_overhead=math.inf).strategy == "none"
+    assert planner.launch_ceiling(CURRENT) == max(caps.CURRENT_MEGA_VALUE_HEADS)
+
+
+def test_declared_ceiling_bounds_the_search():
+    def big(hv, hk):
+        return hv == 96 and hk == 96
+
+    def big_declared(hv, hk):
+        return hv == 96 and hk == 96
+
+    big_declared.max_value_heads = 64  # says it accepts nothing above 64 (wrongly): never searched
+    assert plan_for(2, 2, 128, torch.float16, big, max_overhead=math.inf).launches == ((96, 96),)
+    assert plan_for(2, 2, 128, torch.float16, big_declared, max_overhead=math.inf).strategy == "none"
+
+
+@pytest.mark.parametrize("bad", [math.nan, 0.99, 0, -1.0, -math.inf, "2", None.__class__, True, [2.0]])
+def test_bad_max_overhead_is_refused_naming_it(bad):
+    with pytest.raises(ValueError, match=r"max_overhead=.*expected a number >= 1\.0 \(or inf for no limit\)"):
+        plan_for(6, 2, 128, torch.float16, CURRENT, max_overhead=bad)
+
+
+@pytest.mark.parametrize("raw", ["nan", "0.5", "-inf", "many"])
+def test_bad_env_limit_is_refused_naming_the_variable(monkeypatch, raw):
+    monkeypatch.setenv("SGLANG_ASCEND_HYBRID_GDN_MAX_OVERHEAD", raw)
+    with pytest.raises(ValueError, match=f"SGLANG_ASCEND_HYBRID_GDN_MAX_OVERHEAD={raw!r}: expected a number >= 1"):
+        plan_for(6, 2, 128, torch.float16, CURRENT)
+
+
+def test_gdn_prefill_runs_the_unlimited_plan(monkeypatch):
+    """GDN prefill with SGLANG_ASCEND_HYBRID_GDN_MAX_OVERHEAD=inf: no OverflowError, the mega
+    kernel gets the padded plan, and the result equals the torch path's."""
+    from sglang_ascend_hybrid.emulators.gdn import make_mega_emulator
+    from sglang_ascend_hybrid.ops import seam
+    from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule
+    from sglang_ascend_hybrid.ops.gdn.dispatch import OP_MEGA
+
+    monkeypatch.setenv("SGLANG_ASCEND_HYBRID_GDN_MAX_OVERHEAD", "inf")
+    mega, seen = make_mega_emulator(), []
+
+    def recording(q, k, v, *args, **kwargs):
+        seen.append((v.shape[2], q.shape[2]))
+        return mega(q, k, v, *args, **kwargs)
+
+    hv, hk, T = 3, 1, 12
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(1, T, hk, 128, generator=gen).half()
+    k = torch.nn.functional.normalize(torch.randn(1, T, hk, 128, generator=gen), dim=-1).half()
+    v = torch.randn(1, T, hv, 128, generator=gen).half()
+    g = -torch.rand(1, T, hv, generator=gen) * 0.1
+    beta = torch.rand(1, T, hv, generator=gen).half()
+    cu = torch.tensor([0, 5, 12])
+    with seam.install_emulators({OP_MEGA: recording}):
+        o, final = chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu)
+    assert seen == [(8, 2)]
+    o_ref, final_ref = chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, backend="torch")
+    torch.testing.assert_close(o.float(), o_ref.float(), atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(final, final_ref, atol=2e-2, rtol=2e-2)

@@ -315,7 +315,8 @@ def test_upstream_style_call_with_one_sided_sequences_is_what_the_op_refuses():
 
 
 # ---------------------------------------------------------------------------
-# Invalid input: upstream's ValueError messages
+# Invalid input: upstream's ValueError messages (where upstream has one, its text
+# comes first and the values follow after "; got")
 # ---------------------------------------------------------------------------
 
 def _invalid_cases():
@@ -323,17 +324,22 @@ def _invalid_cases():
     q, k, v, cq, ck = c.args()
     i32 = torch.int32
     yield "rank", (q[None], k, v, cq, ck), {}, (
-        "NPU packed attention requires q, k, and v in [T, N, D] layout; invalid tensors: q")
+        "NPU packed attention requires q, k, and v in [T, N, D] layout; invalid tensors: q "
+        "(got q of shape [1, 5, 4, 16])")
     yield "device", (q, k.to("meta"), v, cq, ck), {}, (
-        "NPU packed attention requires q, k, and v on the same NPU; invalid tensors: k")
+        "NPU packed attention requires q, k, and v on the same NPU; invalid tensors: k "
+        "(got k on meta, q on cpu)")
     yield "dtype", (q, k.double(), v, cq, ck), {}, (
-        "NPU packed attention requires q, k, and v with the same dtype")
+        "NPU packed attention requires q, k, and v with the same dtype; got q torch.float32, "
+        "k torch.float64, v torch.float32")
     yield "kv_tokens", (q, k, v[:-1], cq, ck), {}, (
-        "NPU packed attention requires matching K/V token and head counts")
+        "NPU packed attention requires matching K/V token and head counts; got k [T, N] = [6, 2], "
+        "v [T, N] = [5, 2]")
     yield "kv_heads", (q, k, v[:, :1], cq, ck), {}, (
-        "NPU packed attention requires matching K/V token and head counts")
+        "NPU packed attention requires matching K/V token and head counts; got k [T, N] = [6, 2], "
+        "v [T, N] = [6, 1]")
     yield "head_dim", (q, k[..., :8], v, cq, ck), {}, (
-        "NPU packed attention requires matching Q/K head dimensions")
+        "NPU packed attention requires matching Q/K head dimensions; got q D = 16, k D = 8")
     yield "gqa", (q[:, :3], k, v, cq, ck), {}, (
         "NPU packed attention requires the query head count to be a multiple of the "
         "key/value head count, got q heads=3, k heads=2")
@@ -353,7 +359,7 @@ def _invalid_cases():
                          torch.tensor([0, 2, 4, 6], dtype=i32)), {}, (
         "cu_seqlens_q must be non-decreasing")
     yield "batch", (q, k, v, cq, torch.tensor([0, 2, 4, 6], dtype=i32)), {}, (
-        "cu_seqlens_q and cu_seqlens_k must describe the same batch")
+        "cu_seqlens_q and cu_seqlens_k must describe the same batch; got 2 and 3 sequences")
 
 
 @pytest.mark.parametrize("name,args,kwargs,message", list(_invalid_cases()),

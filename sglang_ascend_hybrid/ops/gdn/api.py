@@ -10,6 +10,7 @@ import torch
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops.gdn import dispatch
+from sglang_ascend_hybrid.ops.host import host_list
 from sglang_ascend_hybrid.ops.gdn.reference import l2norm
 
 logger = logging.getLogger(__name__)
@@ -50,6 +51,12 @@ def _check_heads(q, k, v, g, beta, q_layout: str, **others):
     for name, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta), *others.items()):
         if not isinstance(t, torch.Tensor):
             _fail(name, repr(t), "a torch.Tensor")
+    for name, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
+        if not t.dtype.is_floating_point:
+            _fail(f"{name}.dtype", t.dtype, "a floating-point dtype")
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            _fail(f"{name}.dtype", t.dtype, f"the dtype of q ({q.dtype})")
     if q.dim() != 4 or q.shape[0] != 1:
         _fail("q", _shape(q), q_layout)
     if k.shape != q.shape:
@@ -71,7 +78,7 @@ def _check_prefill(q, k, v, g, beta, cu_seqlens, initial_state):
                                    cu_seqlens=cu_seqlens)
     if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2 or cu_seqlens.dtype.is_floating_point:
         _fail("cu_seqlens", _shape(cu_seqlens), "an integer tensor [N + 1], N >= 1")
-    bounds = cu_seqlens.tolist()
+    bounds = host_list(cu_seqlens)
     if bounds[0] != 0 or bounds[-1] != T or any(b < a for a, b in zip(bounds, bounds[1:])):
         _fail("cu_seqlens", bounds if len(bounds) <= 16 else f"{bounds[:8]}...",
               f"non-decreasing offsets from 0 to T={T}")
@@ -118,37 +125,72 @@ def chunk_with_states(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale
     return dispatch.run_prefill(call, backend, skip=skip)
 
 
+def check_state_indices(state_indices: torch.Tensor, num_slots: int, name: str = "state_indices") -> None:
+    """Value checks of decode slot indices (reads them on the host: direct calls and debug mode only):
+    every entry a slot in ``[0, num_slots)`` or ``-1`` (padding), no slot twice."""
+    values = host_list(state_indices)
+    bad = [x for x in values if not (x == -1 or 0 <= x < num_slots)]
+    if bad:
+        shown = values if len(values) <= 16 else f"{values[:8]}... (bad entries {bad[:4]})"
+        _fail(name, shown, f"slots in [0, {num_slots}) or -1 (padding)")
+    live = [x for x in values if x >= 0]
+    if len(set(live)) != len(live):
+        dup = sorted({x for x in live if live.count(x) > 1})
+        _fail(name, values if len(values) <= 16 else f"repeated slots {dup[:8]}",
+              "each slot at most once per batch (repeated slots would race)")
+
+
+def scatter_rows(pool: torch.Tensor, slots: torch.Tensor, live: torch.Tensor, new_rows: torch.Tensor) -> None:
+    """``pool[slots[i]] = new_rows[i]`` for the live rows, without a host sync or a data-dependent shape.
+
+    Padding rows must write somewhere (one ``index_copy_`` for all rows keeps shapes static): they
+    write slot 0 with exactly the value slot 0 ends up with (the live row's new value if a live row
+    owns slot 0, else its current value), so the duplicate writes agree whatever their order."""
+    live_at0 = live & (slots == 0)
+    owner = live_at0.to(torch.int32).argmax()
+    fill = torch.where(live_at0.any(), new_rows.index_select(0, owner.view(1))[0], pool[0])
+    mask = live.view(-1, *([1] * (new_rows.dim() - 1)))
+    values = torch.where(mask, new_rows.to(pool.dtype), fill.to(pool.dtype))
+    pool.index_copy_(0, torch.where(live, slots, torch.zeros_like(slots)), values)
+
+
 def recurrent_gated_delta_rule(q, k, v, g, beta, *, state_pool, state_indices, scale: Optional[float] = None,
-                               use_qk_l2norm: bool = False, backend: str = "auto"):
+                               use_qk_l2norm: bool = False, backend: str = "auto",
+                               check_values: Optional[bool] = None):
     """One decode step (one token per sequence) on an SSM state pool.
 
-    q, k ``[1, B, Hk, K]``; v ``[1, B, Hv, V]``; g, beta ``[1, B, Hv]``; ``state_pool``
-    value-first ``[slots, Hv, V, K]``; ``state_indices [B]`` (slot per sequence; ``-1``
-    = padding: skipped, its output row is 0).  Updates the pool rows in place, after
-    the kernel succeeded.  Returns ``o [1, B, Hv, V]`` in q.dtype.
+    q, k ``[1, B, Hk, K]``; v ``[1, B, Hv, V]``; g (log-space decay), beta (post-sigmoid)
+    ``[1, B, Hv]``; ``state_pool`` value-first ``[slots, Hv, V, K]`` of any float dtype (kept:
+    the state is computed in fp32 and stored in the pool's dtype); ``state_indices [B]`` (slot per
+    sequence; ``-1`` = padding: its output row is 0 and no slot changes).  Updates the pool rows in
+    place, after the kernel succeeded.  Returns ``o [1, B, Hv, V]`` in q.dtype.
+
+    ``check_values`` (default True for a direct call): read ``state_indices`` on the host and
+    reject out-of-range or repeated slots with a ``ValueError`` before anything is written.  With
+    False the op does no device-to-host sync and has only static shapes (graph capture).
     """
     B, Hk, K, Hv, V = _check_heads(q, k, v, g, beta, "[1, B, Hk, K] (one token per sequence)",
                                    state_pool=state_pool, state_indices=state_indices)
     if state_pool.dim() != 4 or tuple(state_pool.shape[1:]) != (Hv, V, K):
         _fail("state_pool", _shape(state_pool), f"[slots, {Hv}, {V}, {K}] (value-first)")
+    if not state_pool.dtype.is_floating_point:
+        _fail("state_pool.dtype", state_pool.dtype, "a floating-point dtype")
     if state_indices.dim() != 1 or state_indices.numel() != B or state_indices.dtype.is_floating_point:
         _fail("state_indices", _shape(state_indices), f"an integer tensor [{B}]")
     backend = _backend(backend, dispatch.decode_rungs(), "decode")
+    if check_values is None or check_values:
+        check_state_indices(state_indices, state_pool.shape[0])
     if scale is None:
         scale = K ** -0.5
-    if use_qk_l2norm:
-        q, k = l2norm(q), l2norm(k)
-    idx = state_indices.long()
-    live = (idx >= 0).nonzero().squeeze(-1)
-    slots = idx.index_select(0, live)
-    if (slots.numel() and int(slots.max()) >= state_pool.shape[0]) or bool((idx < -1).any()):
-        _fail("state_indices", idx.tolist() if idx.numel() <= 16 else f"range [{int(idx.min())}, {int(idx.max())}]",
-              f"slots in [0, {state_pool.shape[0]}) or -1 (padding)")
-    call = dispatch.StepCall(q[0].index_select(0, live), k[0].index_select(0, live), v[0].index_select(0, live),
-                             g[0].index_select(0, live), beta[0].index_select(0, live),
-                             state_pool.index_select(0, slots).float(), float(scale))
-    o_live, new_states = dispatch.run_decode(call, backend)
-    state_pool.index_copy_(0, slots, new_states.to(state_pool.dtype))
     out = torch.zeros(1, B, Hv, V, dtype=q.dtype, device=q.device)
-    out[0].index_copy_(0, live, o_live.to(q.dtype))
+    if B == 0 or state_pool.shape[0] == 0:
+        return out
+    idx = state_indices.long()
+    live = idx >= 0
+    slots = idx.clamp(min=0)
+    call = dispatch.StepCall(q[0], k[0], v[0], g[0], beta[0], state_pool.index_select(0, slots), float(scale),
+                             qk_l2norm=use_qk_l2norm)
+    o, new_states = dispatch.run_decode(call, backend)
+    scatter_rows(state_pool, slots, live, new_states)
+    out[0] = torch.where(live.view(B, 1, 1), o.to(q.dtype), out[0])
     return out

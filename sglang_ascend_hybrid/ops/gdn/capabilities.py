@@ -1,68 +1,114 @@
-"""What each GDN device kernel accepts (the kernel table), without touching a device.
+"""The contracts of the GDN device kernels: what each accepts, and the texts it refuses with.
 
-The mega chunk kernel of sgl-kernel-npu (``csrc/mega_chunk_gdn``) checks its
-input in ``check_shape``; its accepted (value heads, key heads) set changed
-between releases, so the set is looked up by the installed sgl-kernel-npu
-version.  No released version number is known to map to an older set, so
-every version currently gets :data:`CURRENT_MEGA_VALUE_HEADS`; add rows to
-:data:`MEGA_KERNEL_TABLE` when a release changes the set.  Call-time refusals
-(see :mod:`.dispatch`) catch a table that is wrong for the installed build.
+This module is the one place that states them (read from upstream source; the
+emulators in :mod:`sglang_ascend_hybrid.emulators.gdn` mirror it, and the
+ladders in :mod:`.dispatch` predict refusals from it).  Sources:
+
+SKN      sgl-project/sgl-kernel-npu ``main`` f425bdf1 (tag ``2026.08.21``, wheel version ``2026.6.1``)
+SKN-462  sgl-kernel-npu ff984786 (PR #462, 2026-05-20, first tag ``2026.05.01.post3``)
+SKN-517  sgl-kernel-npu 12f136d3 (PR #517, 2026-05-28, in no tag alone)
+SKN-533  sgl-kernel-npu 3558cea0 (PR #533, 2026-06-03, tags ``2026.6.0`` .. ``2026.08.21``)
+SKN-747  sgl-kernel-npu PR #747 host ``csrc/chunk_gated_delta_rule/op_host/chunk_gated_delta_rule.cpp``
+         at b878a61a / 0a96db2f (as recorded in ``shared/NPU_CONTRACTS.md`` section 1; the PR head is
+         not in the stored mirror, so these rules could not be re-read here)
+OPP      Ascend/op-plugin 517f2e7d ``docs/zh/custom_APIs/torch_npu/*.md``
+
+``torch.ops.npu.chunk_gated_delta_rule`` (SKN-747), :class:`NpuChunkContract`
+    q, k, v bf16 only; beta bf16 ``(T, Nv)`` post-sigmoid; g fp32 ``(T, Nv)``;
+    initial_state ``[B, Nv, Dv, Dk]`` bf16 on A2/A3, fp32 only on Ascend 950 (OPP);
+    chunk_state of the initial state's dtype with ``size(0) >= ceil(T/64) + B``;
+    every ``actual_seq_lengths`` entry > 0; ``0 < Nk, Nv <= 64``, ``Nv % Nk == 0``,
+    ``0 < Dk, Dv <= 128``.  Plain ``TORCH_CHECK`` texts (:data:`NPU_CHUNK_TEXTS`).
+``torch.ops.npu.recurrent_gated_delta_rule`` (SKN ``csrc/recurrent_gated_delta_rule/op_host/
+recurrent_gated_delta_rule.cpp``, ``op_kernel/recurrent_gated_delta_rule_kernel.cpp``)
+    bf16 only with no dtype check (the kernel is instantiated ``RGDR<bfloat16_t,
+    bfloat16_t>`` only: other dtypes are reinterpreted silently); S <= 8 (``MAX_MTP``,
+    not checked); the host refuses with ``vStep should be bigger than 8, shape is too
+    big`` when the Unified Buffer cannot hold the head dims (:func:`recurrent_vstep`).
+``sgl_kernel_npu.fla.mega_chunk_gdn:run_mega_chunk_gdn`` (SKN ``csrc/mega_chunk_gdn/op_host/
+mega_chunk_gdn.cpp`` ``check_shape``), :data:`MEGA_VARIANTS`
+    head dim 128, packed B == 1, the wrapper casts q/k/v/beta/state to fp16 (so
+    the initial state loses precision below fp16's); accepted head pairs depend
+    on the installed release (post3 set without the ``GDN_ATTN_BACKEND_TRITON``
+    hint; later sets with it).
+``sgl_kernel_npu.fla.chunk:chunk_gated_delta_rule_npu`` (Triton)
+    asserts q is not fp32.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
+import math
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import torch
 
 PairPredicate = Callable[[int, int], bool]
 
-# sgl-kernel-npu main (mega_chunk_gdn.cpp, is_supported_head_pair)
-CURRENT_MEGA_VALUE_HEADS = frozenset({8, 12, 16, 24, 32, 48, 64})
-MEGA_HEAD_DIM = 128
-# run_mega_chunk_gdn casts q/k/v/beta to fp16 itself; fp32 input would silently lose precision.
+# ----------------------------------------------------------------------------- mega kernel
+
+MEGA_HEAD_DIM = 128  # SKN mega_chunk_gdn.cpp kHeadDim
+# run_mega_chunk_gdn casts q/k/v/beta to fp16 itself (SKN fla/mega_chunk_gdn.py: ``t.half()``).
 MEGA_INPUT_DTYPES = (torch.float16, torch.bfloat16)
-
-# torch.ops.npu.chunk_gated_delta_rule / recurrent_gated_delta_rule (reported limits)
-NPU_OP_MAX_HEADS = 256
-NPU_OP_MAX_HEAD_DIM = 512
-NPU_OP_DTYPES = (torch.float16, torch.bfloat16)
-
-# chunk_gated_delta_rule_npu (Triton) asserts q.dtype != float32.
-TRITON_DTYPES = (torch.float16, torch.bfloat16)
+# The state the mega kernel keeps (initial_state.half() in the wrapper): a pool of higher
+# precision would be rounded silently, so the mega rung never serves fp32 states.
+MEGA_STATE_DTYPE = torch.float16
+MEGA_HINT = "Try running the alternative backend by setting GDN_ATTN_BACKEND_TRITON=1."
+MEGA_PAIR_TEXT = "unsupported mega_chunk_gdn (NumValueHeads, NumKeyHeads) pair"
+# Every check_shape text (SKN mega_chunk_gdn.cpp; SKN-462 has the same texts, without the hint).
+MEGA_CHECK_TEXTS = (
+    "q must have shape [B, T, Hg, D]", "k must have shape [B, T, Hg, D]", "v must have shape [B, T, H, D]",
+    "g must have shape [B, T, H]", "beta must have shape [B, T, H]",
+    "mega_chunk_gdn currently supports packed B=1 input", "q and k must have the same shape",
+    "q/k and v sequence lengths must match", MEGA_PAIR_TEXT, "mega_chunk_gdn supports head dimension 128",
+    "g and beta must use packed B=1 layout", "g/beta sequence lengths must match q",
+    "g/beta must use the same NumValueHeads as v", "q must be float16", "k must be float16",
+    "v must be float16", "beta must be float16", "g must be float32", "cu_seqlens must be int32",
+    "q, k, and v must be contiguous", "g, beta, and cu_seqlens must be contiguous",
+    "initial_state must have shape [N, H, D, D]", "initial_state.size(0) must match cu_seqlens sequences",
+    "initial_state.size(1) must match NumValueHeads", "initial_state must use head dimensions 128 x 128",
+    "initial_state must be float16", "initial_state must be contiguous",
+)
 
 
 @dataclass(frozen=True)
-class MegaKernelEntry:
-    """Head pairs one range of sgl-kernel-npu releases accepts."""
+class MegaVariant:
+    """One released behaviour of the mega kernel's host check."""
 
-    min_version: str  # first release (PEP 440 text) with this set
-    value_heads: frozenset
+    name: str
+    first_tag: str
+    source: str
+    hint: bool                                  # refusal texts end with MEGA_HINT
+    value_heads: frozenset = frozenset()        # Hv set with Hv % Hk == 0 (SKN-517, SKN-533)
+    pairs: frozenset = frozenset()              # explicit compiled pairs (SKN-462)
 
     def supports(self, value_heads: int, key_heads: int) -> bool:
-        return key_heads > 0 and value_heads % key_heads == 0 and value_heads in self.value_heads
+        if key_heads <= 0 or value_heads <= 0:
+            return False
+        if self.pairs:
+            return (value_heads, key_heads) in self.pairs
+        return value_heads % key_heads == 0 and value_heads in self.value_heads
+
+    def refusal_text(self, message: str) -> str:
+        return f"{message} {MEGA_HINT}" if self.hint else message
 
 
-CURRENT_MEGA_ENTRY = MegaKernelEntry("0", CURRENT_MEGA_VALUE_HEADS)
-# Newest first.  Only the current release's set is known to be tied to a version.
-MEGA_KERNEL_TABLE: tuple[MegaKernelEntry, ...] = (CURRENT_MEGA_ENTRY,)
+# SKN-462: host is_supported_head_pair (global Hk 16, TP in {1,2,4,8}, global Hv in {16,32,48,64}),
+# then the kernel dispatch instantiates only these pairs (MACRO list) and refuses the rest with the
+# same text.  No hint in any text.
+MEGA_POST3 = MegaVariant("post3", "2026.05.01.post3", "sgl-kernel-npu ff984786 (#462)", hint=False,
+                         pairs=frozenset({(16, 16), (32, 16), (48, 16), (64, 16), (16, 8), (32, 8), (16, 4)}))
+MEGA_PR517 = MegaVariant("pr517", "(no tag)", "sgl-kernel-npu 12f136d3 (#517)", hint=True,
+                         value_heads=frozenset({16, 24, 32, 48, 64}))
+MEGA_CURRENT = MegaVariant("current", "2026.6.0", "sgl-kernel-npu 3558cea0 (#533)", hint=True,
+                           value_heads=frozenset({8, 12, 16, 24, 32, 48, 64}))
+MEGA_VARIANTS = (MEGA_CURRENT, MEGA_PR517, MEGA_POST3)
+# Backwards-compatible names.
+CURRENT_MEGA_ENTRY = MEGA_CURRENT
+CURRENT_MEGA_VALUE_HEADS = MEGA_CURRENT.value_heads
 
 
-@lru_cache(maxsize=1)
-def installed_kernel_version() -> Optional[str]:
-    """Version of the installed sgl-kernel-npu distribution (read from metadata, no import)."""
-    for dist in ("sgl-kernel-npu", "sgl_kernel_npu"):
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def _version_key(text: str) -> tuple:
+def version_key(text: str) -> tuple:
     parts = []
     for piece in text.split("+")[0].split("."):
         digits = "".join(ch for ch in piece if ch.isdigit())
@@ -70,34 +116,170 @@ def _version_key(text: str) -> tuple:
     return tuple(parts)
 
 
-def mega_entry(version: Optional[str] = None) -> MegaKernelEntry:
-    """The table row for ``version`` (default: the installed one; unknown -> current release)."""
-    version = installed_kernel_version() if version is None else version
+def mega_variant(version: Optional[str] = None) -> MegaVariant:
+    """The mega-kernel variant of an installed sgl-kernel-npu ``version`` (default: the
+    seam's).  The wheel's version comes from ``config.ini``: tags ``2026.05.01`` .. ``.post3``
+    all report ``2026.05.01`` and only post3 has the kernel, so a ``2026.05.x`` version that
+    has the kernel (the caller probes the symbol) is post3; ``2026.6.0`` and later report
+    ``2026.6.x`` and have the current set.  Unknown or absent versions get the current set."""
     if version is None:
-        return CURRENT_MEGA_ENTRY
-    for entry in MEGA_KERNEL_TABLE:
-        if _version_key(version) >= _version_key(entry.min_version):
-            return entry
-    return CURRENT_MEGA_ENTRY
+        from sglang_ascend_hybrid.ops import seam
+
+        version = seam.kernel_package_version()
+    if version is None:
+        return MEGA_CURRENT
+    key = version_key(version)
+    if key and key[0] >= 2000 and key < (2026, 6):
+        return MEGA_POST3
+    return MEGA_CURRENT
+
+
+def mega_entry(version: Optional[str] = None) -> MegaVariant:
+    return mega_variant(version)
 
 
 def mega_pair_predicate(version: Optional[str] = None) -> PairPredicate:
     """``(value_heads, key_heads) -> bool`` for the mega kernel of ``version``."""
-    return mega_entry(version).supports
+    return mega_variant(version).supports
 
 
 def mega_supports_layout(head_dim_k: int, head_dim_v: int, dtype: torch.dtype) -> bool:
     return head_dim_k == MEGA_HEAD_DIM and head_dim_v == MEGA_HEAD_DIM and dtype in MEGA_INPUT_DTYPES
 
 
+def is_mega_refusal(exc: BaseException) -> bool:
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and (MEGA_HINT in text or any(t in text for t in MEGA_CHECK_TEXTS))
+
+
+# ----------------------------------------------------------------------------- npu chunk op
+
+NPU_CHUNK_MAX_HEADS = 64
+NPU_CHUNK_MAX_HEAD_DIM = 128
+NPU_CHUNK_INPUT_DTYPE = torch.bfloat16
+NPU_CHUNK_CHUNK = 64
+# SKN-747 host TORCH_CHECK texts.
+NPU_CHUNK_TEXTS = {
+    "heads": "nk and nv must be <= 64",
+    "dims": "dk and dv must be <= 128",
+    "ratio": "nv must be an integer multiple of nk",
+    "qkv_dtype": "query/key/value must be bfloat16",
+    "beta_dtype": "beta must be bfloat16",
+    "fp32_state": "FP32 initial_state is only supported on Ascend950 (arch35)",
+    "chunk_state_dtype": "chunk_state dtype must match initial_state",
+    "lengths": "actual_seq_lengths entries must be positive",
+    "chunk_state_size": "chunk_state dim 0 must be >= ",
+    "beta_2d": "beta must be 2D (T, Nv)",
+    "g_2d": "g must be 2D (T, Nv)",
+}
+
+
+def npu_chunk_state_dtypes(chip: Optional[str]) -> tuple:
+    """State dtypes the chunk op takes on ``chip`` (fp32 only on Ascend 950, OPP).  An unknown
+    chip is treated as A2/A3 (the strict answer)."""
+    return (torch.bfloat16, torch.float32) if chip == "950" else (torch.bfloat16,)
+
+
+def npu_chunk_min_chunk_states(total_tokens: int, num_sequences: int) -> int:
+    return math.ceil(total_tokens / NPU_CHUNK_CHUNK) + num_sequences
+
+
 def npu_op_supports(value_heads: int, key_heads: int, head_dim_k: int, head_dim_v: int,
                     dtype: torch.dtype) -> bool:
-    """Reported limits of the fused Ascend GDN ops (chunk and recurrent)."""
-    return (0 < key_heads <= NPU_OP_MAX_HEADS and 0 < value_heads <= NPU_OP_MAX_HEADS
+    """Shape and input-dtype limits of ``torch.ops.npu.chunk_gated_delta_rule`` (SKN-747)."""
+    return (0 < key_heads <= NPU_CHUNK_MAX_HEADS and 0 < value_heads <= NPU_CHUNK_MAX_HEADS
             and value_heads % key_heads == 0
-            and 0 < head_dim_k <= NPU_OP_MAX_HEAD_DIM and 0 < head_dim_v <= NPU_OP_MAX_HEAD_DIM
-            and dtype in NPU_OP_DTYPES)
+            and 0 < head_dim_k <= NPU_CHUNK_MAX_HEAD_DIM and 0 < head_dim_v <= NPU_CHUNK_MAX_HEAD_DIM
+            and dtype == NPU_CHUNK_INPUT_DTYPE)
+
+
+def npu_chunk_refusal_reason(value_heads: int, key_heads: int, head_dim_k: int, head_dim_v: int,
+                             dtype: torch.dtype, state_dtype: Optional[torch.dtype], chip: Optional[str],
+                             lengths: Optional[Sequence[int]] = None) -> Optional[str]:
+    """Which host check the chunk op would fail (its text), or None when it accepts the call
+    with a state of ``state_dtype`` (None: no state of a fixed dtype is required)."""
+    if not (0 < key_heads <= NPU_CHUNK_MAX_HEADS and 0 < value_heads <= NPU_CHUNK_MAX_HEADS):
+        return NPU_CHUNK_TEXTS["heads"]
+    if not (0 < head_dim_k <= NPU_CHUNK_MAX_HEAD_DIM and 0 < head_dim_v <= NPU_CHUNK_MAX_HEAD_DIM):
+        return NPU_CHUNK_TEXTS["dims"]
+    if value_heads % key_heads:
+        return NPU_CHUNK_TEXTS["ratio"]
+    if dtype != NPU_CHUNK_INPUT_DTYPE:
+        return NPU_CHUNK_TEXTS["qkv_dtype"]
+    if state_dtype is not None and state_dtype not in npu_chunk_state_dtypes(chip):
+        return NPU_CHUNK_TEXTS["fp32_state"]
+    if lengths is not None and any(int(x) <= 0 for x in lengths):
+        return NPU_CHUNK_TEXTS["lengths"]
+    return None
+
+
+def is_npu_chunk_refusal(exc: BaseException) -> bool:
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and any(t in text for t in NPU_CHUNK_TEXTS.values())
+
+
+# ----------------------------------------------------------------------------- npu recurrent op
+
+RECURRENT_DTYPE = torch.bfloat16        # RGDR<bfloat16_t, bfloat16_t> only
+RECURRENT_MAX_TOKENS = 8                # MAX_MTP: on-chip buffers sized for 8 tokens, not checked
+RECURRENT_VSTEP_TEXT = "vStep should be bigger than 8, shape is too big"
+# Unified Buffer of Ascend 910B (A2) / 910_93 (A3) AI cores: 192 KiB (CANN platform data; the host
+# reads it with GetCoreMemSize(UB) at run time, so the number is not in the sgl-kernel-npu source).
+UB_BYTES = 192 * 1024
+RECURRENT_HOST_TEXTS = (
+    "MixQKV tensor must be defined", "State tensor must be defined", "MixQKV must be 3-dimensional (B, S, D)",
+    "State must be 4-dimensional (N, nv, dv, dk)", "mix_qkv width mismatch", "State third dimension must match nv",
+    "Beta must be 3-dimensional (B, S, nv)", "Beta batch size must match MixQKV",
+    "Beta sequence length must match MixQKV", "Beta last dimension must equal nv",
+    "ssm_state_indices must be 2-dimensional (B, S)", "ssm_state_indices batch size must match MixQKV",
+    "ssm_state_indices sequence length must match MixQKV", RECURRENT_VSTEP_TEXT,
+)
+
+
+def recurrent_vstep(nv: int, dk: int, dv: int, ub_bytes: int = UB_BYTES) -> int:
+    """The host's vStep (SKN recurrent_gated_delta_rule.cpp, "Calculate the size of UB"); the op
+    refuses when it is below 8."""
+    def align(x: int, a: int = 16) -> int:
+        return (x + a - 1) & ~(a - 1)
+
+    a_nv, a_dv, a_dk = align(nv), align(dv), align(dk)
+    max_mtp = RECURRENT_MAX_TOKENS
+    used = max_mtp * (4 * a_dk + 2 * a_dv) + 128 + max_mtp * (4 * a_nv + 2 * a_nv)
+    used += max_mtp * (8 * a_dk + 4 * a_dv + 4 * a_nv)
+    coeff = (2 + 2) * a_dk + 4 + (4 + 4) * a_dk + 4 + 4
+    return (ub_bytes - used) // coeff // 8 * 8
+
+
+def recurrent_refusal_reason(nv: int, nk: int, dk: int, dv: int, tokens: int, dtypes: Sequence[torch.dtype],
+                             ub_bytes: int = UB_BYTES) -> Optional[str]:
+    """Why the recurrent op cannot serve the call correctly (None: it can).  Only the vStep text
+    is a real refusal; the others are calls the op would take and compute wrongly."""
+    if any(d != RECURRENT_DTYPE for d in dtypes):
+        return "the op is bf16-only and reinterprets other dtypes silently"
+    if not 1 <= tokens <= RECURRENT_MAX_TOKENS:
+        return f"more than {RECURRENT_MAX_TOKENS} tokens per sequence overflow its buffers"
+    if nk <= 0 or nv <= 0 or nv % nk:
+        return "value heads must be a multiple of key heads"
+    if recurrent_vstep(nv, dk, dv, ub_bytes) < 8:
+        return RECURRENT_VSTEP_TEXT
+    return None
+
+
+def is_recurrent_refusal(exc: BaseException) -> bool:
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and any(t in text for t in RECURRENT_HOST_TEXTS)
+
+
+# ----------------------------------------------------------------------------- triton chunk entry
+
+# chunk_gated_delta_rule_npu (Triton) asserts q.dtype != float32.
+TRITON_DTYPES = (torch.float16, torch.bfloat16)
+TRITON_REFUSAL_TEXTS = ("does not support", "must be of shape", "is expected to be")
 
 
 def triton_supports(value_heads: int, key_heads: int, dtype: torch.dtype) -> bool:
     return key_heads > 0 and value_heads % key_heads == 0 and dtype in TRITON_DTYPES
+
+
+def is_triton_refusal(exc: BaseException) -> bool:
+    return isinstance(exc, (AssertionError, ValueError)) and any(s in str(exc) for s in TRITON_REFUSAL_TEXTS)

@@ -9,6 +9,14 @@ Prefill (chunk) ladder, fastest first:
 ``torch``      :func:`.reference.chunk_gdn_torch`, always available (the CPU path)
 
 Decode ladder: ``npu_recurrent`` (``torch.ops.npu.recurrent_gated_delta_rule``) -> ``torch``.
+Speculative verify: :mod:`.verify`.
+
+Capability predicates come from :mod:`.capabilities` (the contracts) and the device
+facts of the seam (chip generation, installed kernels).  A rung never lowers the
+precision of the SSM state pool: the npu_chunk op keeps bf16 states on A2/A3 (fp32
+only on Ascend 950) and the mega kernel fp16 states, so an fp32 pool's prefill runs
+on triton / torch there; the recurrent op is bf16-only, so decode of a non-bf16 pool
+runs on torch.
 
 Every rung takes already l2-normalised q / k, never writes its inputs (the
 initial states handed to a kernel are fresh copies) and returns new tensors;
@@ -30,7 +38,7 @@ from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import capabilities as caps
 from sglang_ascend_hybrid.ops.gdn import planner
 from sglang_ascend_hybrid.ops.gdn.plan_exec import execute_plan
-from sglang_ascend_hybrid.ops.gdn.reference import CHUNK_SIZE, chunk_gdn_torch, recurrent_step
+from sglang_ascend_hybrid.ops.gdn.reference import CHUNK_SIZE, chunk_gdn_torch, l2norm, recurrent_step
 from sglang_ascend_hybrid.ops.ladder import Ladder, Rung
 
 logger = logging.getLogger(__name__)
@@ -47,6 +55,10 @@ ORIGINAL_ATTR = "__sglang_ascend_hybrid_original__"
 IN_LADDER: contextvars.ContextVar[bool] = contextvars.ContextVar("gdn_in_ladder", default=False)
 
 
+def _dtype_name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
 @dataclass(frozen=True)
 class GdnSignature:
     """Shape facts a kernel's acceptance depends on (hashable; names the head pair in logs)."""
@@ -57,12 +69,13 @@ class GdnSignature:
     head_dim_v: int
     dtype: torch.dtype
     chunk_states: bool = False
+    state_dtype: Optional[torch.dtype] = None  # dtype of the SSM states (the pool's); None: no state given
 
     def __str__(self) -> str:
-        dt = str(self.dtype).replace("torch.", "")
         extra = " +chunk_states" if self.chunk_states else ""
+        state = f" state={_dtype_name(self.state_dtype)}" if self.state_dtype is not None else ""
         return (f"(NumValueHeads, NumKeyHeads)=({self.value_heads}, {self.key_heads}) "
-                f"K={self.head_dim_k} V={self.head_dim_v} {dt}{extra}")
+                f"K={self.head_dim_k} V={self.head_dim_v} {_dtype_name(self.dtype)}{state}{extra}")
 
 
 @dataclass
@@ -78,14 +91,24 @@ class ChunkCall:
     initial_state: Optional[torch.Tensor]
     scale: float
     chunk_states: bool = False  # also return the state at the start of every 64-token chunk
+    _lengths: Optional[list] = None
 
     @property
     def num_sequences(self) -> int:
         return self.cu_seqlens.numel() - 1
 
+    @property
+    def lengths(self) -> list:
+        """Per-sequence lengths on the host (prefill already reads the offsets on the host)."""
+        if self._lengths is None:
+            bounds = self.cu_seqlens.tolist()
+            self._lengths = [int(b) - int(a) for a, b in zip(bounds, bounds[1:])]
+        return self._lengths
+
     def signature(self) -> GdnSignature:
         return GdnSignature(self.v.shape[2], self.q.shape[2], self.q.shape[3], self.v.shape[3],
-                            self.q.dtype, self.chunk_states)
+                            self.q.dtype, self.chunk_states,
+                            None if self.initial_state is None else self.initial_state.dtype)
 
     def key_first_state(self) -> Optional[torch.Tensor]:
         """Fresh key-first [N, Hv, K, V] fp32 copy of the initial state (FLA-layout kernels)."""
@@ -94,25 +117,14 @@ class ChunkCall:
         return self.initial_state.float().transpose(-1, -2).contiguous()
 
     def num_chunks(self, chunk: int = CHUNK_SIZE) -> int:
-        lens = (self.cu_seqlens[1:] - self.cu_seqlens[:-1]).tolist()
-        return sum((int(x) + chunk - 1) // chunk for x in lens)
+        return sum((x + chunk - 1) // chunk for x in self.lengths)
 
 
-# ---------------------------------------------------------------- refusals
+# ---------------------------------------------------------------- refusals (texts: capabilities)
 
-def _npu_op_refusal(exc: BaseException) -> bool:
-    text = str(exc)
-    return isinstance(exc, RuntimeError) and any(
-        s in text for s in ("161002", "unsupported", "not supported", "not support"))
-
-
-def _mega_refusal(exc: BaseException) -> bool:
-    return isinstance(exc, RuntimeError) and "GDN_ATTN_BACKEND_TRITON" in str(exc)
-
-
-def _triton_refusal(exc: BaseException) -> bool:
-    return isinstance(exc, (AssertionError, ValueError)) and any(
-        s in str(exc) for s in ("does not support", "must be of shape", "is expected to be"))
+_npu_op_refusal = caps.is_npu_chunk_refusal
+_mega_refusal = caps.is_mega_refusal
+_triton_refusal = caps.is_triton_refusal
 
 
 def _resolve(name: str):
@@ -125,26 +137,62 @@ def _logged(op: str, rung: str, sig: GdnSignature, detail: str = "") -> None:
              "sglang-ascend-hybrid: GDN %s %s runs on the %s kernel%s", op, sig, rung, detail)
 
 
+def _skipped(op: str, rung: str, sig: GdnSignature, reason: str) -> None:
+    log_once(logger, ("gdn-skip", op, rung, sig),
+             "sglang-ascend-hybrid: GDN %s %s cannot use the %s kernel: %s", op, sig, rung, reason)
+
+
+_PRECISION = {torch.float32: 3, torch.bfloat16: 1, torch.float16: 1}
+
+
+def _keeps_precision(kernel_state_dtype: torch.dtype, pool_dtype: Optional[torch.dtype]) -> bool:
+    """A kernel may hold the state in ``kernel_state_dtype`` without lowering the pool's precision."""
+    return pool_dtype is None or _PRECISION.get(kernel_state_dtype, 0) >= _PRECISION.get(pool_dtype, 3)
+
+
 # ---------------------------------------------------------------- prefill rungs
 
+def npu_chunk_state_dtype(pool_dtype: Optional[torch.dtype], chip: Optional[str]) -> Optional[torch.dtype]:
+    """The state dtype the npu_chunk rung hands the op for a pool of ``pool_dtype`` on ``chip``,
+    or None when no accepted dtype keeps the pool's precision (fp32 pools on A2/A3)."""
+    for dtype in caps.npu_chunk_state_dtypes(chip):
+        if pool_dtype is None or dtype == pool_dtype or (
+                _keeps_precision(dtype, pool_dtype) and pool_dtype != torch.float16):
+            return dtype
+    return None
+
+
 def _npu_chunk_supports(sig: GdnSignature, call: ChunkCall) -> bool:
-    return (seam.serves(OP_NPU_CHUNK, call.q) and call.q.shape[0] == 1
-            and caps.npu_op_supports(sig.value_heads, sig.key_heads, sig.head_dim_k, sig.head_dim_v, sig.dtype))
+    if not (seam.serves(OP_NPU_CHUNK, call.q) and call.q.shape[0] == 1):
+        return False
+    chip = seam.chip_generation()
+    state_dtype = npu_chunk_state_dtype(sig.state_dtype, chip)
+    if state_dtype is None:
+        _skipped("prefill", "npu_chunk", sig, f"it keeps {_dtype_name(sig.state_dtype)} states only on Ascend 950 "
+                 f"(chip: {chip or 'unknown'}); using a kernel that keeps the pool's precision")
+        return False
+    reason = caps.npu_chunk_refusal_reason(sig.value_heads, sig.key_heads, sig.head_dim_k, sig.head_dim_v,
+                                           sig.dtype, state_dtype, chip, call.lengths)
+    return reason is None
 
 
 def _npu_chunk_run(call: ChunkCall):
     q, k, v = call.q[0], call.k[0], call.v[0]
     T, Hv, V, K = q.shape[0], v.shape[1], v.shape[2], q.shape[2]
     n = call.num_sequences
-    state = (call.initial_state.float().clone() if call.initial_state is not None
-             else q.new_zeros(n, Hv, V, K, dtype=torch.float32))
-    lens = (call.cu_seqlens[1:] - call.cu_seqlens[:-1]).to(torch.int32)
-    h = k.new_empty(call.num_chunks(), Hv, V, K)
+    state_dtype = npu_chunk_state_dtype(call.signature().state_dtype, seam.chip_generation())
+    state = (call.initial_state.to(state_dtype, copy=True).contiguous() if call.initial_state is not None
+             else q.new_zeros(n, Hv, V, K, dtype=state_dtype))
+    lens = torch.tensor(call.lengths, dtype=torch.int32, device=q.device)
+    num_chunks = call.num_chunks()
+    h = q.new_empty(max(num_chunks, caps.npu_chunk_min_chunk_states(T, n)), Hv, V, K, dtype=state_dtype)
     o, final = seam.call(OP_NPU_CHUNK, q.contiguous(), k.contiguous(), v.contiguous(),
-                         beta=call.beta.reshape(1, T, Hv), initial_state=state, actual_seq_lengths=lens,
-                         scale=call.scale, chunk_state=h, g=call.g.reshape(1, T, Hv).float())
+                         beta=call.beta.reshape(T, Hv).to(torch.bfloat16).contiguous(), initial_state=state,
+                         actual_seq_lengths=lens, scale=call.scale, chunk_state=h,
+                         g=call.g.reshape(T, Hv).float().contiguous())
     _logged("prefill", "npu_chunk", call.signature())
-    return o.reshape(1, T, Hv, V).to(call.q.dtype), final.float(), (h.float() if call.chunk_states else None)
+    h_out = h[:num_chunks].float() if call.chunk_states else None
+    return o.reshape(1, T, Hv, V).to(call.q.dtype), final.float(), h_out
 
 
 def plan_for_layout(value_heads: int, key_heads: int, head_dim_k: int, head_dim_v: int, dtype: torch.dtype,
@@ -161,8 +209,13 @@ def _plan(sig: GdnSignature) -> planner.Plan:
 
 def _mega_supports(sig: GdnSignature, call: ChunkCall) -> bool:
     # The mega kernel's per-chunk states are per 128 tokens: no 64-token chunk states.
-    return (not sig.chunk_states and seam.serves(OP_MEGA, call.q) and call.q.shape[0] == 1
-            and _plan(sig).strategy != "none")
+    if sig.chunk_states or not seam.serves(OP_MEGA, call.q) or call.q.shape[0] != 1:
+        return False
+    if not _keeps_precision(caps.MEGA_STATE_DTYPE, sig.state_dtype):
+        _skipped("prefill", "mega", sig, f"it keeps the state in {_dtype_name(caps.MEGA_STATE_DTYPE)}, below "
+                 f"the pool's {_dtype_name(sig.state_dtype)}")
+        return False
+    return _plan(sig).strategy != "none"
 
 
 def _mega_run(call: ChunkCall):
@@ -215,9 +268,14 @@ def _torch_run(call: ChunkCall):
 
 
 PREFILL = Ladder("gdn_prefill", [
-    Rung("npu_chunk", lambda sig, call: _npu_chunk_supports(sig, call), _npu_chunk_run, _npu_op_refusal),
-    Rung("mega", lambda sig, call: _mega_supports(sig, call), _mega_run, _mega_refusal),
-    Rung("triton", lambda sig, call: _triton_supports(sig, call), _triton_run, _triton_refusal),
+    Rung("npu_chunk", lambda sig, call: _npu_chunk_supports(sig, call), _npu_chunk_run, _npu_op_refusal,
+         device=True, needs="sgl-kernel-npu's torch.ops.npu.chunk_gated_delta_rule, bf16 q/k/v, <= 64 heads, "
+                            "head dims <= 128, a bf16 state (fp32 only on Ascend 950), no empty sequence"),
+    Rung("mega", lambda sig, call: _mega_supports(sig, call), _mega_run, _mega_refusal, device=True,
+         needs="sgl-kernel-npu's mega kernel, head dim 128, a head plan within the overhead limit, "
+               "a 16-bit state, no 64-token chunk states"),
+    Rung("triton", lambda sig, call: _triton_supports(sig, call), _triton_run, _triton_refusal, device=True,
+         needs="sgl-kernel-npu's Triton chunk entry and fp16/bf16 inputs"),
     Rung("torch", lambda sig, call: True, _torch_run),
 ])
 
@@ -226,48 +284,65 @@ PREFILL = Ladder("gdn_prefill", [
 
 @dataclass
 class StepCall:
-    """One decode step: one token per sequence; q / k l2-normalised; states gathered (fresh)."""
+    """One decode step: one token per sequence; states gathered (fresh).
+
+    q / k are l2-normalised when ``normalized`` (the torch rung then uses them as they are);
+    when ``qk_l2norm`` they are raw and every rung normalises them (the NPU op does it itself).
+    """
 
     q: torch.Tensor       # [B, Hk, K]
     k: torch.Tensor       # [B, Hk, K]
     v: torch.Tensor       # [B, Hv, V]
     g: torch.Tensor       # [B, Hv]
-    beta: torch.Tensor    # [B, Hv]
-    states: torch.Tensor  # [B, Hv, V, K] fresh copy, fp32
+    beta: torch.Tensor    # [B, Hv] post-sigmoid
+    states: torch.Tensor  # [B, Hv, V, K] fresh copy, in the pool's dtype
     scale: float
+    qk_l2norm: bool = False
 
     def signature(self) -> GdnSignature:
-        return GdnSignature(self.v.shape[1], self.q.shape[1], self.q.shape[2], self.v.shape[2], self.q.dtype)
+        return GdnSignature(self.v.shape[1], self.q.shape[1], self.q.shape[2], self.v.shape[2], self.q.dtype,
+                            state_dtype=self.states.dtype)
 
 
 def _npu_recurrent_supports(sig: GdnSignature, call: StepCall) -> bool:
-    return seam.serves(OP_NPU_RECURRENT, call.q) and caps.npu_op_supports(
-        sig.value_heads, sig.key_heads, sig.head_dim_k, sig.head_dim_v, sig.dtype)
+    if not seam.serves(OP_NPU_RECURRENT, call.q):
+        return False
+    if not call.qk_l2norm:  # the op always l2-normalises q and k: only right when that was asked for
+        _skipped("decode", "npu_recurrent", sig, "it always l2-normalises q and k (use_qk_l2norm=False here)")
+        return False
+    reason = caps.recurrent_refusal_reason(sig.value_heads, sig.key_heads, sig.head_dim_k, sig.head_dim_v, 1,
+                                           (sig.dtype, call.k.dtype, call.v.dtype, sig.state_dtype))
+    if reason is not None:
+        _skipped("decode", "npu_recurrent", sig, reason)
+    return reason is None
 
 
 def _npu_recurrent_run(call: StepCall):
     B, Hk, K = call.q.shape
     Hv, V = call.v.shape[1], call.v.shape[2]
     mix = torch.cat([call.q.reshape(B, 1, -1), call.k.reshape(B, 1, -1), call.v.reshape(B, 1, -1)], -1)
-    states = call.states.clone()  # the kernel updates in place: never the caller's pool
+    states = call.states.clone().contiguous()  # the kernel updates in place: never the caller's pool
     idx = torch.arange(B, dtype=torch.int32, device=call.q.device)
     ones = torch.ones(B, dtype=torch.int32, device=call.q.device)
-    o = seam.call(OP_NPU_RECURRENT, mix.contiguous(), states, beta=call.beta.reshape(B, 1, Hv).to(torch.bfloat16),
-                  scale=call.scale, actual_seq_lengths=ones, ssm_state_indices=idx.view(B, 1), nk=Hk, nv=Hv,
-                  intermediate_state=None, cache_indices=idx, num_accepted_tokens=ones,
-                  g=call.g.reshape(B, 1, Hv).float())
+    # The kernel applies the sigmoid to beta itself: hand it the logit of the post-sigmoid beta.
+    beta_logit = torch.logit(call.beta.float()).to(torch.bfloat16).reshape(B, 1, Hv).contiguous()
+    o = seam.call(OP_NPU_RECURRENT, mix.contiguous(), states, beta_logit, call.scale, ones, idx.view(B, 1),
+                  Hk, Hv, g=call.g.reshape(B, 1, Hv).float().contiguous())
     _logged("decode", "npu_recurrent", call.signature())
-    return o.reshape(B, Hv, V).float(), states.float()
+    return o.reshape(B, Hv, V).float(), states
 
 
 def _torch_step_run(call: StepCall):
     _logged("decode", "torch", call.signature())
-    return recurrent_step(call.q, call.k, call.v, call.g, call.beta, call.states, scale=call.scale)
+    q, k = (l2norm(call.q), l2norm(call.k)) if call.qk_l2norm else (call.q, call.k)
+    return recurrent_step(q, k, call.v, call.g, call.beta, call.states, scale=call.scale)
 
 
 DECODE = Ladder("gdn_decode", [
     Rung("npu_recurrent", lambda sig, call: _npu_recurrent_supports(sig, call), _npu_recurrent_run,
-         _npu_op_refusal),
+         caps.is_recurrent_refusal, device=True,
+         needs="sgl-kernel-npu's torch.ops.npu.recurrent_gated_delta_rule, bf16 q/k/v and a bf16 state pool, "
+               "use_qk_l2norm=True, head dims within its on-chip memory"),
     Rung("torch", lambda sig, call: True, _torch_step_run),
 ])
 

@@ -12,6 +12,12 @@ initial state: its state stays zero and its output is zero, and it cannot touch
 the real heads.  Cost = value-head work launched / real value-head work; the
 planner returns a cheapest plan (fewest launches among equal cost) or a
 ``"none"`` plan when nothing fits under the overhead limit.
+
+The overhead limit is a number >= 1 or ``inf`` ("no limit": the cheapest plan
+the kernel accepts, however padded).  The search is finite for every limit: a
+launch never has more value heads than the predicate can accept -- its
+``max_value_heads`` attribute, the kernel table's largest entry for a table
+predicate, else :data:`UNKNOWN_PREDICATE_MAX_HEADS`.
 :func:`plan_for` is shared by the runtime and the ``plan`` CLI.
 """
 
@@ -28,6 +34,8 @@ from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.ops.gdn import capabilities as caps
 
 STRATEGIES = ("native", "split", "pad", "split+pad", "none")
+# Most value heads one launch is searched up to, for a predicate that does not say.
+UNKNOWN_PREDICATE_MAX_HEADS = 4096
 
 
 @dataclass(frozen=True)
@@ -84,17 +92,38 @@ def _none(value_heads: int, key_heads: int) -> Plan:
     return Plan("none", (), math.inf, value_heads, key_heads)
 
 
+def launch_ceiling(predicate: Callable[[int, int], bool]) -> int:
+    """Most value heads any launch accepted by ``predicate`` can have."""
+    declared = getattr(predicate, "max_value_heads", None)
+    if isinstance(declared, int) and declared > 0:
+        return declared
+    entry = getattr(predicate, "__self__", None)
+    if isinstance(entry, caps.MegaKernelEntry):
+        return max(entry.value_heads, default=1)
+    return UNKNOWN_PREDICATE_MAX_HEADS
+
+
+def _budget(value_heads: int, max_overhead: float, ceiling: int) -> int:
+    """Most value-head work one plan may launch (finite for every limit, inf included)."""
+    most = ceiling * value_heads  # every launch has <= ceiling heads, and at most value_heads launches
+    if max_overhead >= most:  # inf, or so large the product could overflow: no limit
+        return most
+    return min(most, math.floor(max_overhead * value_heads + 1e-9))
+
+
 @lru_cache(maxsize=4096)
 def _best_plan(value_heads: int, key_heads: int, predicate: Callable[[int, int], bool],
                max_overhead: float) -> Plan:
     r = value_heads // key_heads
-    budget = math.floor(max_overhead * value_heads + 1e-9)  # most value-head work we may launch
+    ceiling = launch_ceiling(predicate)
+    budget = _budget(value_heads, max_overhead, ceiling)  # most value-head work we may launch
 
     # Cheapest single launch covering h real key groups: (work, group_size, inert_groups).
     def launch_for(h: int):
         best = None
-        for rp in range(r, budget // h + 1):
-            for extra in range(0, budget // rp - h + 1):
+        most = min(budget, ceiling)
+        for rp in range(r, most // h + 1):
+            for extra in range(0, most // rp - h + 1):
                 work = (h + extra) * rp
                 if best is not None and work >= best[0]:
                     break
@@ -103,12 +132,14 @@ def _best_plan(value_heads: int, key_heads: int, predicate: Callable[[int, int],
                     break
         return best
 
-    per_size = {h: launch_for(h) for h in range(1, key_heads + 1)}
+    # A launch of h real key groups has >= h value heads: h is at most the launch ceiling.
+    most_groups = min(key_heads, ceiling)
+    per_size = {h: launch_for(h) for h in range(1, most_groups + 1)}
     # DP over real key groups covered: (work, launches, parts)
     best: list = [None] * (key_heads + 1)
     best[0] = (0, 0, ())
     for n in range(1, key_heads + 1):
-        for h in range(1, n + 1):
+        for h in range(1, min(n, most_groups) + 1):
             prev, cand = best[n - h], per_size[h]
             if prev is None or cand is None:
                 continue
@@ -137,7 +168,8 @@ def plan_for(value_heads: int, key_heads: int, head_dim: int = caps.MEGA_HEAD_DI
 
     ``predicate(Hv, Hk)`` says which pairs the kernel accepts (default: the installed
     kernel's table).  ``head_dim`` / ``dtype`` outside the kernel's contract give
-    ``"none"``.  ``max_overhead`` defaults to ``SGLANG_ASCEND_HYBRID_GDN_MAX_OVERHEAD``.
+    ``"none"``.  ``max_overhead`` (a number >= 1, or ``inf`` for no limit) defaults to
+    ``SGLANG_ASCEND_HYBRID_GDN_MAX_OVERHEAD``.
     """
     _check_positive("value_heads", value_heads)
     _check_positive("key_heads", key_heads)
@@ -145,9 +177,13 @@ def plan_for(value_heads: int, key_heads: int, head_dim: int = caps.MEGA_HEAD_DI
     if value_heads % key_heads:
         raise ValueError(f"value_heads={value_heads}, key_heads={key_heads}: expected value_heads "
                          "to be a multiple of key_heads")
-    max_overhead = ENV.GDN_MAX_OVERHEAD.get() if max_overhead is None else float(max_overhead)
-    if not max_overhead >= 1.0:
-        raise ValueError(f"max_overhead={max_overhead!r}: expected a number >= 1.0")
+    if max_overhead is None:
+        max_overhead = ENV.GDN_MAX_OVERHEAD.get()
+    elif isinstance(max_overhead, bool) or not isinstance(max_overhead, (int, float)):
+        raise ValueError(f"max_overhead={max_overhead!r}: expected a number >= 1.0 (or inf for no limit)")
+    max_overhead = float(max_overhead)
+    if not max_overhead >= 1.0:  # nan too
+        raise ValueError(f"max_overhead={max_overhead!r}: expected a number >= 1.0 (or inf for no limit)")
     if not caps.mega_supports_layout(head_dim, head_dim, dtype):
         return _none(value_heads, key_heads)
     predicate = caps.mega_pair_predicate() if predicate is None else predicate

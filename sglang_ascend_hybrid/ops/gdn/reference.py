@@ -280,6 +280,7 @@ def chunk_gdn_torch(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=N
 
     offsets = layout.offsets
     pos = 0  # first chunk position that overlaps the current group
+    has_reset = bool(torch.isneginf(g).any()) if g.numel() else False  # prefill: host reads are allowed
     for lo in range(0, F, per_group):
         hi = min(F, lo + per_group)
         Fb = hi - lo
@@ -293,7 +294,14 @@ def chunk_gdn_torch(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=N
         qc = _to_chunks(q[0], layout, C, lo, hi, buf("q", Fb, Hk, C, K), False)   # [Fb, Hk, C, K]
         kc = _to_chunks(k[0], layout, C, lo, hi, buf("k", Fb, Hk, C, K), False)   # [Fb, Hk, C, K]
         vc = _to_chunks(v[0], layout, C, lo, hi, buf("v", Fb, Hv, C, V), False)   # [Fb, Hv, C, V]
-        gc = _to_chunks(g[0], layout, C, lo, hi, buf("g", Fb, Hv, C)).cumsum_(-1)  # G_r
+        gc = _to_chunks(g[0], layout, C, lo, hi, buf("g", Fb, Hv, C))
+        resets = None
+        if has_reset:  # g = -inf is a full reset: cumulative sums of the finite gates, plus a
+            # reset count, so exp(G_r - G_j) is exact (0 across a reset) instead of -inf - -inf
+            neg = torch.isneginf(gc)
+            resets = neg.to(torch.int32).cumsum(-1)                     # [Fb, Hv, C]
+            gc.masked_fill_(neg, 0.0)
+        gc.cumsum_(-1)                                                  # G_r
         bc = _to_chunks(beta[0], layout, C, lo, hi, buf("b", Fb, Hv, C))  # [Fb, Hv, C]
 
         # Intra-chunk factors.  k.k^T and q.k^T are the same for the r value heads of a
@@ -302,12 +310,15 @@ def chunk_gdn_torch(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=N
         # fp32 range it is the outer product exp(G_r) exp(-G_j) (no C x C exp); else exact.
         gexp = gc.exp()
         decay = buf("decay", Fb, Hv, C, C)
-        if Fb and float(gc.min()) > -_DECAY_PRODUCT_RANGE:
+        if Fb and resets is None and float(gc.min()) > -_DECAY_PRODUCT_RANGE:
             torch.mul(gexp.unsqueeze(-1), torch.exp(gc.neg()).unsqueeze(-2), out=decay)
             decay.masked_fill_(~lower_incl, 0.0)
         else:
             torch.sub(gc.unsqueeze(-1), gc.unsqueeze(-2), out=decay)
             decay.masked_fill_(~lower_incl, float("-inf")).exp_()
+        if resets is not None:
+            decay.masked_fill_(resets.unsqueeze(-1) != resets.unsqueeze(-2), 0.0)
+            gexp.masked_fill_(resets > 0, 0.0)                          # exp(G_r) from the chunk start
         kk = torch.matmul(kc, kc.transpose(-1, -2), out=buf("kk", Fb, Hk, C, C)).unsqueeze(2)
         qk = torch.matmul(qc, kc.transpose(-1, -2), out=buf("qk0", Fb, Hk, C, C)).mul_(scale).unsqueeze(2)
         qk = torch.mul(per_key_head(decay), qk, out=per_key_head(buf("qk", Fb, Hv, C, C))) \
@@ -326,9 +337,14 @@ def chunk_gdn_torch(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=N
         qg = torch.mul(qc.unsqueeze(2), per_key_head(gexp * scale).unsqueeze(-1),
                        out=buf("qg", Fb, Hk, r, C, K)).view(Fb, Hv, C, K)
         last = gc[..., -1:]                                             # total decay of each chunk
-        k_end = torch.mul(kc.unsqueeze(2), per_key_head((last - gc).exp()).unsqueeze(-1),
+        to_end = (last - gc).exp()
+        last_exp = last.exp()
+        if resets is not None:
+            to_end.masked_fill_(resets != resets[..., -1:], 0.0)
+            last_exp.masked_fill_(resets[..., -1:] > 0, 0.0)
+        k_end = torch.mul(kc.unsqueeze(2), per_key_head(to_end).unsqueeze(-1),
                           out=buf("ke", Fb, Hk, r, C, K)).view(Fb, Hv, C, K)
-        last_exp = last.exp().unsqueeze(-1)                             # [Fb, Hv, 1, 1]
+        last_exp = last_exp.unsqueeze(-1)                               # [Fb, Hv, 1, 1]
         out = vc                                                        # vc is spent: outputs go there
 
         # Hand-over, position by position over the part of each position inside the group;

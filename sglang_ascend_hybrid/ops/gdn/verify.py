@@ -1,0 +1,276 @@
+"""GDN speculative verify (MTP) through a kernel ladder: the NPU op where its contract holds,
+an exact torch implementation of the same semantics everywhere else.
+
+The op is ``torch.ops.npu.recurrent_gated_delta_rule`` (contract: :mod:`.capabilities`,
+``shared/NPU_CONTRACTS.md`` section 2).  SGLang's Ascend GDN backend calls it for every
+verify step; it is bf16-only without a dtype check, so with the fp32 SSM pool the
+Qwen3.5 / 3.6 configs ask for it reads fp32 bytes as bf16 (sglang issue #40419).
+
+Rungs:
+
+``npu_recurrent``  the op, when every tensor it reads or writes is bf16, S <= 8, its
+                   on-chip memory fits the head dims (vStep), and an intermediate-state
+                   scratch is given (padding rows, index -1, are redirected into the
+                   scratch's spare last entry and cache row 0, never read or written out
+                   of bounds).
+``torch``          :func:`verify_torch`: the op's semantics (pre-sigmoid beta, internal
+                   l2norm, initial state from ``cache_indices`` on a request's first step,
+                   per-token write of every intermediate state, padding skipped) computed
+                   in fp32 and stored in the pool's dtype.
+
+Both write the caller's tensors in place, like the op (the commit of accepted steps,
+``move_intermediate_cache``, is upstream's and dtype-preserving).  The op's refusals all
+come from its host checks, which run before the kernel is launched, so a refused call
+has written nothing.  Everything here is capture-safe: no host sync, no data-dependent
+shape, no Python decision on tensor values (value checks only with ``check_values``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from sglang_ascend_hybrid.logutil import log_once
+from sglang_ascend_hybrid.ops import seam
+from sglang_ascend_hybrid.ops.host import host_list
+from sglang_ascend_hybrid.ops.gdn import capabilities as caps
+from sglang_ascend_hybrid.ops.gdn.dispatch import GdnSignature
+from sglang_ascend_hybrid.ops.gdn.reference import l2norm
+from sglang_ascend_hybrid.ops.ladder import Ladder, Rung
+
+logger = logging.getLogger(__name__)
+
+OP_NPU_RECURRENT = "recurrent_gated_delta_rule"
+
+
+@dataclass
+class VerifyCall:
+    """One verify step, as the op takes it (batch b owns rows ``b*S .. b*S+S-1``)."""
+
+    mix_qkv: torch.Tensor                        # [B, S, 2*nk*dk + nv*dv]
+    recurrent_state: torch.Tensor                # [N, nv, dv, dk] the SSM pool (layer slice)
+    beta: torch.Tensor                           # [B, S, nv] pre-sigmoid
+    g: Optional[torch.Tensor]                    # [B, S, nv] log-space decay, or None (alpha = 1)
+    scale: float
+    actual_seq_lengths: torch.Tensor             # [B]
+    ssm_state_indices: torch.Tensor              # [B, S] state row written after each token
+    nk: int
+    nv: int
+    intermediate_state: Optional[torch.Tensor] = None   # [M, nv, dv, dk]
+    cache_indices: Optional[torch.Tensor] = None         # [B] pool slot of each request
+    num_accepted_tokens: Optional[torch.Tensor] = None   # [B]
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        """(B, S, dk, dv)"""
+        return (self.mix_qkv.shape[0], self.mix_qkv.shape[1], self.recurrent_state.shape[3],
+                self.recurrent_state.shape[2])
+
+    def signature(self) -> GdnSignature:
+        B, S, dk, dv = self.shape
+        out = self.intermediate_state if self.intermediate_state is not None else self.recurrent_state
+        return GdnSignature(self.nv, self.nk, dk, dv, self.mix_qkv.dtype, state_dtype=out.dtype)
+
+
+def _fail(name: str, value, expected: str):
+    raise ValueError(f"{name}={value}: expected {expected}")
+
+
+def check_verify_inputs(call: VerifyCall) -> None:
+    """Shape / dtype checks (no sync), on every call."""
+    mix, st = call.mix_qkv, call.recurrent_state
+    if mix.dim() != 3:
+        _fail("mix_qkv", tuple(mix.shape), "[B, S, 2*nk*dk + nv*dv]")
+    if st.dim() != 4 or st.shape[1] != call.nv:
+        _fail("recurrent_state", tuple(st.shape), f"[slots, nv={call.nv}, dv, dk]")
+    B, S, dk, dv = call.shape
+    if call.nk <= 0 or call.nv <= 0 or call.nv % call.nk:
+        _fail("nv", call.nv, f"a positive multiple of nk={call.nk}")
+    width = 2 * call.nk * dk + call.nv * dv
+    if mix.shape[2] != width:
+        _fail("mix_qkv", tuple(mix.shape), f"last dim 2*nk*dk + nv*dv = {width}")
+    for name, t in (("beta", call.beta), ("g", call.g)):
+        if t is not None and tuple(t.shape) != (B, S, call.nv):
+            _fail(name, tuple(t.shape), f"[{B}, {S}, {call.nv}]")
+    if tuple(call.ssm_state_indices.shape) != (B, S):
+        _fail("ssm_state_indices", tuple(call.ssm_state_indices.shape), f"[{B}, {S}]")
+    for name, t in (("actual_seq_lengths", call.actual_seq_lengths), ("cache_indices", call.cache_indices),
+                    ("num_accepted_tokens", call.num_accepted_tokens)):
+        if t is not None and (t.numel() != B or t.dtype.is_floating_point):
+            _fail(name, f"{tuple(t.shape)} {t.dtype}", f"an integer tensor of {B} entries")
+    if call.intermediate_state is not None:
+        it = call.intermediate_state
+        if it.dim() != 4 or tuple(it.shape[1:]) != tuple(st.shape[1:]) or it.dtype != st.dtype:
+            _fail("intermediate_state", f"{tuple(it.shape)} {it.dtype}",
+                  f"[rows, {call.nv}, {dv}, {dk}] in the pool's dtype {st.dtype}")
+        if call.cache_indices is None:
+            _fail("cache_indices", None, "a tensor when intermediate_state is given")
+
+
+def check_verify_values(call: VerifyCall) -> None:
+    """Value checks (read on the host: direct calls and SGLANG_ASCEND_HYBRID_DEBUG_CHECKS=1 only)."""
+    B, S, _, _ = call.shape
+    out_rows = (call.intermediate_state if call.intermediate_state is not None else call.recurrent_state).shape[0]
+    lens = host_list(call.actual_seq_lengths)
+    if any(not 0 <= x <= S for x in lens):
+        _fail("actual_seq_lengths", lens, f"entries in [0, S={S}]")
+    idx = host_list(call.ssm_state_indices)
+    written = [idx[b][t] for b in range(B) for t in range(lens[b]) if idx[b][t] != -1]
+    if any(not 0 <= x < out_rows for x in written):
+        _fail("ssm_state_indices", idx if B * S <= 32 else "...", f"rows in [0, {out_rows}) or -1 (padding)")
+    if len(set(written)) != len(written):
+        _fail("ssm_state_indices", idx if B * S <= 32 else "...", "each state row written once per step")
+    if call.num_accepted_tokens is not None:
+        nat = host_list(call.num_accepted_tokens)
+        if any(not 1 <= x <= S for x in nat):
+            _fail("num_accepted_tokens", nat, f"entries in [1, S={S}]")
+    if call.cache_indices is not None:
+        ci = host_list(call.cache_indices)
+        n = call.recurrent_state.shape[0]
+        if any(not (x == -1 or 0 <= x < n) for x in ci):
+            _fail("cache_indices", ci, f"slots in [0, {n}) or -1 (padding)")
+
+
+# ----------------------------------------------------------------------------- torch rung
+
+
+def _initial_states(call: VerifyCall) -> torch.Tensor:
+    """The op's initial-state selection, with gathers that stay in bounds for padding rows."""
+    B, S, _, _ = call.shape
+    idx = call.ssm_state_indices.long()
+    pos = (torch.zeros(B, dtype=torch.long, device=idx.device) if call.num_accepted_tokens is None
+           else (call.num_accepted_tokens.long() - 1).clamp(0, S - 1))
+    r0 = idx.gather(1, pos.view(B, 1)).view(B)
+    n = call.recurrent_state.shape[0]
+    if call.intermediate_state is None:
+        return call.recurrent_state.index_select(0, r0.clamp(0, n - 1)).float()
+    m = call.intermediate_state.shape[0]
+    from_pool = call.recurrent_state.index_select(0, call.cache_indices.long().clamp(0, n - 1))
+    from_scratch = call.intermediate_state.index_select(0, r0.clamp(0, m - 1))
+    first_step = (r0.remainder(S) == 0).view(B, 1, 1, 1)
+    return torch.where(first_step, from_pool, from_scratch).float()
+
+
+def scatter_agreeing(target: torch.Tensor, rows: torch.Tensor, valid: torch.Tensor, values: torch.Tensor) -> None:
+    """``target[rows[i]] = values[i]`` for the valid entries, in one static-shape ``index_copy_``.
+
+    Invalid entries write row 0 with the value row 0 ends up with (a valid entry's value if one
+    owns row 0, else its current value), so duplicate writes agree whatever their order."""
+    owns0 = valid & (rows == 0)
+    owner = owns0.to(torch.int32).argmax()
+    fill = torch.where(owns0.any(), values.index_select(0, owner.view(1))[0], target[0].to(values.dtype))
+    mask = valid.view(-1, *([1] * (values.dim() - 1)))
+    target.index_copy_(0, torch.where(valid, rows, torch.zeros_like(rows)),
+                       torch.where(mask, values, fill).to(target.dtype))
+
+
+def verify_torch(call: VerifyCall) -> torch.Tensor:
+    """The op's verify semantics in torch, fp32 compute, states stored in the pool's dtype."""
+    B, S, dk, dv = call.shape
+    nk, nv = call.nk, call.nv
+    mix = call.mix_qkv.float()
+    q, k, v = torch.split(mix, [nk * dk, nk * dk, nv * dv], dim=-1)
+    ratio = nv // nk
+    q = (l2norm(q.reshape(B, S, nk, dk)) * call.scale).repeat_interleave(ratio, dim=2)
+    k = l2norm(k.reshape(B, S, nk, dk)).repeat_interleave(ratio, dim=2)
+    v = v.reshape(B, S, nv, dv)
+    beta = torch.sigmoid(call.beta.float())
+    alpha = None if call.g is None else call.g.float().exp()
+    state = _initial_states(call)                                # [B, nv, dv, dk] fp32
+    out = torch.empty(B, S, nv, dv, dtype=torch.float32, device=mix.device)
+    steps = []
+    for t in range(S):  # S is a shape: a static loop
+        if alpha is not None:
+            state = state * alpha[:, t, :, None, None]
+        kt = k[:, t]
+        u = beta[:, t, :, None] * (v[:, t] - torch.einsum("bhvk,bhk->bhv", state, kt))
+        state = state + u[..., None] * kt[:, :, None, :]
+        out[:, t] = torch.einsum("bhvk,bhk->bhv", state, q[:, t])
+        steps.append(state)
+    target = call.intermediate_state if call.intermediate_state is not None else call.recurrent_state
+    rows = call.ssm_state_indices.long().reshape(B * S)
+    t_idx = torch.arange(S, device=mix.device).view(1, S)
+    in_len = t_idx < call.actual_seq_lengths.long().view(B, 1)
+    valid = (in_len.reshape(B * S) & (rows >= 0) & (rows < target.shape[0]))
+    scatter_agreeing(target, rows.clamp(0, target.shape[0] - 1), valid,
+                     torch.stack(steps, dim=1).reshape(B * S, nv, dv, dk))
+    out = torch.where(in_len.view(B, S, 1, 1), out, torch.zeros_like(out))
+    return out.to(call.mix_qkv.dtype)
+
+
+# ----------------------------------------------------------------------------- npu rung
+
+
+def _npu_reason(call: VerifyCall) -> Optional[str]:
+    B, S, dk, dv = call.shape
+    if call.intermediate_state is None:
+        return "no intermediate-state scratch to park padding rows in"
+    dtypes = (call.mix_qkv.dtype, call.recurrent_state.dtype, call.intermediate_state.dtype)
+    reason = caps.recurrent_refusal_reason(call.nv, call.nk, dk, dv, S, dtypes)
+    if reason is None and not (call.recurrent_state.is_contiguous() and call.intermediate_state.is_contiguous()):
+        reason = "the state pool or scratch is not contiguous"
+    return reason
+
+
+def _npu_supports(sig: GdnSignature, call: VerifyCall) -> bool:
+    if not seam.serves(OP_NPU_RECURRENT, call.mix_qkv):
+        return False
+    reason = _npu_reason(call)
+    if reason is not None:
+        log_once(logger, ("gdn-verify-skip", sig),
+                 "sglang-ascend-hybrid: GDN verify %s cannot use torch.ops.npu.recurrent_gated_delta_rule: %s; "
+                 "using the torch verify path (fp32 compute, states kept in %s)", sig, reason,
+                 str(sig.state_dtype).replace("torch.", ""))
+    return reason is None
+
+
+def _npu_run(call: VerifyCall) -> torch.Tensor:
+    B, S, _, _ = call.shape
+    rows = call.intermediate_state.shape[0]
+    idx = call.ssm_state_indices.to(torch.int32)
+    spare = (rows - S + torch.arange(S, dtype=torch.int32, device=idx.device)).view(1, S).expand(B, S)
+    idx = torch.where(idx < 0, spare, idx).contiguous()   # padding -> the scratch's spare last entry
+    cache = call.cache_indices.to(torch.int32).clamp(min=0).contiguous()
+    nat = None if call.num_accepted_tokens is None else call.num_accepted_tokens.to(torch.int32).contiguous()
+    out = seam.call(OP_NPU_RECURRENT, call.mix_qkv.contiguous(), call.recurrent_state,
+                    call.beta.to(torch.bfloat16).contiguous(), call.scale,
+                    call.actual_seq_lengths.to(torch.int32).contiguous(), idx, call.nk, call.nv,
+                    intermediate_state=call.intermediate_state, cache_indices=cache, num_accepted_tokens=nat,
+                    g=None if call.g is None else call.g.float().contiguous())
+    log_once(logger, ("gdn-verify-path", "npu", call.signature()),
+             "sglang-ascend-hybrid: GDN verify %s runs on torch.ops.npu.recurrent_gated_delta_rule",
+             call.signature())
+    in_len = torch.arange(S, device=out.device).view(1, S) < call.actual_seq_lengths.long().view(B, 1)
+    return torch.where(in_len.view(B, S, 1, 1), out, torch.zeros_like(out))  # rows the op leaves unwritten
+
+
+def _torch_run(call: VerifyCall) -> torch.Tensor:
+    log_once(logger, ("gdn-verify-path", "torch", call.signature()),
+             "sglang-ascend-hybrid: GDN verify %s runs on the torch verify path", call.signature())
+    return verify_torch(call)
+
+
+VERIFY = Ladder("gdn_verify", [
+    Rung("npu_recurrent", lambda sig, call: _npu_supports(sig, call), _npu_run, caps.is_recurrent_refusal,
+         device=True, needs="sgl-kernel-npu's torch.ops.npu.recurrent_gated_delta_rule, bf16 tensors and states, "
+                            "at most 8 draft tokens, an intermediate-state scratch"),
+    Rung("torch", lambda sig, call: True, _torch_run),
+])
+
+
+def verify_rungs() -> tuple[str, ...]:
+    return VERIFY.names
+
+
+def recurrent_verify(call: VerifyCall, *, backend: str = "auto", check_values: Optional[bool] = None
+                     ) -> torch.Tensor:
+    """Run one verify step through the ladder; returns ``[B, S, nv, dv]`` in mix_qkv's dtype
+    (rows past a sequence's length are 0).  ``check_values`` (default True) reads the index
+    tensors on the host first; the serving hook passes ``SGLANG_ASCEND_HYBRID_DEBUG_CHECKS``."""
+    check_verify_inputs(call)
+    if check_values is None or check_values:
+        check_verify_values(call)
+    return VERIFY(call.signature(), call, backend=backend)

@@ -1,0 +1,49 @@
+"""doctor's kernel report: installed variants and the rung each family's shapes take, asked of the
+runtime ladders (so the report follows the emulated machine)."""
+
+from __future__ import annotations
+
+import io
+
+from sglang_ascend_hybrid import kernel_report
+from sglang_ascend_hybrid.emulators import causal_conv1d as conv_emu
+from sglang_ascend_hybrid.emulators import gdn as gdn_emu
+from sglang_ascend_hybrid.ops import seam
+from sglang_ascend_hybrid.ops.gdn import capabilities as caps
+
+
+def _row(info, family, tp):
+    return next(r for r in info["families"] if r["family"].startswith(family) and r["tp"] == tp)
+
+
+def test_cpu_machine_reports_everything_absent_and_torch_rungs():
+    info = kernel_report.report()
+    assert not any(k["present"] for k in info["kernels"])
+    assert all(set(r["rungs"].values()) == {"torch"} for r in info["families"])
+
+
+def test_a3_with_the_post3_mega_kernel():
+    ops = {**gdn_emu.emulators(chip="A3", mega_variant=caps.MEGA_POST3), **conv_emu.emulators()}
+    with seam.install_device_facts(chip="A3", sgl_kernel_npu_version="2026.05.01"), seam.install_emulators(ops):
+        info = kernel_report.report()
+        out = io.StringIO()
+        kernel_report.render(info, out.write)
+    mega = next(k for k in info["kernels"] if "mega" in k["kernel"])
+    assert mega["present"] and mega["variant"].startswith("post3 head set")
+    row = _row(info, "Qwen3.6-27B", 8)  # (6, 2)
+    assert row["layout"] == "(6, 2) D=128"
+    assert row["rungs"]["prefill (bf16 pool)"] == "npu_chunk"
+    assert row["rungs"]["prefill (fp32 pool)"] == "torch"       # no Triton entry installed here
+    assert row["rungs"]["verify (bf16 pool)"] == "npu_recurrent"
+    assert row["rungs"]["verify (fp32 pool)"] == "torch"
+    assert "chip: A3" in out.getvalue() and "Qwen3.6-27B" in out.getvalue()
+
+
+def test_ascend_950_without_the_a3_only_ops():
+    ops = gdn_emu.emulators(chip="950", npu_chunk=False, mega_variant=caps.MEGA_CURRENT)
+    with seam.install_device_facts(chip="950", sgl_kernel_npu_version="2026.6.1"), seam.install_emulators(ops):
+        info = kernel_report.report()
+    row = _row(info, "Qwen3.5/3.6, Qwen3-Next (32)", 4)  # (8, 4): in the current mega set
+    assert row["rungs"]["prefill (bf16 pool)"] == "mega"
+    assert row["rungs"]["prefill (fp32 pool)"] == "torch"  # mega keeps fp16 states
+    assert row["rungs"]["verify (bf16 pool)"] == "torch"   # no recurrent op on Ascend 950
