@@ -83,7 +83,7 @@ def test_messages_say_what_is_accepted(monkeypatch):
     assert envs.ENV.GDN_BACKEND.problem().endswith(
         "expected one of auto, npu_chunk, mega, triton, torch, npu_recurrent")
     monkeypatch.setenv("SGLANG_ASCEND_HYBRID_CONV_BACKEND", "mega")
-    assert envs.ENV.CONV_BACKEND.problem().endswith("expected one of auto, npu_v2, npu_aclnn, torch")
+    assert envs.ENV.CONV_BACKEND.problem().endswith("expected one of auto, npu_v2, npu_aclnn, npu_update_v2, torch")
     monkeypatch.setenv("SGLANG_ASCEND_HYBRID_DISABLE", "maybe")
     assert "expected a boolean (1/true/yes/on or 0/false/no/off)" in envs.ENV.DISABLE.problem()
 
@@ -132,7 +132,8 @@ def test_rung_names_equal_the_ladders_names():
     assert envs.CONV_RUNGS == causal_conv1d.UPDATE_LADDER.names
     assert set(causal_conv1d.FN_LADDER.names) <= set(envs.CONV_RUNGS)
     assert set(envs.ENV.GDN_BACKEND.choices) == {"auto", *dispatch.PREFILL.names, *dispatch.DECODE.names}
-    assert set(envs.ENV.CONV_BACKEND.choices) == {"auto", *causal_conv1d.FN_LADDER.names}
+    assert set(envs.ENV.CONV_BACKEND.choices) == {"auto", *causal_conv1d.FN_LADDER.names,
+                                                  *causal_conv1d.UPDATE_LADDER.names}
 
 
 def test_problems_lists_every_invalid_variable(monkeypatch):

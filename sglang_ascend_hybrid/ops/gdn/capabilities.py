@@ -89,6 +89,11 @@ class MegaVariant:
             return (value_heads, key_heads) in self.pairs
         return value_heads % key_heads == 0 and value_heads in self.value_heads
 
+    @property
+    def max_value_heads(self) -> int:
+        """The most value heads one launch can have (bounds the head planner's search)."""
+        return max([hv for hv, _ in self.pairs] or list(self.value_heads) or [1])
+
     def refusal_text(self, message: str) -> str:
         return f"{message} {MEGA_HINT}" if self.hint else message
 
@@ -104,6 +109,7 @@ MEGA_CURRENT = MegaVariant("current", "2026.6.0", "sgl-kernel-npu 3558cea0 (#533
                            value_heads=frozenset({8, 12, 16, 24, 32, 48, 64}))
 MEGA_VARIANTS = (MEGA_CURRENT, MEGA_PR517, MEGA_POST3)
 # Backwards-compatible names.
+MegaKernelEntry = MegaVariant
 CURRENT_MEGA_ENTRY = MEGA_CURRENT
 CURRENT_MEGA_VALUE_HEADS = MEGA_CURRENT.value_heads
 

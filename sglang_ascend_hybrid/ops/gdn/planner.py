@@ -98,8 +98,8 @@ def launch_ceiling(predicate: Callable[[int, int], bool]) -> int:
     if isinstance(declared, int) and declared > 0:
         return declared
     entry = getattr(predicate, "__self__", None)
-    if isinstance(entry, caps.MegaKernelEntry):
-        return max(entry.value_heads, default=1)
+    if isinstance(entry, caps.MegaVariant):
+        return entry.max_value_heads
     return UNKNOWN_PREDICATE_MAX_HEADS
 
 
