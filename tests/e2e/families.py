@@ -36,7 +36,7 @@ def _gdn_dict(example: str, *, value_heads: int, key_heads: int, head_dim: int, 
                    num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=128,
                    linear_num_value_heads=value_heads, linear_num_key_heads=key_heads,
                    linear_key_head_dim=head_dim, linear_value_head_dim=head_dim, max_position_embeddings=256,
-                   mtp_num_hidden_layers=0, torch_dtype="float32", **extra)
+                   mtp_num_hidden_layers=0, **extra)
         if "num_experts" in cfg:
             cfg.update(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
                        shared_expert_intermediate_size=32)
@@ -115,20 +115,27 @@ class Family:
     hf_config_dict: Callable = None  # when transformers' config schema differs from SGLang's
     checkpoint: Callable = None  # transformers state dict -> the checkpoint SGLang loads
 
-    def configs(self):
+    def configs(self, dtype: torch.dtype = torch.float32):
         d = self.config()
         d.pop("architectures", None)
+        d["torch_dtype"] = str(dtype).replace("torch.", "")  # the checkpoint's dtype: what the model runs in
         sg_cfg = self.wrap_config(d) if self.wrap_config is not None else _cls(self.sglang_config)(**d)
         hf_cfg = _cls(self.hf_config)(**(self.hf_config_dict() if self.hf_config_dict else d))
         hf_cfg._attn_implementation = "eager"
         return sg_cfg, hf_cfg
 
     def sglang_from(self, hf, sg_cfg, dtype=torch.float32):
-        """SGLang's model class, weights from ``hf`` through ``load_weights``, in ``dtype``."""
-        with harness.sglang_process(), harness.cpu_model_construction():
-            sg = _cls(self.sglang_model)(sg_cfg)
+        """SGLang's model class built in ``dtype`` (as SGLang's loader does: the default dtype
+        set while the model is constructed), weights from ``hf`` through ``load_weights``."""
+        saved = torch.get_default_dtype()
+        torch.set_default_dtype(dtype)
+        try:
+            with harness.sglang_process(), harness.cpu_model_construction():
+                sg = _cls(self.sglang_model)(sg_cfg)
+        finally:
+            torch.set_default_dtype(saved)
         harness.load_into_sglang(sg, hf, rename=self.checkpoint_name, convert=self.checkpoint)
-        return sg.to(dtype).eval()
+        return sg.eval()
 
     def build(self) -> "Built":
         """(SGLang model, transformers model, config), the same random weights, fp32."""

@@ -43,7 +43,8 @@ def built_bf16(name: str) -> Built:
     with torch.no_grad():
         for p in hf.parameters():
             p.copy_(p.to(torch.bfloat16).float())
-    return Built(b.family, b.family.sglang_from(hf, b.config, torch.bfloat16), hf, b.config)
+    sg_cfg, _ = b.family.configs(torch.bfloat16)
+    return Built(b.family, b.family.sglang_from(hf, sg_cfg, torch.bfloat16), hf, sg_cfg)
 
 
 class _Records(logging.Handler):
@@ -86,10 +87,11 @@ def _count(mp: pytest.MonkeyPatch, calls: dict, module, name: str) -> None:
 def run_family(name: str, *, dtype: torch.dtype = torch.float32,
                device: Optional[Callable[[], contextlib.AbstractContextManager]] = None,
                breakage: Optional[Callable[[pytest.MonkeyPatch], None]] = None,
-               plan: harness.StepPlan = harness.StepPlan()) -> Run:
+               plan: harness.StepPlan = harness.StepPlan(), ssm_dtype: Optional[torch.dtype] = None) -> Run:
     """Run the step plan of family ``name``.  ``device``: a context that installs the
     device ops (emulators; default: none, the ladders' torch rungs); ``breakage``: a
-    deliberate fault put into the plugin for the run (negative controls)."""
+    deliberate fault put into the plugin for the run (negative controls); ``ssm_dtype``:
+    the GDN state pool's dtype (default: the config's ``mamba_ssm_dtype``, fp32)."""
     from sglang_ascend_hybrid.backends import gdn_hooks
     from sglang_ascend_hybrid.ops import causal_conv1d as plugin_conv
 
@@ -116,6 +118,6 @@ def run_family(name: str, *, dtype: torch.dtype = torch.float32,
         device_calls = stack.enter_context(device()) if device is not None else None
         if breakage is not None:
             breakage(mp)
-        engine = harness.Engine(b.sglang, b.config, dtype=dtype)
+        engine = harness.Engine(b.sglang, b.config, dtype=dtype, ssm_dtype=ssm_dtype)
         reqs = harness.run_plan(engine, plan)
     return Run(reqs, b.hf, time.time() - t0, records.messages, calls, engine.backend, device_calls)

@@ -22,13 +22,10 @@ EXTENDS = 2
 GDN_LAYERS = 3
 
 
-def _pair_6_2(hv, hk):
-    return (hv, hk) == (6, 2)
-
-
-# Qwen3.6-27B at TP=8: the chunk op refuses the per-rank (6, 2) pair, the ladder runs the
-# mega kernel through the head planner's pad plan.
-QWEN3_5_REFUSED = functools.partial(device.npu_emulators, npu_chunk_refuse=_pair_6_2)
+# SGLang 0.5.23 with an sgl-kernel-npu release that has no torch.ops.npu.chunk_gated_delta_rule
+# (every tag up to 2026.08.21) and a bf16 SSM pool: the plugin's ladder runs the mega kernel,
+# which refuses the per-rank (6, 2) pair of Qwen3.6-27B at TP=8, through the head planner.
+NO_CHUNK_OP = functools.partial(device.npu_emulators, npu_chunk=False)
 
 
 @pytest.mark.parametrize("name", ["lfm2", "lfm2_moe"])
@@ -49,32 +46,47 @@ def test_zaya_bf16():
 
 
 def test_qwen3_next_bf16_on_the_npu_gdn_ops():
-    run = run_family("qwen3_next", dtype=torch.bfloat16, device=device.npu_emulators)
+    """bf16 SSM pool (``--mamba-ssm-dtype bfloat16``): the chunk op's contract holds on A3."""
+    run = run_family("qwen3_next", dtype=torch.bfloat16, device=device.npu_emulators, ssm_dtype=torch.bfloat16)
     cmp = run.compare()
     assert cmp.bf16_ok(), str(cmp)
-    # SGLang's Ascend backend called the chunk op (through the plugin's hook) and the
-    # NPU conv op for every GDN layer of every step
+    # the plugin's prefill ladder ran the chunk op for every GDN layer of both extends;
+    # SGLang's Ascend backend ran the NPU conv op for every GDN layer of every step
+    assert "state=bfloat16 runs on the npu_chunk kernel" in run.log_text()
     assert run.device_calls.get(device.OP_GDN_CHUNK) == GDN_LAYERS * EXTENDS, run.device_calls
     assert run.device_calls.get(device.OP_CONV_ACLNN) == GDN_LAYERS * (EXTENDS + PLAN.decodes)
 
 
-def test_qwen3_5_6_2_heads_run_the_head_plan_inside_the_forward():
-    run = run_family("qwen3_5", dtype=torch.bfloat16, device=QWEN3_5_REFUSED)
+def test_qwen3_5_fp32_pool_keeps_its_precision_on_a3():
+    """Qwen3.5 / 3.6 configs ask for an fp32 SSM pool: on A2 / A3 the chunk op keeps fp32
+    states only on Ascend 950 and the mega kernel keeps fp16 ones, so the ladder serves
+    the model on a rung that keeps fp32 (torch), never calling a device GDN op."""
+    run = run_family("qwen3_5", dtype=torch.bfloat16, device=device.npu_emulators)
     cmp = run.compare()
     assert cmp.bf16_ok(), str(cmp)
     text = run.log_text()
-    assert text.count("refused (NumValueHeads, NumKeyHeads)=(6, 2)") == 1, text
-    assert "(6, 2) K=128 V=128 bfloat16 runs on the mega kernel via pad plan launches=[(8, 2)]" in text, text
-    # refused once, then skipped; the mega kernel ran every GDN layer's prefill
-    assert run.device_calls.get(device.OP_GDN_CHUNK) == 1, run.device_calls
+    assert "state=float32 cannot use the npu_chunk kernel" in text, text
+    assert "state=float32 cannot use the mega kernel" in text, text
+    assert "state=float32 runs on the torch kernel" in text, text
+    assert device.OP_GDN_CHUNK not in run.device_calls and device.OP_GDN_MEGA not in run.device_calls
+
+
+def test_qwen3_5_6_2_heads_run_the_head_plan_inside_the_forward():
+    run = run_family("qwen3_5", dtype=torch.bfloat16, device=NO_CHUNK_OP, ssm_dtype=torch.bfloat16)
+    cmp = run.compare()
+    assert cmp.bf16_ok(), str(cmp)
+    text = run.log_text()
+    assert "(6, 2) K=128 V=128 bfloat16 state=bfloat16 runs on the mega kernel via pad plan launches=[(8, 2)]" \
+        in text, text
+    # the mega kernel (one padded (8, 2) launch) ran every GDN layer's prefill
     assert run.device_calls.get(device.OP_GDN_MEGA) == GDN_LAYERS * EXTENDS, run.device_calls
     assert run.calls["chunk_with_states"] == GDN_LAYERS * EXTENDS
 
 
 def _refuse_after_first_call(chunk_op):
-    """The chunk op serves the first GDN layer of the first step, then refuses (its own
-    refusal, from the emulator told to refuse the pair): the ladder takes over mid-model,
-    on state the op wrote."""
+    """The chunk op serves the first GDN layer of the first step, then refuses (with its
+    own refusal text, from the emulator told to refuse the pair): the ladder takes over
+    mid-model, on state the op wrote."""
     refusing = device.gdn_emulators(npu_chunk_refuse=lambda hv, hk: True)[device.OP_GDN_CHUNK]
     seen = []
 
@@ -87,13 +99,13 @@ def _refuse_after_first_call(chunk_op):
 
 def test_qwen3_5_prefill_kernel_refusing_mid_model_falls_back():
     dev = functools.partial(device.npu_emulators, wrap_chunk=_refuse_after_first_call)
-    run = run_family("qwen3_5", dtype=torch.bfloat16, device=dev)
+    run = run_family("qwen3_5", dtype=torch.bfloat16, device=dev, ssm_dtype=torch.bfloat16)
     cmp = run.compare()
     assert cmp.bf16_ok(), str(cmp)
     text = run.log_text()
-    assert text.count("refused (NumValueHeads, NumKeyHeads)=(6, 2)") == 1, text
-    # layer 0 of step 1 on the chunk op; layer 1 refused there and, like every later
-    # call, served by the ladder (the mega kernel through the pad plan)
+    assert text.count("refused") == 1, text
+    # layer 0 of step 1 on the chunk op; layer 1 refused there and, like every later call,
+    # was served by the next rung (the mega kernel through the (8, 2) pad plan)
     assert run.device_calls.get(device.OP_GDN_CHUNK) == 2, run.device_calls
     assert run.device_calls.get(device.OP_GDN_MEGA) == GDN_LAYERS * EXTENDS - 1, run.device_calls
 
@@ -112,7 +124,8 @@ def wrong_head_mapping(mp):
 
 
 def test_negative_control_wrong_gdn_head_mapping_fails():
-    run = run_family("qwen3_5", dtype=torch.bfloat16, device=QWEN3_5_REFUSED, breakage=wrong_head_mapping)
+    run = run_family("qwen3_5", dtype=torch.bfloat16, device=NO_CHUNK_OP, ssm_dtype=torch.bfloat16,
+                     breakage=wrong_head_mapping)
     cmp = run.compare()
     assert run.device_calls.get(device.OP_GDN_MEGA) == GDN_LAYERS * EXTENDS  # the broken plan did run
     assert not cmp.bf16_ok(), f"a wrong head mapping still matched transformers: {cmp}"

@@ -59,7 +59,7 @@ def ignore_saved_ssm_state(mp):
 ], ids=["lfm2-pool-copies", "zaya-pool-copies", "lfm2-ignore-state", "zaya-ignore-state",
         "qwen3_5-ignore-ssm-state"])
 def test_broken_plugin_fails_the_fp32_comparison(name, breakage):
-    dev = device.chunk_op_only if name.startswith("qwen") else None
+    dev = device.gdn_fp32 if name.startswith("qwen") else None
     cmp = run_family(name, device=dev, breakage=breakage).compare()
     assert not cmp.fp32_ok(), f"the broken plugin still matched transformers: {cmp}"
     assert cmp.max_gap > 100 * 1e-3, str(cmp)  # not a near miss: the broken state shows

@@ -46,7 +46,7 @@ def test_a_run_applies_the_deferred_gdn_patch_and_leaves_nothing_behind():
 
     harness.import_upstream_backends()
     before = _targets()
-    run = run_family("qwen3_5", device=device.chunk_op_only,
+    run = run_family("qwen3_5", device=device.gdn_fp32,
                      plan=harness.StepPlan(prompts=((5, 17, 3, 99, 42), (11, 7), (100,)), first_chunk=3, decodes=1))
     assert "applied the NPU-backend patches" in run.log_text()
     assert run.calls["chunk_with_states"] > 0  # the chunk_gdn hook ran inside the forward
