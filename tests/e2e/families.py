@@ -5,7 +5,7 @@ real ``layer_types``), its real head ratios, small widths."""
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import torch

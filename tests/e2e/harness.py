@@ -19,14 +19,12 @@ recomputed over each request's full token history (no cache at all).
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace as NS
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 
@@ -186,9 +184,8 @@ class Engine:
             self.backend = attention_registry.attn_backend_wrapper(runner, full)
 
     def forward(self, fb):
-        from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
-
         from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+        from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
 
         fb.capture_hidden_mode = CaptureHiddenMode.NULL
         fb.req_to_token_pool = self.req_to_token_pool
