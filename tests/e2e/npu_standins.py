@@ -1,0 +1,141 @@
+"""CPU stand-ins for the NPU helpers SGLang's Ascend GDN backend calls directly (not
+through the plugin): what ``sgl_kernel_npu`` / ``torch.ops.npu`` provide on a device.
+
+They are plain torch, written from SGLang's own CUDA/Triton counterparts' semantics
+(``sglang/kernels/ops/attention/linear/fused_gdn_gating.py``, the Triton
+``fused_sigmoid_gating_delta_rule_update`` decode kernel, ``l2norm_fwd``) and from
+``/work/shared/NPU_CONTRACTS.md`` section 4 for ``torch.ops.npu.causal_conv1d``.  The
+ops the plugin itself calls (the GDN chunk op, the mega kernel, the conv ops of the
+short-conv ladder) are never replaced here: they are the plugin's emulators behind
+the seam, or the plugin's torch rung.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+
+def fused_gdn_gating(A_log, a, b, dt_bias, beta=1.0, threshold=20.0):
+    """g = -exp(A_log) * softplus(a + dt_bias) (fp32), beta = sigmoid(b); both [1, T, H]."""
+    g = -A_log.float().exp() * F.softplus(a.float() + dt_bias.float(), beta=beta, threshold=threshold)
+    return g.unsqueeze(0), b.float().sigmoid().to(b.dtype).unsqueeze(0)
+
+
+def l2norm_fwd(x, eps: float = 1e-6):
+    xf = x.float()
+    return (xf * torch.rsqrt((xf * xf).sum(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def prepare_chunk_indices(cu_seqlens, chunk_size):
+    rows = []
+    b = cu_seqlens.tolist()
+    for s in range(len(b) - 1):
+        rows += [[s, c] for c in range((b[s + 1] - b[s] + chunk_size - 1) // chunk_size)]
+    return torch.tensor(rows, dtype=cu_seqlens.dtype).reshape(-1, 2)
+
+
+def causal_conv1d(x, weight, conv_states, bias=None, query_start_loc=None, cache_indices=None,
+                  has_initial_state=None, num_accepted_tokens=None, activation_mode=0, pad_slot_id=-1,
+                  run_mode=0):
+    """``torch.ops.npu.causal_conv1d`` semantics in plain torch, any float dtype: x [T, dim]
+    varlen, weight [W, dim], conv_states [slots, state_len, dim] window-major, state rows
+    [0, W-1); run_mode 0 prefill (has_initial_state), 1 update (state always used)."""
+    assert num_accepted_tokens is None, "speculative verify is not part of the whole-model plan"
+    width = weight.shape[0]
+    s = width - 1
+    out = torch.empty_like(x)
+    bounds = query_start_loc.tolist()
+    for i in range(len(bounds) - 1):
+        slot = int(cache_indices[i])
+        lo, hi = bounds[i], bounds[i + 1]
+        if slot == pad_slot_id or hi == lo:
+            continue
+        use_state = run_mode == 1 or (has_initial_state is not None and bool(has_initial_state[i]))
+        init = conv_states[slot, :s].float() if use_state else x.new_zeros(s, x.shape[1], dtype=torch.float32)
+        full = torch.cat([init, x[lo:hi].float()])
+        y = sum(weight[k].float() * full[k:k + hi - lo] for k in range(width))
+        if bias is not None:
+            y = y + bias.float()
+        out[lo:hi] = (F.silu(y) if activation_mode else y).to(x.dtype)
+        conv_states[slot, :s] = full[-s:].to(conv_states.dtype)
+    return out
+
+
+def sigmoid_gating_delta_rule_decode(A_log, dt_bias, q, k, v, a, b, initial_state_source,
+                                     initial_state_indices, cu_seqlens=None, use_qk_l2norm_in_kernel=True,
+                                     softplus_beta=1.0, softplus_threshold=20.0, scale=None, **_):
+    """The GDN decode kernel (one token per sequence): gating, q/k l2norm, one recurrence
+    step on the pool rows ``initial_state_indices`` (value-first states), in place."""
+    B, Hk, K = q.shape[1], q.shape[2], q.shape[3]
+    Hv, V = v.shape[2], v.shape[3]
+    scale = K ** -0.5 if scale is None else scale
+    qf, kf = q[0].float(), k[0].float()
+    if use_qk_l2norm_in_kernel:
+        qf, kf = l2norm_fwd(qf), l2norm_fwd(kf)
+    qf = qf.repeat_interleave(Hv // Hk, dim=1)
+    kf = kf.repeat_interleave(Hv // Hk, dim=1)
+    g, beta = fused_gdn_gating(A_log, a.reshape(B, Hv), b.reshape(B, Hv), dt_bias, softplus_beta,
+                               softplus_threshold)
+    g, beta = g[0], beta[0].float()
+    out = torch.zeros(1, B, Hv, V, dtype=q.dtype)
+    for i in range(B):
+        slot = int(initial_state_indices[i])
+        if slot < 0:
+            continue
+        S = initial_state_source[slot].float() * g[i].exp()[:, None, None]
+        u = beta[i][:, None] * (v[0, i].float() - torch.einsum("hvk,hk->hv", S, kf[i]))
+        S = S + u[:, :, None] * kf[i][:, None, :]
+        out[0, i] = torch.einsum("hvk,hk->hv", S, qf[i] * scale).to(q.dtype)
+        initial_state_source[slot] = S.to(initial_state_source.dtype)
+    return out
+
+
+def layer_norm_fwd(x, weight, bias, eps, z=None, out=None, group_size=None, norm_before_gate=True,
+                   is_rms_norm=False, activation="swish", **_):
+    """sgl-kernel-npu's ``layer_norm_fwd_npu`` (what SGLang's gated RMSNorm calls on NPU):
+    x, z ``[M, N]``; per group of ``group_size``; ``norm(x) * silu(z)`` when
+    ``norm_before_gate``, else ``norm(x * silu(z))``.  Returns (y, mean, rstd)."""
+    M, N = x.shape
+    gs = group_size or N
+    xf = x.float().view(M, N // gs, gs)
+    zf = None if z is None else F.silu(z.float().reshape(M, N // gs, gs))
+    if zf is not None and not norm_before_gate:
+        xf = xf * zf
+    mean = None if is_rms_norm else xf.mean(-1, keepdim=True)
+    centred = xf if is_rms_norm else xf - mean
+    rstd = torch.rsqrt((centred * centred).mean(-1, keepdim=True) + eps)
+    y = centred * rstd * weight.float().view(N // gs, gs)
+    if bias is not None:
+        y = y + bias.float().view(N // gs, gs)
+    if zf is not None and norm_before_gate:
+        y = y * zf
+    y = y.reshape(M, N).to(x.dtype)
+    if out is not None:
+        out.copy_(y)
+        y = out
+    return y, None if mean is None else mean.reshape(-1), rstd.reshape(-1)
+
+
+@contextlib.contextmanager
+def ascend_gdn_helpers(conv_op=causal_conv1d):
+    """Route the Ascend GDN backend's direct NPU calls to the stand-ins above
+    (``conv_op``: the stand-in, or the plugin's conv emulator in bf16 runs)."""
+    from sglang.srt.hardware_backend.npu.attention import ascend_gdn_backend as mod
+    from sglang.kernels.ops.attention.fla import layernorm_gated
+    from sglang.srt.layers.attention.linear.kernels import gdn_triton
+
+    mp = pytest.MonkeyPatch()
+    try:
+        mp.setattr(mod, "fused_gdn_gating", fused_gdn_gating)
+        mp.setattr(mod, "l2norm_fwd", l2norm_fwd)
+        mp.setattr(mod, "prepare_chunk_indices", prepare_chunk_indices)
+        mp.setattr(gdn_triton, "fused_sigmoid_gating_delta_rule_update", sigmoid_gating_delta_rule_decode)
+        mp.setattr(torch.ops.npu, "causal_conv1d", conv_op, raising=False)
+        mp.setattr(layernorm_gated, "_layer_norm_fwd", layer_norm_fwd)
+        yield mod
+    finally:
+        mp.undo()

@@ -1,0 +1,70 @@
+"""Negative controls: deliberately broken variants of the plugin must make the
+whole-model comparison fail, so the harness is shown to catch what the plugin exists
+to prevent.  Each break is a monkeypatch of one plugin function for one run."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from sglang_ascend_hybrid.backends import gdn_hooks, short_conv
+from sglang_ascend_hybrid.backends.conv_state_layout import cuda_layout_view
+from tests.e2e import device
+from tests.e2e.runner import run_family
+
+
+def pool_copies(mp):
+    """The sidecar hands the model copies of the conv states instead of pool views:
+    writes never reach the pool, so a continuation or a decode step starts from stale state."""
+    def copies(layer_cache, window_major=None):
+        return dataclasses.replace(layer_cache, conv=[cuda_layout_view(c).clone() for c in layer_cache.conv])
+
+    mp.setattr(short_conv, "layer_cache_cuda_view", copies)
+
+
+def ignore_saved_conv_state(mp):
+    """The sidecar tells the model no request has a prefix: a chunked-prefill
+    continuation restarts its conv from zeros."""
+    sidecar = short_conv.backend_classes()[0]
+    real = sidecar.conv_state_metadata
+
+    def metadata(self, layer_id, forward_batch):
+        meta = real(self, layer_id, forward_batch)
+        if meta.has_initial_state is None:  # decode: nothing to break
+            return meta
+        return meta._replace(has_initial_state=torch.zeros_like(meta.has_initial_state),
+                             has_prefix_cpu=[False] * len(meta.has_prefix_cpu))
+
+    mp.setattr(sidecar, "conv_state_metadata", metadata)
+
+
+def ignore_saved_ssm_state(mp):
+    """The GDN prefill ladder drops the gathered SSM states: a continuation starts from zeros."""
+    real = gdn_hooks.chunk_with_states
+
+    def no_state(*args, initial_state=None, **kwargs):
+        return real(*args, initial_state=None, **kwargs)
+
+    mp.setattr(gdn_hooks, "chunk_with_states", no_state)
+
+
+@pytest.mark.parametrize("name,breakage", [
+    ("lfm2", pool_copies),
+    ("zaya", pool_copies),
+    ("lfm2", ignore_saved_conv_state),
+    ("zaya", ignore_saved_conv_state),
+    ("qwen3_5", ignore_saved_ssm_state),
+], ids=["lfm2-pool-copies", "zaya-pool-copies", "lfm2-ignore-state", "zaya-ignore-state",
+        "qwen3_5-ignore-ssm-state"])
+def test_broken_plugin_fails_the_fp32_comparison(name, breakage):
+    dev = device.gdn_fp32 if name.startswith("qwen") else None
+    cmp = run_family(name, device=dev, breakage=breakage).compare()
+    assert not cmp.fp32_ok(), f"the broken plugin still matched transformers: {cmp}"
+    assert cmp.max_gap > 100 * 1e-3, str(cmp)  # not a near miss: the broken state shows
+
+
+def test_healthy_run_of_the_same_plan_passes():
+    """The controls above fail because of the break, not because of the plan."""
+    assert run_family("lfm2").compare().fp32_ok()
