@@ -229,7 +229,9 @@ def test_npu_refusal_falls_back_with_the_scratch_untouched(caplog):
 
 
 @pytest.fixture
-def ascend_gdn(npu_stub_packages):
+def ascend_gdn_module(npu_stub_packages):
+    """The real upstream Ascend GDN backend module (its verify method exists on every release, so
+    this is not the ``ascend_gdn`` route fixture of the prefill hook)."""
     from sglang.srt.hardware_backend.npu.attention import ascend_gdn_backend as mod
 
     return mod
@@ -267,8 +269,8 @@ def _commit(pool, inter_flat, cache, accepted_last_steps, S):
 
 @pytest.mark.parametrize("pool_dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("B,S", [(1, 2), (3, 3), (8, 4), (5, 1)])
-def test_hooked_verify_then_commit_equals_the_oracle(ascend_gdn, monkeypatch, pool_dtype, B, S):
-    mod = ascend_gdn
+def test_hooked_verify_then_commit_equals_the_oracle(ascend_gdn_module, monkeypatch, pool_dtype, B, S):
+    mod = ascend_gdn_module
     c = _case(B, S, seed=B + 7 * S, pool_dtype=pool_dtype)
     beta_bf16 = c["beta"].bfloat16()  # what fused_gdn_gating_kernel_without_sigmoid hands over
     c["beta"] = beta_bf16.float()
@@ -303,10 +305,10 @@ def test_hooked_verify_then_commit_equals_the_oracle(ascend_gdn, monkeypatch, po
         assert torch.equal(out, plain.to(out.dtype))
 
 
-def test_speculative_steps_keep_the_state_of_a_plain_decode(ascend_gdn, monkeypatch):
+def test_speculative_steps_keep_the_state_of_a_plain_decode(ascend_gdn_module, monkeypatch):
     """verify -> accept -> verify again, fp32 pool: the committed state equals a one-token-at-a-time
     decode of the accepted tokens (the same oracle, S = 1 per step)."""
-    mod = ascend_gdn
+    mod = ascend_gdn_module
     monkeypatch.setattr(mod.AscendGDNAttnBackend, "fused_recurrent_gated_delta_rule_update", _hooked_verify(mod))
     B, S = 2, 3
     pool = (torch.randn(B + 3, NV, DV, DK, generator=torch.Generator().manual_seed(1)) * 0.3).float()
@@ -338,8 +340,8 @@ def _no_sync_op(mix, state, beta, scale, lens, idx, nk, nv, **kw):
 
 
 @pytest.mark.parametrize("pool_dtype,rung", [(torch.float32, "torch"), (torch.bfloat16, "npu_recurrent")])
-def test_hooked_verify_in_graph_mode_never_syncs(ascend_gdn, monkeypatch, pool_dtype, rung):
-    mod = ascend_gdn
+def test_hooked_verify_in_graph_mode_never_syncs(ascend_gdn_module, monkeypatch, pool_dtype, rung):
+    mod = ascend_gdn_module
     c = _case(4, 3, seed=9, pool_dtype=pool_dtype)
     c["cache"][3] = -1
     backend = _verify_backend(mod, c, graph_mode=True)
