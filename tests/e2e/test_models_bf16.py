@@ -28,15 +28,22 @@ GDN_LAYERS = 3
 NO_CHUNK_OP = functools.partial(device.npu_emulators, npu_chunk=False)
 
 
-@pytest.mark.parametrize("name", ["lfm2", "lfm2_moe"])
-def test_lfm2_families_bf16_on_the_npu_conv_kernels(name):
-    run = run_family(name, dtype=torch.bfloat16, device=device.npu_emulators)
+@pytest.mark.parametrize("name,variant", [("lfm2", "all"), ("lfm2_moe", "all"), ("lfm2", "release")])
+def test_lfm2_families_bf16_on_the_npu_conv_kernels(name, variant):
+    """``all``: the window-major v2 ops (sgl-kernel-npu branch of sglang PR #38252) serve the
+    conv layers; ``release``: released sgl-kernel-npu, ``torch.ops.npu.causal_conv1d`` for
+    prefill and decode (state rows [0, W-1) of the window-major pool)."""
+    dev = functools.partial(device.npu_emulators, conv_variant=variant)
+    run = run_family(name, dtype=torch.bfloat16, device=dev)
     cmp = run.compare()
     assert cmp.bf16_ok(), str(cmp)
-    # the window-major sgl-kernel-npu conv ops served every conv layer of every step
     layers = 3
-    assert run.device_calls.get(device.OP_CONV_FN_V2) == layers * EXTENDS, run.device_calls
-    assert run.device_calls.get(device.OP_CONV_UPDATE_V2) == layers * PLAN.decodes, run.device_calls
+    assert run.calls == {"causal_conv1d_fn": layers * EXTENDS, "causal_conv1d_update": layers * PLAN.decodes}
+    if variant == "all":
+        expected = {device.OP_CONV_FN_V2: layers * EXTENDS, device.OP_CONV_UPDATE_V2: layers * PLAN.decodes}
+    else:
+        expected = {device.OP_CONV_ACLNN: layers * (EXTENDS + PLAN.decodes)}
+    assert run.device_calls == expected, run.device_calls
 
 
 def test_zaya_bf16():
