@@ -18,6 +18,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print a JSON list, one object per TP size")
     p.add_argument("--kernel-heads", help="value-head counts the GDN mega kernel accepts, e.g. 8,12,16 "
                    "(default: the installed sgl-kernel-npu's set, or the current release's)")
+    p.add_argument("--mamba-ssm-dtype", choices=("float32", "bfloat16", "float16"),
+                   help="the SSM state dtype you will launch with (default: SGLang's: the model config's, "
+                        "else float32); decides which GDN kernels can serve")
     st = sub.add_parser("selftest", help="check the plugin's ops against the pure-torch references on a device")
     from sglang_ascend_hybrid import selftest
 

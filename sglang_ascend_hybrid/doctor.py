@@ -19,7 +19,9 @@ from typing import TextIO
 
 from sglang_ascend_hybrid import __version__, patches
 from sglang_ascend_hybrid.envs import ENV, effective_settings, problems
-from sglang_ascend_hybrid.versioning import installed_version
+from sglang_ascend_hybrid.versioning import installed_version, sglang_version_problem
+
+DIFFUSION_LOADER = "sglang.multimodal_gen.runtime.platforms.plugins.load_plugins"
 
 # Device ops the plugin can use, by the seam name it looks them up under.
 KNOWN_DEVICE_OPS = (
@@ -68,11 +70,7 @@ def collect() -> dict:
     else:
         load_errors = _load_plugins_like_sglang()
     ops = {name: seam.available(name) for name in KNOWN_DEVICE_OPS}
-    status = [
-        {"name": p.name, "target": p.target, "state": STATUS.patches[p.name].state if p.name in STATUS.patches else "not attempted",
-         "reason": STATUS.patches[p.name].reason if p.name in STATUS.patches else "", "runtime": p.runtime}
-        for p in patches.PATCHES
-    ]
+    status = [_patch_state(p, STATUS) for p in patches.PATCHES]
     from sglang_ascend_hybrid import kernel_report
 
     try:
@@ -81,6 +79,7 @@ def collect() -> dict:
         kernels = {"error": f"{type(exc).__name__}: {exc}"}
     return {
         "versions": versions,
+        "release": sglang_version_problem(versions["sglang"]) or f"SGLang {versions['sglang']} is a tested release",
         "device_ops": ops,
         "kernels": kernels,
         "patches": status,
@@ -89,6 +88,25 @@ def collect() -> dict:
         "setting_problems": setting_problems,
         "load_errors": load_errors,
     }
+
+
+def _patch_state(p: patches.Patch, status) -> dict:
+    """The recorded state of ``p``, or -- for a runtime this release never loads the
+    plugin into -- what the patch is on this release."""
+    row = {"name": p.name, "target": p.target, "runtime": p.runtime, "state": "not attempted", "reason": ""}
+    if p.name in status.patches:
+        row.update(state=status.patches[p.name].state, reason=status.patches[p.name].reason)
+    elif installed_version("sglang") is not None:
+        on_release = patches.release_state(p)
+        if on_release is not None:
+            row.update(state=on_release[0], reason=on_release[1])
+    return row
+
+
+def _diffusion_loader_expected() -> bool:
+    """Whether this release should have the diffusion runtime's plugin loader: some
+    multimodal patch targets it (a release where they are all unavailable has none)."""
+    return any(p.runtime == "multimodal" and patches.release_state(p) is None for p in patches.PATCHES)
 
 
 def _load_plugins_like_sglang() -> list[str]:
@@ -102,13 +120,14 @@ def _load_plugins_like_sglang() -> list[str]:
         load_plugins()
     except Exception as exc:  # report, never crash doctor
         errors.append(f"SGLang plugin loading failed: {type(exc).__name__}: {exc}")
-    try:
-        from sglang.multimodal_gen.runtime.platforms import plugins as mm
+    if _diffusion_loader_expected():
+        try:
+            from sglang.multimodal_gen.runtime.platforms import plugins as mm
 
-        mm.load_plugins()
-        mm.apply_plugin_hooks()
-    except Exception as exc:
-        errors.append(f"diffusion plugin loading failed: {type(exc).__name__}: {exc}")
+            mm.load_plugins()
+            mm.apply_plugin_hooks()
+        except Exception as exc:
+            errors.append(f"diffusion plugin loading failed: {type(exc).__name__}: {exc}")
     from sglang_ascend_hybrid.status import STATUS
 
     STATUS.refresh_applied()
@@ -130,6 +149,7 @@ def render(info: dict, out: TextIO | None = None) -> None:
         w(f"\nKernels: could not be probed ({kernels['error']})\n")
     elif kernels:
         kernel_report.render(kernels, w)
+    w(f"\nRelease: {info['release']}\n")
     w(f"\nPatches: {info['summary']}\n")
     for p in info["patches"]:
         reason = f"  ({p['reason']})" if p["reason"] else ""

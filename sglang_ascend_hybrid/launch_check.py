@@ -106,6 +106,18 @@ _PLATFORM_FACTS_NPU = dict(
 )
 
 
+def platform_facts_npu() -> dict[str, Any]:
+    """The NPU facts this SGLang release knows: releases differ in their fact list
+    (``is_mps`` / ``is_sm110`` appeared in 0.5.22) and reject unknown ones."""
+    from sglang.srt import runtime_context
+
+    probes = getattr(runtime_context, "_PLATFORM_PROBES", None)
+    if probes is None:  # a release without the table: pass every fact and let it say
+        return dict(_PLATFORM_FACTS_NPU)
+    known = set(probes) | set(getattr(runtime_context, "_PLATFORM_VALUES", {}))
+    return {k: v for k, v in _PLATFORM_FACTS_NPU.items() if k in known}
+
+
 @dataclass
 class LaunchResult:
     """Outcome of one resolution."""
@@ -218,7 +230,7 @@ def emulated_npu_platform(npu_memory_mb: int = DEFAULT_NPU_MEMORY_MB) -> Iterato
             platforms_mod._current_platform = npu_platform
             for mod, name, _orig in rebound:
                 setattr(mod, name, npu_platform if name == "current_platform" else _emulated_is_npu)
-            with override_platform(**_PLATFORM_FACTS_NPU):
+            with override_platform(**platform_facts_npu()):
                 yield
         finally:
             for mod, name, orig in rebound:

@@ -24,6 +24,26 @@ from typing import Callable, Literal
 Kind = Literal["hook", "resolution", "choices", "backend_registry"]
 Runtime = Literal["srt", "multimodal"]
 
+# States of a patch on a release outside its ``releases`` (see Elsewhere).
+NOT_NEEDED = "not needed"  # that release takes another route; never a failure
+UNAVAILABLE = "unavailable"  # that release offers no mechanism to install the fix
+
+
+@dataclass(frozen=True)
+class Elsewhere:
+    """What a patch is on the SGLang releases outside its ``releases``.
+
+    ``state`` is :data:`NOT_NEEDED` (the release legitimately lacks the target
+    because it takes another route, whose symbols ``route`` names and which are
+    verified there like targets: a missing one is still a failure) or
+    :data:`UNAVAILABLE` (the fix cannot be installed on that release; ``why``
+    says so plainly and ``doctor`` prints it).
+    """
+
+    state: Literal["not needed", "unavailable"]
+    why: str
+    route: tuple[str, ...] = ()
+
 
 @dataclass(frozen=True)
 class Patch:
@@ -46,7 +66,16 @@ class Patch:
     requires: tuple[str, ...] = ()
     # Where the step name is declared, for kind="resolution".
     step_registry: str = "sglang.srt.arg_groups.resolution_hooks._OVERRIDABLE_HOOKS"
+    # Further upstream symbols checked with the target.  An entry may end in
+    # " ; sglang<specifier>" (e.g. " ; sglang>=0.5.22") to be checked only on the
+    # releases it names: helpers whose name or signature differs between releases.
     extra_targets: tuple[str, ...] = field(default=())
+    # SGLang releases on which the target must exist: a specifier such as
+    # ">=0.5.21" ("" = every release).  Keep it open-ended upwards so an untested
+    # newer release is verified, not assumed.  Outside it, ``elsewhere`` says what
+    # the patch is there; a release outside it without ``elsewhere`` is a failure.
+    releases: str = ""
+    elsewhere: Elsewhere | None = None
 
     def load_hook(self) -> Callable:
         module, _, attr = self.hook.partition(":")
@@ -106,8 +135,12 @@ PATCHES: tuple[Patch, ...] = (
             "sglang.srt.arg_groups.overrides.declare_resolution",
             "sglang.srt.arg_groups.overrides.resolving_view",
             "sglang.srt.arg_groups.overrides.model_config_of",
+            # (view, model_arch) before 0.5.21, (view, hf_config) since: the hook adapts.
             "sglang.srt.arg_groups.overrides.supports_mamba_cache_extra_buffer",
-            "sglang.srt.arg_groups.mamba_hook._platform_supports_mamba_cache_extra_buffer",
+            # The platform half of extra_buffer support: a helper since 0.5.22, inline
+            # get_platform() facts in validate_mamba_extra_buffer before.
+            "sglang.srt.arg_groups.mamba_hook._platform_supports_mamba_cache_extra_buffer ; sglang>=0.5.22",
+            "sglang.srt.runtime_context.get_platform ; sglang<0.5.22",
             "sglang.srt.arg_groups.mamba_hook.validate_mamba_no_buffer",
         ),
         hook="sglang_ascend_hybrid.backends.launch_defaults:launch_defaults_hook",
@@ -204,6 +237,17 @@ PATCHES: tuple[Patch, ...] = (
             "propagate",
         removal="when the fused NPU op and the mega kernel accept every per-rank head pair, or SGLang "
                 "ships its own fallback",
+        releases=">=0.5.21",
+        elsewhere=Elsewhere(
+            state=NOT_NEEDED,
+            why="GDN prefill takes the older route AscendGDNAttnBackend.forward_extend -> "
+                "GDNKernelDispatcher.extend -> sgl-kernel-npu chunk_gated_delta_rule_npu (fixed by "
+                "gdn-sgl-kernel-npu-chunk); AscendGDNAttnBackend.chunk_gdn does not exist and is never called",
+            route=(
+                "sglang.srt.layers.attention.linear.gdn_backend.GDNKernelDispatcher.extend",
+                "sglang.srt.layers.attention.linear.kernels.gdn_triton.chunk_gated_delta_rule_npu",
+            ),
+        ),
     ),
     Patch(
         name="gdn-verify-ladder",
@@ -258,6 +302,15 @@ PATCHES: tuple[Patch, ...] = (
             "are filled with output 0 / LSE -inf around one compacted call",
         removal="when upstream's fused_infer_attention_varlen no longer refuses one-sided sequences "
                 "(ops.packed_attention.upstream_needs_replacement(ascend_fa) returns False)",
+        releases=">=0.5.21",
+        elsewhere=Elsewhere(
+            state=UNAVAILABLE,
+            why="its diffusion runtime has no plugin loader (sglang/multimodal_gen/runtime/platforms/"
+                "plugins.py appeared in 0.5.21) and never loads sglang.multimodal_gen.plugins entry points, "
+                "so no installed package can replace fused_infer_attention_varlen there: packed batches "
+                "with a sequence empty on one side still raise NotImplementedError. Use SGLang >= 0.5.21 "
+                "for diffusion on Ascend",
+        ),
     ),
 )
 
@@ -352,9 +405,59 @@ def missing_requirements(patch: Patch) -> list[str]:
     return [pkg for pkg in patch.requires if PathFinder.find_spec(pkg) is None]
 
 
-def verify(patch: Patch) -> str | None:
-    """None when the patch's targets exist in the installed upstream, else why not."""
-    targets = patch.extra_targets
+def _sglang_version(version: str | None) -> str | None:
+    if version is not None:
+        return version
+    from sglang_ascend_hybrid.versioning import installed_version
+
+    return installed_version("sglang")
+
+
+def matches(spec: str, version: str | None) -> bool:
+    """Whether SGLang ``version`` satisfies ``spec`` ("" or an unknown version: yes)."""
+    from sglang_ascend_hybrid.versioning import in_range
+
+    if not spec or version is None:
+        return True
+    return in_range(version, tuple(c.strip() for c in spec.split(",") if c.strip()))
+
+
+def release_targets(entries: tuple[str, ...], version: str | None = None) -> tuple[str, ...]:
+    """The entries of ``extra_targets`` / ``route`` that apply to SGLang ``version``."""
+    version = _sglang_version(version)
+    out = []
+    for entry in entries:
+        target, _, cond = entry.partition(";")
+        cond = cond.strip()
+        if cond and not cond.startswith("sglang"):
+            raise ValueError(f"condition of {entry!r} must read 'sglang<specifier>'")
+        if matches(cond[len("sglang"):].strip(), version):
+            out.append(target.strip())
+    return tuple(out)
+
+
+def release_state(patch: Patch, version: str | None = None) -> tuple[str, str] | None:
+    """None when ``patch`` targets SGLang ``version`` (verify and apply it as usual);
+    else ``(state, reason)``: :data:`NOT_NEEDED` or :data:`UNAVAILABLE` from its
+    ``elsewhere``, or ``("failed", why)`` when the other route is missing or the
+    patch does not say what it is on this release."""
+    version = _sglang_version(version)
+    if matches(patch.releases, version):
+        return None
+    if patch.elsewhere is None:
+        return "failed", (f"declared for SGLang {patch.releases} only and says nothing about {version}")
+    for target in release_targets(patch.elsewhere.route, version):
+        reason = find_target(target)
+        if reason:
+            return "failed", f"SGLang {version} should take another route, but {reason}"
+    return patch.elsewhere.state, f"SGLang {version}: {patch.elsewhere.why}"
+
+
+def verify(patch: Patch, version: str | None = None) -> str | None:
+    """None when the patch's targets for SGLang ``version`` (default: the installed
+    one) exist in the installed upstream, else why not.  Call it for a patch whose
+    :func:`release_state` is None."""
+    targets = release_targets(patch.extra_targets, version)
     if patch.kind == "resolution":
         module, _, attr = patch.step_registry.rpartition(".")
         try:
@@ -390,6 +493,14 @@ def render_markdown() -> str:
         "`--attention-backend ascend_hybrid` a failed patch stops startup with the target and the",
         "SGLang version; under `ascend` it is a warning.",
         "",
+        "Each patch states the SGLang releases whose route reaches its target. On other releases it",
+        "is **not needed** (the release takes another route, whose symbols are verified instead: a",
+        "missing one is still a failure) or **unavailable** (the release offers no mechanism for the",
+        "fix; `doctor` says why). Neither stops strict startup. On a release newer than the tested",
+        "range every target is still verified, what exists is applied, and one WARNING at startup",
+        "names the untested release and the patches that did not apply. README's compatibility",
+        "table shows what CI verified on each tested release.",
+        "",
         "| name | upstream target | kind | runtime |",
         "|---|---|---|---|",
     ]
@@ -399,7 +510,13 @@ def render_markdown() -> str:
     for p in PATCHES:
         lines += ["", f"## `{p.name}`", "", f"- **Target**: `{p.target}`"]
         for extra in p.extra_targets:
-            lines.append(f"- **Also checked**: `{extra}`")
+            target, _, cond = extra.partition(";")
+            lines.append(f"- **Also checked**: `{target.strip()}`" + (f" (on {cond.strip()})" if cond else ""))
+        lines.append(f"- **SGLang releases**: {('sglang' + p.releases) if p.releases else 'every supported release'}")
+        if p.elsewhere is not None:
+            lines.append(f"- **Other releases**: {p.elsewhere.state}: {p.elsewhere.why}"
+                         + ("; checked there instead: " + ", ".join(f"`{t}`" for t in p.elsewhere.route)
+                            if p.elsewhere.route else ""))
         lines += [
             f"- **Plugin code**: `{p.hook}`" + (f" ({p.hook_type.upper()} hook)" if p.hook_type else ""),
             f"- **Why**: {p.why}",

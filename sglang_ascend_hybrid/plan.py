@@ -41,7 +41,20 @@ def kernel_predicate(kernel_heads: Optional[list[int]]) -> Optional[Callable[[in
     return predicate
 
 
-def gdn_entry(cfg: dict, tp: int, predicate=None) -> dict[str, Any]:
+def state_dtype(cfg: dict, override: Optional[str] = None) -> tuple[str, str]:
+    """The SSM state dtype SGLang will give this model, and where it comes from (the runtime's
+    precedence: --mamba-ssm-dtype, SGLANG_MAMBA_SSM_DTYPE, the config, float32)."""
+    import os
+
+    from sglang_ascend_hybrid.backends.gdn_state_dtype import effective_dtype
+
+    t = mf.text_config(cfg)
+    config_dtype = t.get("mamba_ssm_dtype", cfg.get("mamba_ssm_dtype"))
+    return effective_dtype(override, config_dtype, os.environ.get("SGLANG_MAMBA_SSM_DTYPE"))
+
+
+def gdn_entry(cfg: dict, tp: int, predicate=None, ssm_dtype: Optional[str] = None) -> dict[str, Any]:
+    from sglang_ascend_hybrid.backends.gdn_state_dtype import plan_state
     from sglang_ascend_hybrid.ops.gdn import capabilities as caps
     from sglang_ascend_hybrid.ops.gdn.dispatch import plan_for_layout
 
@@ -67,7 +80,17 @@ def gdn_entry(cfg: dict, tp: int, predicate=None) -> dict[str, Any]:
         "fallback": fallback,
         "npu_chunk_op_supports": caps.npu_op_supports(lay.value_heads, lay.key_heads, lay.head_dim,
                                                       lay.value_head_dim, dtype),
+        **_state_fields(cfg, ssm_dtype),
     }
+
+
+def _state_fields(cfg: dict, ssm_dtype: Optional[str]) -> dict[str, Any]:
+    from sglang_ascend_hybrid.backends.gdn_state_dtype import plan_state
+
+    dtype, source = state_dtype(cfg, ssm_dtype)
+    kernels = plan_state(dtype, source)  # an A2 / A3 (Ascend 950: fp32 states on the chunk op)
+    return {"state_dtype": dtype, "state_dtype_source": source, "prefill_kernels": kernels.prefill,
+            "verify_kernels": kernels.verify, "decode_kernels": kernels.decode}
 
 
 def short_conv_entry(cfg: dict, tp: int) -> dict[str, Any]:
@@ -78,14 +101,16 @@ def short_conv_entry(cfg: dict, tp: int) -> dict[str, Any]:
     if lay.kind == "zaya_cca":
         kernel = "torch (ZAYA1 CCA conv is pure torch in the model, run on the pool in place)"
     elif npu_conv_supports(lay.width, lay.channels, dtype):
-        kernel = "npu (sgl-kernel-npu window-major conv ops, else torch.ops.npu.causal_conv1d)"
+        kernel = ("npu (sgl-kernel-npu window-major conv ops where installed, else torch.ops.npu.causal_conv1d; "
+                  "decode also causal_conv1d_update_v2 in fp16; torch on Ascend 950 builds)")
     else:
-        kernel = "torch (outside the NPU conv ops' limits: width 2-4, channels % 16 == 0, fp16/bf16)"
+        kernel = "torch (outside the NPU conv ops' limits: width 2-4, x / weight / state fp16 or bf16)"
     return {"kind": lay.kind, "width": lay.width, "channels": lay.channels,
             "extra_state_channels": lay.extra_state_channels, "kernel": kernel}
 
 
-def plan(cfg: dict, tp_sizes=DEFAULT_TP, kernel_heads: Optional[list[int]] = None) -> list[dict[str, Any]]:
+def plan(cfg: dict, tp_sizes=DEFAULT_TP, kernel_heads: Optional[list[int]] = None,
+         ssm_dtype: Optional[str] = None) -> list[dict[str, Any]]:
     from sglang_ascend_hybrid.backends.launch_defaults import planned_adjustments
 
     facts = mf.facts(cfg)
@@ -99,7 +124,7 @@ def plan(cfg: dict, tp_sizes=DEFAULT_TP, kernel_heads: Optional[list[int]] = Non
                                "linear_layers": facts.linear_layers, "gdn": None, "short_conv": None}
         try:
             if facts.family == "gdn":
-                row["gdn"] = gdn_entry(cfg, tp, predicate)
+                row["gdn"] = gdn_entry(cfg, tp, predicate, ssm_dtype)
             else:
                 row["short_conv"] = short_conv_entry(cfg, tp)
             row["attention_heads_per_rank"] = mf.per_rank(facts.attention_heads, tp, "num_attention_heads")
@@ -128,12 +153,14 @@ def render(rows: list[dict[str, Any]], out: TextIO | None = None) -> None:
             head = f"GDN per rank (Hv={g['value_heads']}, Hk={g['key_heads']}, d={g['head_dim']})"
             if g["fast_kernel"]:
                 w(f"  TP={r['tp']:<3} {head}: mega kernel {g['strategy']}, launches {g['launches']}, "
-                  f"overhead {g['overhead']:.2f}\n")
+                  f"overhead {g['overhead']:.2f} (with a 16-bit SSM state)\n")
             else:
                 w(f"  TP={r['tp']:<3} {head}: mega kernel cannot serve; falls back to {g['fallback']}\n")
             npu_op = "within" if g["npu_chunk_op_supports"] else "outside"
-            w(f"         torch.ops.npu.chunk_gated_delta_rule (tried first on sglang 0.5.23): {npu_op} its "
-              f"reported limits; if it refuses at call time, the line above applies\n")
+            w(f"         torch.ops.npu.chunk_gated_delta_rule (first rung): heads, dims and dtype {npu_op} its "
+              f"limits; it needs a bf16 SSM state on A2/A3\n")
+            w(f"         SSM state {g['state_dtype']} (from {g['state_dtype_source']}): prefill {g['prefill_kernels']}; "
+              f"verify (MTP) {g['verify_kernels']}; decode {g['decode_kernels']}\n")
         if r["short_conv"]:
             s = r["short_conv"]
             w(f"  TP={r['tp']:<3} {s['kind']} width {s['width']}, {s['channels']} channels per rank: {s['kernel']}\n")
@@ -160,7 +187,8 @@ def main(args) -> int:
         heads = parse_heads(args.kernel_heads) if args.kernel_heads else None
         if any(tp < 1 for tp in args.tp or ()):
             raise ValueError(f"--tp {args.tp}: expected positive integers")
-        rows = plan(cfg, tuple(args.tp) if args.tp else DEFAULT_TP, heads)
+        ssm = getattr(args, "mamba_ssm_dtype", None)
+        rows = plan(cfg, tuple(args.tp) if args.tp else DEFAULT_TP, heads, ssm)
     except (mf.ConfigError, ValueError) as exc:
         print(f"sglang-ascend-hybrid plan: error: {exc}", file=sys.stderr)
         return 2

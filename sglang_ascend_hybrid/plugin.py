@@ -16,8 +16,9 @@ import logging
 
 from sglang_ascend_hybrid import __version__, patches
 from sglang_ascend_hybrid.envs import ENV
+from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.status import (
-    APPLIED, DEFERRED, DISABLED, FAILED, REGISTERED, SKIPPED, STATUS, hook_registry,
+    APPLIED, DEFERRED, DISABLED, FAILED, NOT_NEEDED, REGISTERED, SKIPPED, STATUS, UNAVAILABLE, hook_registry,
 )
 from sglang_ascend_hybrid.versioning import installed_version, sglang_version_problem
 
@@ -56,19 +57,42 @@ def _register_runtime(runtime: str) -> None:
         if patch.runtime == runtime:
             _apply(patch)
     STATUS.refresh_applied()
-    level = logging.WARNING if STATUS.in_state(FAILED) or STATUS.version_problem else logging.INFO
+    level = logging.WARNING if STATUS.in_state(FAILED) else logging.INFO
     logger.log(level, "sglang-ascend-hybrid %s: %s", __version__, STATUS.summary())
+    if STATUS.version_problem:
+        warn_untested_release()
+
+
+def warn_untested_release() -> None:
+    """One WARNING per process on an SGLang release outside the tested range: the
+    plugin still verified every target and applied what it could; say which
+    patches did not apply (strict mode then stops on the failed ones)."""
+    not_applied = STATUS.in_state(FAILED, UNAVAILABLE)
+    log_once(
+        logger,
+        ("untested-sglang-release", STATUS.sglang_version),
+        "sglang-ascend-hybrid %s: %s; every patch target was verified and what exists was applied; %s",
+        __version__,
+        STATUS.version_problem,
+        ("patches not applied: " + "; ".join(f"{p.name} ({p.target}: {p.reason})" for p in not_applied))
+        if not_applied else "every patch applied",
+        level=logging.WARNING,
+    )
 
 
 def _apply(patch: patches.Patch) -> None:
     current = STATUS.patches.get(patch.name)
     if current is not None and current.state in (REGISTERED, APPLIED):
         return  # idempotent
+    on_release = patches.release_state(patch, STATUS.sglang_version)
+    if on_release is not None:  # this release takes another route (or offers no mechanism)
+        STATUS.set(patch.name, patch.target, *on_release)
+        return
     missing = patches.missing_requirements(patch)
     if missing:
         STATUS.set(patch.name, patch.target, SKIPPED, f"needs {', '.join(missing)} (not installed)")
         return
-    problem = patches.verify(patch)
+    problem = patches.verify(patch, STATUS.sglang_version)
     if problem:
         STATUS.set(patch.name, patch.target, FAILED, problem)
         return
@@ -149,7 +173,8 @@ def enforce_strict() -> None:
     failed = STATUS.in_state(FAILED)
     if not failed:
         return
-    version = STATUS.sglang_version + (f" ({STATUS.version_problem})" if STATUS.version_problem else "")
+    # The untested-release WARNING itself is logged once at registration (warn_untested_release).
+    version = STATUS.sglang_version + (" (an untested release)" if STATUS.version_problem else "")
     text = (f"sglang-ascend-hybrid {__version__} could not apply its patches on SGLang {version}: "
             + "; ".join(f"{p.target}: {p.reason}" for p in failed))
     if hybrid_requested():

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 APPLIED, REGISTERED, SKIPPED, FAILED, DISABLED = "applied", "registered", "skipped", "failed", "disabled"
 # Verified, applied when SGLang first builds the attention backend on NPU (see patches.Patch.requires).
 DEFERRED = "deferred"
+# This SGLang release takes another route / offers no mechanism for the fix
+# (patches.Patch.releases and .elsewhere).  Neither is a failure in strict mode.
+NOT_NEEDED, UNAVAILABLE = "not needed", "unavailable"
 NOT_APPLIED = "SGLang's HookRegistry did not apply it (see its log)"
 
 
@@ -68,8 +71,6 @@ class PluginStatus:
             counts[p.state] = counts.get(p.state, 0) + 1
         parts = [f"{n} {s}" for s, n in sorted(counts.items())] or ["no patches"]
         text = f"SGLang {self.sglang_version or 'not installed'}: " + ", ".join(parts)
-        if self.version_problem:
-            text += f" ({self.version_problem})"
         failed = self.in_state(FAILED)
         if failed:
             text += "; failed: " + ", ".join(f"{p.target} ({p.reason})" for p in failed)

@@ -40,9 +40,27 @@ def in_range(version: str, spec: tuple[str, ...] = TESTED_SGLANG_RANGE) -> bool:
     return True
 
 
+def range_bounds(spec: tuple[str, ...] = TESTED_SGLANG_RANGE) -> tuple[str, str]:
+    """(lowest tested release, first release above the range) of a '>=X', '<Y' spec."""
+    low = next(c[2:] for c in spec if c.startswith(">="))
+    high = next(c[1:] for c in spec if c.startswith("<") and not c.startswith("<="))
+    return low, high
+
+
+def tested_releases(spec: tuple[str, ...] = TESTED_SGLANG_RANGE) -> tuple[str, ...]:
+    """Every release the range covers, assuming patch releases of one minor series
+    (what CI tests: scripts/test.sh runs the suite on each)."""
+    low, high = (_release(v) for v in range_bounds(spec))
+    if low[:-1] != high[:-1]:
+        raise ValueError(f"tested range {spec} spans more than one minor series")
+    return tuple(".".join(map(str, (*low[:-1], n))) for n in range(low[-1], high[-1]))
+
+
 def sglang_version_problem(version: str | None) -> str | None:
     if version is None:
         return "sglang is not installed"
     if not in_range(version):
-        return f"sglang {version} is outside the tested range {','.join(TESTED_SGLANG_RANGE)}"
+        return (f"SGLang {version} is untested: outside the tested range {','.join(TESTED_SGLANG_RANGE)} "
+                f"(sglang-ascend-hybrid is tested on every release from {range_bounds()[0]} to below "
+                f"{range_bounds()[1]})")
     return None

@@ -18,7 +18,62 @@ IN_SGLANG = [p for p in patches.PATCHES if p.kind == "resolution" or p.target.st
 
 @pytest.mark.parametrize("patch", IN_SGLANG, ids=lambda p: p.name)
 def test_every_target_exists_in_installed_sglang(patch):
-    assert patches.verify(patch) is None
+    """On the installed release each patch's targets exist, or the patch is declared
+    not needed there and the route the release takes instead exists (or, for a fix the
+    release offers no mechanism for, unavailable with the reason)."""
+    on_release = patches.release_state(patch)
+    if on_release is None:
+        assert patches.verify(patch) is None
+    else:
+        assert on_release[0] in (patches.NOT_NEEDED, patches.UNAVAILABLE), on_release
+        assert patch.elsewhere.why in on_release[1]
+        if on_release[0] == patches.NOT_NEEDED:
+            assert patches.find_target(patch.target) is not None  # the release really lacks it
+        else:  # unavailable: the upstream failure is there, the mechanism to fix it is not
+            assert patches.find_target(patch.target) is None
+
+
+def test_release_declarations_are_well_formed():
+    from sglang_ascend_hybrid.versioning import range_bounds
+
+    low, _ = range_bounds()
+    for p in patches.PATCHES:
+        for entry in (*p.extra_targets, *(p.elsewhere.route if p.elsewhere else ())):
+            patches.release_targets((entry,), low)  # raises on a malformed condition
+        if p.releases:
+            assert p.elsewhere is not None and p.elsewhere.why, p.name
+            assert "<" not in p.releases, f"{p.name}: keep releases open upwards so newer ones are verified"
+
+
+def test_release_state_decides_by_version_and_verifies_the_other_route():
+    ladder = patches.by_name("gdn-prefill-ladder")
+    from sglang_ascend_hybrid.versioning import range_bounds
+
+    low, high = range_bounds()
+    assert patches.release_state(ladder, high) is None  # newer releases: verified, never assumed
+    fake = patches.Patch(name="x", target="sglang.x.y", kind="hook", hook="m:f", why="", how="", removal="",
+                         releases=">=9.0", elsewhere=patches.Elsewhere(
+                             state=patches.NOT_NEEDED, why="other route",
+                             route=("sglang.srt.layers.attention.attention_registry.attn_backend_wrapper",)))
+    assert patches.release_state(fake, "1.0") == (patches.NOT_NEEDED, "SGLang 1.0: other route")
+    assert patches.release_state(fake, "9.1") is None
+    gone = patches.Patch(name="x", target="sglang.x.y", kind="hook", hook="m:f", why="", how="", removal="",
+                         releases=">=9.0", elsewhere=patches.Elsewhere(
+                             state=patches.NOT_NEEDED, why="other route",
+                             route=("sglang.srt.layers.attention.attention_registry.no_such_route",)))
+    state, reason = patches.release_state(gone, "1.0")
+    assert state == "failed" and "no_such_route" in reason
+    undeclared = patches.Patch(name="x", target="sglang.x.y", kind="hook", hook="m:f", why="", how="",
+                               removal="", releases=">=9.0")
+    assert patches.release_state(undeclared, "1.0")[0] == "failed"
+
+
+def test_release_conditional_extra_targets():
+    entries = ("a.b", "c.d ; sglang>=0.5.22", "e.f ; sglang<0.5.22")
+    assert patches.release_targets(entries, "0.5.22") == ("a.b", "c.d")
+    assert patches.release_targets(entries, "0.5.21") == ("a.b", "e.f")
+    with pytest.raises(ValueError, match="sglang<specifier>"):
+        patches.release_targets(("a.b ; torch>=2",), "0.5.22")
 
 
 def test_targets_outside_sglang_are_gated_on_their_package():

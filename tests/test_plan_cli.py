@@ -140,3 +140,27 @@ def test_plan_matches_what_the_runtime_launches(capsys):
         with seam.install_emulators({OP_MEGA: recording}):
             chunk_gated_delta_rule(q, k, v, gate, beta, cu_seqlens=cu)
         assert seen == g["launches"], (row["tp"], seen, g["launches"])
+
+
+def test_plan_shows_the_ssm_state_dtype_and_the_kernels_it_means(capsys):
+    """Qwen3.6-27B: the config's fp32 state (Triton prefill, torch verify on A2/A3) unless the
+    operator plans for --mamba-ssm-dtype bfloat16 (the fused NPU ops)."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from sglang_ascend_hybrid import plan as plan_cli
+
+    cfg = Path(__file__).resolve().parent.parent / "examples" / "configs" / "qwen3_6-27b"
+    args = SimpleNamespace(config=str(cfg), tp=[8], json=False, kernel_heads=None, mamba_ssm_dtype=None)
+    assert plan_cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert "SSM state float32 (from the model config's mamba_ssm_dtype)" in out
+    assert "verify (MTP) the plugin's torch verify path" in out and "prefill sgl-kernel-npu's Triton" in out
+    args.mamba_ssm_dtype = "bfloat16"
+    assert plan_cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert "SSM state bfloat16 (from --mamba-ssm-dtype)" in out
+    assert "verify (MTP) torch.ops.npu.recurrent_gated_delta_rule" in out
+    rows = plan_cli.plan(plan_cli.mf.load_config(cfg), (8,), None, "bfloat16")
+    assert rows[0]["gdn"]["state_dtype"] == "bfloat16"
+    assert rows[0]["gdn"]["prefill_kernels"].startswith("torch.ops.npu.chunk_gated_delta_rule")

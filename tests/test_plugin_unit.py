@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import types
 from collections import defaultdict
@@ -11,6 +12,10 @@ import pytest
 
 from sglang_ascend_hybrid import mode, patches, plugin, status
 from sglang_ascend_hybrid.backends import registry
+from sglang_ascend_hybrid import versioning
+from sglang_ascend_hybrid.versioning import range_bounds
+
+NEWEST_TESTED = versioning.tested_releases()[-1]
 
 
 class FakeHookType:
@@ -89,9 +94,9 @@ def fake_sglang(monkeypatch):
     eps = [EP("ascend_hybrid", "sglang_ascend_hybrid.backends.ascend_hybrid:create_ascend_hybrid_backend"),
            EP("third_party", "other.pkg:factory")]
     monkeypatch.setattr(registry, "entry_points", lambda group: eps if group == registry.GROUP else [])
-    monkeypatch.setattr(plugin, "installed_version", lambda dist: "0.5.23")
+    monkeypatch.setattr(plugin, "installed_version", lambda dist: NEWEST_TESTED)
     # Static verification reads real sources; the fake SGLang has none, so each test decides.
-    monkeypatch.setattr(patches, "verify", lambda p: None)
+    monkeypatch.setattr(patches, "verify", lambda p, version=None: None)
     monkeypatch.setattr(patches, "missing_requirements", lambda p: [])
     monkeypatch.delenv("SGLANG_PLUGINS", raising=False)
     monkeypatch.delenv("SGLANG_ASCEND_HYBRID_DISABLE", raising=False)
@@ -162,7 +167,7 @@ def test_sglang_plugins_whitelist_filters_backend_entries(fake_sglang, monkeypat
 
 def test_missing_target_is_failed_not_raised(fake_sglang, monkeypatch, caplog):
     broken = _srt_patches()[0].name
-    monkeypatch.setattr(patches, "verify", lambda p: "'X' not found in fake" if p.name == broken else None)
+    monkeypatch.setattr(patches, "verify", lambda p, version=None: "'X' not found in fake" if p.name == broken else None)
     with caplog.at_level(logging.WARNING, logger="sglang_ascend_hybrid"):
         plugin.register()  # must not raise
     st = status.STATUS.patches[broken]
@@ -173,13 +178,13 @@ def test_missing_target_is_failed_not_raised(fake_sglang, monkeypatch, caplog):
 
 def test_strict_mode_turns_failure_into_startup_error(fake_sglang, monkeypatch, caplog):
     broken = _srt_patches()[0]
-    monkeypatch.setattr(patches, "verify", lambda p: "gone in this release" if p.name == broken.name else None)
+    monkeypatch.setattr(patches, "verify", lambda p, version=None: "gone in this release" if p.name == broken.name else None)
     plugin.register()
     with caplog.at_level(logging.WARNING, logger="sglang_ascend_hybrid"):
         plugin.enforce_strict()  # plain 'ascend': warning only
     assert any(broken.target in r.getMessage() for r in caplog.records)
     mode.record_request()
-    with pytest.raises(plugin.PluginPatchError, match=r"0\.5\.23.*" + broken.target.replace(".", r"\.")):
+    with pytest.raises(plugin.PluginPatchError, match=re.escape(NEWEST_TESTED) + ".*" + broken.target.replace(".", r"\.")):
         plugin.enforce_strict()
 
 
@@ -190,10 +195,32 @@ def test_register_never_raises_on_unexpected_errors(fake_sglang, monkeypatch):
     plugin.register()  # swallowed and logged
 
 
-def test_version_outside_range_is_reported(fake_sglang, monkeypatch):
-    monkeypatch.setattr(plugin, "installed_version", lambda dist: "0.6.1")
-    plugin.register()
-    assert "outside the tested range" in status.STATUS.summary()
+def test_untested_release_is_said_once_with_the_patches_not_applied(fake_sglang, monkeypatch, caplog):
+    untested = range_bounds()[1]
+    broken = _srt_patches()[0]
+    monkeypatch.setattr(plugin, "installed_version", lambda dist: untested)
+    monkeypatch.setattr(patches, "verify", lambda p, version=None: "renamed" if p.name == broken.name else None)
+    with caplog.at_level(logging.INFO, logger="sglang_ascend_hybrid"):
+        plugin.register()
+        plugin.register()
+    lines = [r for r in caplog.records if "is untested" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].levelno == logging.WARNING
+    assert f"SGLang {untested} is untested" in lines[0].getMessage()
+    assert f"{broken.name} ({broken.target}: renamed)" in lines[0].getMessage()
+    # every other srt patch was still applied
+    assert {p.name for p in status.STATUS.in_state(status.FAILED)} == {broken.name}
+    with caplog.at_level(logging.WARNING, logger="sglang_ascend_hybrid"):
+        plugin.enforce_strict()  # lenient under plain 'ascend'
+    mode.record_request()
+    with pytest.raises(plugin.PluginPatchError, match=re.escape(untested) + ".*untested"):
+        plugin.enforce_strict()
+
+
+def test_tested_release_says_nothing_about_testing(fake_sglang, caplog):
+    with caplog.at_level(logging.INFO, logger="sglang_ascend_hybrid"):
+        plugin.register()
+    assert status.STATUS.version_problem is None
+    assert not [r for r in caplog.records if "untested" in r.getMessage()]
 
 
 def test_ascend_hybrid_factory_refuses_non_npu_clearly(monkeypatch):
@@ -222,7 +249,7 @@ def test_ascend_hybrid_factory_builds_the_ascend_backend_on_npu(fake_sglang, mon
 
 def test_user_set_strict_env_makes_plain_ascend_strict(fake_sglang, monkeypatch):
     broken = _srt_patches()[0]
-    monkeypatch.setattr(patches, "verify", lambda p: "gone" if p.name == broken.name else None)
+    monkeypatch.setattr(patches, "verify", lambda p, version=None: "gone" if p.name == broken.name else None)
     plugin.register()
     monkeypatch.setenv("SGLANG_ASCEND_HYBRID_STRICT", "1")
     with pytest.raises(plugin.PluginPatchError):

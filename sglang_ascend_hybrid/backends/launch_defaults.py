@@ -326,6 +326,34 @@ def _explicit(server_args: Any, name: str) -> bool:
     return value != default
 
 
+def _arch_supports_extra_buffer(cfg: Any, hf_config: Any) -> bool:
+    """SGLang's supports_mamba_cache_extra_buffer, whichever signature this release has:
+    ``(view, model_arch: str)`` before 0.5.21, ``(view, hf_config)`` since."""
+    import inspect
+
+    from sglang.srt.arg_groups.overrides import supports_mamba_cache_extra_buffer as supports
+
+    params = list(inspect.signature(supports).parameters)
+    if len(params) >= 2 and params[1] == "model_arch":
+        return supports(cfg, (getattr(hf_config, "architectures", None) or [""])[0])
+    return supports(cfg, hf_config)
+
+
+def _platform_supports_extra_buffer() -> bool:
+    """The platform half of SGLang's extra_buffer check: its helper where the release
+    has one (0.5.22+), else the predicate older releases inline in
+    validate_mamba_extra_buffer ("extra_buffer needs CUDA/MUSA/NPU/ROCm/XPU (FLA)")."""
+    from sglang.srt.arg_groups import mamba_hook
+
+    helper = getattr(mamba_hook, "_platform_supports_mamba_cache_extra_buffer", None)
+    if helper is not None:
+        return bool(helper())
+    from sglang.srt.runtime_context import get_platform
+
+    p = get_platform()
+    return bool(p.is_cuda or p.is_musa or p.is_npu or p.is_hip or p.is_xpu)
+
+
 def _facts_from_server_args(server_args: Any) -> Optional[LaunchFacts]:
     from sglang.srt.arg_groups.overrides import model_config_of, resolving_view
 
@@ -340,11 +368,8 @@ def _facts_from_server_args(server_args: Any) -> Optional[LaunchFacts]:
     if arch not in SUPPORTED_ARCHS:
         return None
 
-    from sglang.srt.arg_groups.mamba_hook import _platform_supports_mamba_cache_extra_buffer
-    from sglang.srt.arg_groups.overrides import supports_mamba_cache_extra_buffer
-
-    arch_ok = supports_mamba_cache_extra_buffer(cfg, hf_config)
-    platform_ok = _platform_supports_mamba_cache_extra_buffer()
+    arch_ok = _arch_supports_extra_buffer(cfg, hf_config)
+    platform_ok = _platform_supports_extra_buffer()
     reason = ""
     if not arch_ok and arch in GDN_ARCHS and cfg.linear_attn_backend != "triton":
         reason = f" with --linear-attn-backend {cfg.linear_attn_backend} (needs triton)"

@@ -13,12 +13,19 @@ Contract kept (failures raise ``RuntimeError`` like the real op's checks):
   contiguous, one dtype, fp16 or bf16 (the documented input types; fp32 is refused);
 * ``num_heads == Nq``; ``num_key_value_heads`` is ``Nkv`` (0 means ``Nq``) and
   divides ``Nq``;
-* ``actual_seq_lengths`` / ``actual_seq_lengths_kv`` are the *cumulative ends of
-  non-empty sequences*: same count, strictly increasing, positive, last equal to
-  the packed token count.  A sequence empty on one side cannot be expressed, so
-  such input is refused (this is why upstream raises before calling the op);
+* ``actual_seq_lengths`` / ``actual_seq_lengths_kv``: cumulative ends, same count,
+  non-decreasing (an empty sequence is allowed), at most 4096, the last equal to the
+  packed token count (:mod:`sglang_ascend_hybrid.ops.fia_contract`, from op-plugin
+  517f2e7d's documentation);
+* head dims (128, 128, 128) or (192, 192, 128 / 192), at most 256 heads (same source);
+* a query row of a sequence with no keys: the documentation does not say what the op
+  writes, so the emulator writes NaN there (output and LSE) and no test can rely on it;
 * output ``[Tq, Nq, Dv]`` in the input dtype; with ``softmax_lse_flag`` the LSE is
-  ``[Tq, Nq, 1]`` fp32, otherwise a placeholder of no elements.
+  ``[Tq, Nq, 1]`` fp32, otherwise a ``(1,)`` zero tensor.
+
+The op's refusal texts are not in the documentation that was read: the texts below are
+the emulator's own, and nothing in the plugin keys on them (calls outside the contract
+are predicted from ``fia_contract`` and never made).
 
 Other layouts and the quantisation / mask / paged-KV arguments are not modelled:
 any of them set to a non-default value raises ``NotImplementedError``.
@@ -31,6 +38,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from sglang_ascend_hybrid.ops import fia_contract
 from sglang_ascend_hybrid.ops.packed_attention_reference import attend_segment
 
 OP_NAME = "npu_fused_infer_attention_score"
@@ -62,13 +70,12 @@ def _check_seq_ends(ends: Sequence[int] | None, total: int, name: str) -> tuple[
     ends = tuple(int(e) for e in ends)
     if not ends:
         raise _fail(f"{name} must hold at least one sequence end, got []")
+    if len(ends) > fia_contract.MAX_SEQUENCES:
+        raise _fail(f"{name} holds {len(ends)} sequences, at most {fia_contract.MAX_SEQUENCES}")
     previous = 0
     for end in ends:
-        if end <= previous:
-            raise _fail(
-                f"{name} must be strictly increasing cumulative ends of non-empty "
-                f"sequences (each sequence at least 1 token), got {list(ends)}"
-            )
+        if end < previous:
+            raise _fail(f"{name} must be non-decreasing cumulative ends, got {list(ends)}")
         previous = end
     if ends[-1] != total:
         raise _fail(f"{name} must end at the packed token count {total}, got {ends[-1]}")
@@ -118,8 +125,9 @@ def npu_fused_infer_attention_score(
                     f"heads {nkv}/{value.shape[1]}")
     if nq % nkv:
         raise _fail(f"num_heads={nq} must be a multiple of num_key_value_heads={nkv}")
-    if query.shape[2] != key.shape[2]:
-        raise _fail(f"query and key head dims differ: {query.shape[2]} vs {key.shape[2]}")
+    reason = fia_contract.refusal_reason(nq, nkv, query.shape[2], key.shape[2], value.shape[2], 0)
+    if reason is not None:
+        raise _fail(reason)
     if key.shape[0] != value.shape[0]:
         raise _fail(f"key and value token counts differ: {key.shape[0]} vs {value.shape[0]}")
 
@@ -132,11 +140,17 @@ def npu_fused_infer_attention_score(
     out = query.new_empty((query.shape[0], nq, value.shape[2]))
     lse = torch.empty((query.shape[0], nq, 1), dtype=torch.float32, device=query.device)
     for (qs, qe), (ks, ke) in zip(pairwise((0, *q_ends)), pairwise((0, *k_ends))):
+        if qe == qs:
+            continue
+        if ke == ks:  # query rows without keys: undocumented output
+            out[qs:qe] = float("nan")
+            lse[qs:qe] = float("nan")
+            continue
         seg_out, seg_lse = attend_segment(query[qs:qe], key[ks:ke], value[ks:ke], float(scale))
         out[qs:qe] = seg_out.to(out.dtype)
         lse[qs:qe, :, 0] = seg_lse.transpose(0, 1)
     if not softmax_lse_flag:
-        lse = torch.empty((0,), dtype=torch.float32, device=query.device)
+        lse = torch.zeros((1,), dtype=torch.float32, device=query.device)
     return out, lse
 
 

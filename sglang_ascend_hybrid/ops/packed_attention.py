@@ -55,6 +55,7 @@ import torch
 
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.logutil import log_once
+from sglang_ascend_hybrid.ops import fia_contract
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.packed_attention_reference import (  # noqa: F401  (re-exported)
     PackedCase,
@@ -333,8 +334,18 @@ def fused_infer_attention_varlen(
         raise ValueError(f"softmax_scale={softmax_scale!r}: expected a finite number or None")
     scale = q.shape[-1] ** -0.5 if softmax_scale is None else float(softmax_scale)
 
+    refusal = None
     if seam.serves(OP_NAME, q, k, v):
+        refusal = fia_contract.refusal_reason(q.shape[1], k.shape[1], q.shape[2], k.shape[2], v.shape[2],
+                                              len(q_bounds) - 1)
+        if refusal is not None:
+            log_once(logger, ("packed_attention", "outside-contract", refusal),
+                     "sglang-ascend-hybrid: packed attention %s is outside %s's contract; using the "
+                     "pure-torch reference", refusal, OP_NAME)
+    if seam.serves(OP_NAME, q, k, v) and refusal is None:
         out, lse = _device_path(q, k, v, q_bounds, k_bounds, scale, return_softmax_lse)
+    elif refusal is not None:
+        out, lse = packed_attention_reference(q, k, v, q_bounds, k_bounds, scale)
     else:
         log_once(logger, ("packed_attention", "reference", q.device.type),
                  "sglang-ascend-hybrid: packed attention on %s tensors without the %s "

@@ -102,6 +102,10 @@ def ascend_env(monkeypatch, npu_stub_packages):
     monkeypatch.setattr(mp, "_is_npu", True)
     monkeypatch.setattr(hybrid, "get_spec", lambda: NS(speculative_eagle_topk=None))
     monkeypatch.setattr(hybrid, "get_memory", lambda: NS(enable_unified_memory=False))
+    import sglang.srt.layers.linear as linear
+
+    if hasattr(linear, "get_tp_group"):  # SGLang 0.5.20 reads the TP group from parallel_state
+        monkeypatch.setattr(linear, "get_tp_group", lambda: None)
     with get_parallel().override(tp_size=1, tp_rank=0, attn_tp_size=1, tp_group=None):
         yield
 

@@ -313,13 +313,64 @@ def test_npu_emulation_is_scoped():
         assert get_platform().is_cuda is False
         assert common.is_npu() is True
         assert platforms.current_platform.device_name == "npu"
-        assert mamba_hook.current_platform.device_name == "npu"
-        assert mamba_hook._platform_supports_mamba_cache_extra_buffer() is True
+        if hasattr(mamba_hook, "current_platform"):  # releases with the platform helper bind it
+            assert mamba_hook.current_platform.device_name == "npu"
+        # The platform half of SGLang's extra_buffer check, through the release's own code.
+        assert launch_defaults._platform_supports_extra_buffer() is True
         assert os.environ["SGLANG_ZBAL_LOCAL_MEM_SIZE"] == "32768"
         import torch_npu  # noqa: F401  (a temporary empty module when none is installed)
     assert get_platform().is_npu is False
     assert common.is_npu() is False
     assert platforms.current_platform.device_name != "npu"
-    assert mamba_hook.current_platform is platforms.current_platform
+    assert getattr(mamba_hook, "current_platform", platforms.current_platform) is platforms.current_platform
+    assert launch_defaults._platform_supports_extra_buffer() is False
     assert os.environ.get("SGLANG_ZBAL_LOCAL_MEM_SIZE") == env_before
     assert ("torch_npu" in sys.modules) == had_torch_npu
+
+
+def test_emulation_passes_only_the_platform_facts_this_release_knows():
+    """Releases differ in their platform-fact table and reject unknown facts."""
+    from sglang.srt import runtime_context
+
+    from sglang_ascend_hybrid.launch_check import _PLATFORM_FACTS_NPU, platform_facts_npu
+
+    known = set(runtime_context._PLATFORM_PROBES) | set(runtime_context._PLATFORM_VALUES)
+    facts = platform_facts_npu()
+    assert set(facts) == known & set(_PLATFORM_FACTS_NPU)
+    assert facts["is_npu"] is True
+    assert not any(v for k, v in facts.items() if k != "is_npu")
+    with runtime_context.override_platform(**facts):  # accepted by this release
+        assert runtime_context.get_platform().is_npu is True
+
+
+def test_extra_buffer_checks_adapt_to_each_release_signature(monkeypatch):
+    """supports_mamba_cache_extra_buffer takes (view, model_arch) before 0.5.21 and
+    (view, hf_config) since; the platform check is a helper from 0.5.22 on and inline
+    get_platform() facts before.  The hook calls whichever the release has."""
+    import types
+
+    from sglang.srt.arg_groups import mamba_hook, overrides
+    from sglang.srt.runtime_context import override_platform
+
+    seen = []
+
+    def by_arch(view, model_arch):
+        seen.append(model_arch)
+        return model_arch == "Qwen3NextForCausalLM"
+
+    def by_config(view, hf_config):
+        seen.append(hf_config)
+        return False
+
+    cfg = types.SimpleNamespace(architectures=["Qwen3NextForCausalLM"])
+    monkeypatch.setattr(overrides, "supports_mamba_cache_extra_buffer", by_arch)
+    assert launch_defaults._arch_supports_extra_buffer(object(), cfg) is True
+    monkeypatch.setattr(overrides, "supports_mamba_cache_extra_buffer", by_config)
+    assert launch_defaults._arch_supports_extra_buffer(object(), cfg) is False
+    assert seen == ["Qwen3NextForCausalLM", cfg]
+
+    monkeypatch.delattr(mamba_hook, "_platform_supports_mamba_cache_extra_buffer", raising=False)
+    with override_platform(is_npu=True, is_cuda=False, is_hip=False, is_xpu=False, is_musa=False):
+        assert launch_defaults._platform_supports_extra_buffer() is True
+    with override_platform(is_npu=False, is_cuda=False, is_hip=False, is_xpu=False, is_musa=False):
+        assert launch_defaults._platform_supports_extra_buffer() is False

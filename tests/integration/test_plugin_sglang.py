@@ -1,4 +1,4 @@
-"""The plugin against the real installed SGLang 0.5.23, discovered through the
+"""The plugin against the real installed SGLang release, discovered through the
 package's real entry points, in a fresh interpreter (hooks patch modules for
 good, so they must not leak into other tests)."""
 
@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 
 from sglang_ascend_hybrid import patches
+from sglang_ascend_hybrid.versioning import installed_version
 
 HERE = Path(__file__).parent
+SGLANG = installed_version("sglang")
 
 
 def run_probe(script: str, env_extra: dict | None = None) -> dict:
@@ -37,11 +39,15 @@ def test_load_plugins_runs_register_through_entry_points(facts):
     assert srt <= set(facts["status"]), facts["status"]
     for name, (state, reason) in facts["status"].items():
         patch = patches.by_name(name)
-        if patch.requires:  # NPU-only upstream modules: not importable on this CPU machine
+        on_release = patches.release_state(patch)
+        if on_release is not None:  # this release takes another route
+            assert on_release[0] == patches.NOT_NEEDED
+            assert [state, reason] == list(on_release)
+        elif patch.requires:  # NPU-only upstream modules: not importable on this CPU machine
             assert state == "skipped" and "not installed" in reason
         else:
             assert state == "applied", (name, state, reason)
-    assert "SGLang 0.5.23" in facts["summary"]
+    assert f"SGLang {SGLANG}:" in facts["summary"]
     # SGLang's HookRegistry rebound the from-import copy inside the LFM2 model module too.
     assert facts["lfm2_conv_rebound"]
 
@@ -97,7 +103,7 @@ def test_drifted_target_stops_startup_under_ascend_hybrid(drift):
     assert not res["ok"]
     assert res["error_type"] == "PluginPatchError"
     assert "removed_in_a_later_release" in res["error"]
-    assert "SGLang 0.5.23" in res["error"]
+    assert f"SGLang {SGLANG}" in res["error"]
     assert res["hybrid_requested"]
 
 
@@ -114,9 +120,29 @@ def test_ascend_hybrid_resolves_to_the_ascend_stack_and_is_recorded():
     assert res["hybrid_requested"]
 
 
-def test_diffusion_entry_point_replaces_packed_attention_everywhere():
-    """The sglang.multimodal_gen.plugins entry installs the one-sided-empty fix
-    through the diffusion runtime's own loader, visible at every import site."""
+DIFFUSION = patches.by_name("packed-attention-one-sided")
+
+
+def test_diffusion_fix_is_installed_or_plainly_unavailable():
+    """Where the release has the diffusion runtime's plugin loader, the
+    sglang.multimodal_gen.plugins entry installs the one-sided-empty fix through it,
+    visible at every import site; where it has none, doctor says the fix is
+    unavailable and why, and reports no loading problem."""
+    on_release = patches.release_state(DIFFUSION)
+    if on_release is not None:
+        import importlib.util
+
+        assert on_release[0] == patches.UNAVAILABLE
+        sglang_dir = Path(importlib.util.find_spec("sglang").origin).parent
+        assert not (sglang_dir / "multimodal_gen/runtime/platforms/plugins.py").exists()
+        assert patches.find_target("sglang.multimodal_gen.runtime.platforms.plugins.load_plugins") is not None
+        proc = subprocess.run([sys.executable, "-m", "sglang_ascend_hybrid.cli", "doctor"], capture_output=True,
+                              text=True, env=dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0"), timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        line = next(ln for ln in proc.stdout.splitlines() if f" {DIFFUSION.name} " in ln)
+        assert line.split()[0] == "unavailable" and "no plugin loader" in line
+        assert "problem:" not in proc.stdout
+        return
     code = (
         "from sglang.multimodal_gen.runtime.platforms import plugins as mm\n"
         "mm.load_plugins(); mm.apply_plugin_hooks()\n"
@@ -135,28 +161,48 @@ def test_diffusion_entry_point_replaces_packed_attention_everywhere():
 
 def test_discovery_never_imports_npu_packages_and_deferred_patches_apply_on_npu_build():
     """With (stub) torch_npu / sgl_kernel_npu importable, SGLang's plugin loading must not
-    import them; the GDN patches wait for the first NPU attention-backend build."""
+    import them; the GDN patches this release needs wait for the first NPU
+    attention-backend build, then wrap their targets (strict startup succeeds)."""
     stubs = HERE.parent / "npu_stubs"
+    needed = [p for p in patches.PATCHES if p.requires and patches.release_state(p) is None]
+    assert needed, "expected NPU-backend patches on every release"
     code = (
-        "import sys\n"
+        "import sys, json, importlib\n"
         "npu_mods = lambda: {m for m in sys.modules if m.split('.')[0] in ('torch_npu', 'sgl_kernel_npu')}\n"
         "from sglang.srt.plugins import load_plugins\n"
         "before = npu_mods()  # what SGLang / transformers import on their own\n"
         "load_plugins()\n"
         "from sglang_ascend_hybrid.status import STATUS\n"
-        "npu = sorted(npu_mods() - before)\n"
-        "print('after-discovery', npu, STATUS.patches['gdn-prefill-ladder'].state)\n"
+        "from sglang_ascend_hybrid import mode, patches\n"
+        "out = {'imported': sorted(npu_mods() - before),\n"
+        "       'discovery': {n: s.state for n, s in STATUS.patches.items()}}\n"
+        "mode.record_request()  # strict: --attention-backend ascend_hybrid\n"
         "from sglang_ascend_hybrid.plugin import apply_deferred\n"
         "apply_deferred()\n"
-        "from sglang.srt.hardware_backend.npu.attention.ascend_gdn_backend import AscendGDNAttnBackend\n"
-        "print('after-build', STATUS.patches['gdn-prefill-ladder'].state,\n"
-        "      hasattr(AscendGDNAttnBackend.chunk_gdn, '__wrapped__'))\n"
+        "out['build'] = {n: s.state for n, s in STATUS.patches.items()}\n"
+        "def wrapped(target):\n"
+        "    parts = target.split('.')\n"
+        "    for i in range(len(parts) - 1, 0, -1):\n"
+        "        try:\n"
+        "            obj = importlib.import_module('.'.join(parts[:i]))\n"
+        "        except ImportError:\n"
+        "            continue\n"
+        "        for name in parts[i:]:\n"
+        "            obj = getattr(obj, name)\n"
+        "        return hasattr(obj, '__wrapped__')\n"
+        f"out['wrapped'] = {{t: wrapped(t) for t in {[p.target for p in needed]!r}}}\n"
+        "print(json.dumps(out))\n"
     )
     env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0",
                PYTHONPATH=os.pathsep.join([str(stubs), os.environ.get("PYTHONPATH", "")]))
     env.pop("SGLANG_ASCEND_HYBRID_STRICT", None)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    lines = out.stdout.strip().splitlines()
-    assert "after-discovery [] deferred" in lines
-    assert lines[-1] == "after-build applied True"
+    facts = json.loads(out.stdout.strip().splitlines()[-1])
+    assert facts["imported"] == []
+    for p in needed:
+        assert facts["discovery"][p.name] == "deferred", p.name
+        assert facts["build"][p.name] == "applied", p.name
+        assert facts["wrapped"][p.target], p.target
+    for name, state in facts["build"].items():
+        assert state in ("applied", patches.NOT_NEEDED), (name, state)

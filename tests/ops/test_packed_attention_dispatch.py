@@ -15,7 +15,14 @@ from torch.overrides import TorchFunctionMode
 from sglang_ascend_hybrid.emulators import fused_infer_attention as emu
 from sglang_ascend_hybrid.ops import packed_attention as pa
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.packed_attention import fused_infer_attention_varlen, packed_case
+from sglang_ascend_hybrid.ops import fia_contract
+from sglang_ascend_hybrid.ops.packed_attention import fused_infer_attention_varlen
+from sglang_ascend_hybrid.ops.packed_attention import packed_case as _packed_case
+
+
+def packed_case(*args, head_dim=128, **kwargs):
+    """Cases at the op's head dim (it takes 128, or 192 / 128): the device path runs."""
+    return _packed_case(*args, head_dim=head_dim, **kwargs)
 
 
 class Recorder:
@@ -88,7 +95,7 @@ def test_fast_path_passes_the_very_same_tensors(recorder, host, want_lse):
 
 
 def test_fast_path_non_contiguous_same_shapes_stacks_once_like_upstream(recorder):
-    case = packed_case([3, 2], [3, 2], num_heads=2, num_kv_heads=2, head_dim=8,
+    case = packed_case([3, 2], [3, 2], num_heads=2, num_kv_heads=2,
                        dtype=torch.bfloat16)
     q, k, v = (t.transpose(0, 1).contiguous().transpose(0, 1) for t in (case.q, case.k, case.v))
     log = OpLog(recorder)
@@ -154,7 +161,7 @@ def test_all_empty_never_calls_the_op(recorder):
     case = packed_case([0, 0], [0, 0], dtype=torch.bfloat16)
     out, lse = fused_infer_attention_varlen(*case.args(), **case.kwargs())
     assert recorder.calls == []
-    assert out.shape == (0, 4, 16) and lse.shape == (4, 0)
+    assert out.shape == (0, 4, 128) and lse.shape == (4, 0)
 
 
 # ---------------------------------------------------------------------------
@@ -252,20 +259,19 @@ def _op_tensors(dtype=torch.bfloat16):
 def test_emulator_valid_call_shapes():
     case = _op_tensors()
     out, lse = emu.npu_fused_infer_attention_score(case.q, case.k, case.v, **_op_kwargs())
-    assert out.shape == (5, 4, 16) and out.dtype == torch.bfloat16
+    assert out.shape == (5, 4, 128) and out.dtype == torch.bfloat16
     assert lse.shape == (5, 4, 1) and lse.dtype == torch.float32
     ref_out, ref_lse = pa.packed_attention_reference(case.q, case.k, case.v, case.q_bounds,
                                                      case.k_bounds, case.scale)
     assert torch.equal(out, ref_out) and torch.equal(lse[..., 0].T, ref_lse)
     _, lse_off = emu.npu_fused_infer_attention_score(
         case.q, case.k, case.v, **_op_kwargs(softmax_lse_flag=False))
-    assert lse_off.numel() == 0
+    assert torch.equal(lse_off, torch.zeros(1))  # documented: a (1,) zero tensor without the flag
 
 
 @pytest.mark.parametrize("overrides,match", [
-    ({"actual_seq_lengths": [0, 5], "actual_seq_lengths_kv": [2, 6]}, "strictly increasing"),
-    ({"actual_seq_lengths": [3, 3, 5], "actual_seq_lengths_kv": [2, 4, 6]}, "strictly increasing"),
-    ({"actual_seq_lengths": [3, 5], "actual_seq_lengths_kv": [6, 6]}, "strictly increasing"),
+    ({"actual_seq_lengths": [4, 3, 5], "actual_seq_lengths_kv": [2, 4, 6]}, "non-decreasing"),
+    ({"actual_seq_lengths": [3, 5], "actual_seq_lengths_kv": [6, 5]}, "non-decreasing"),
     ({"actual_seq_lengths": [5], "actual_seq_lengths_kv": [2, 6]}, "sequences but"),
     ({"actual_seq_lengths": [3, 4]}, "must end at the packed token count 5"),
     ({"actual_seq_lengths": None}, "requires actual_seq_lengths"),
@@ -300,18 +306,52 @@ def test_emulator_refuses_fp32_non_contiguous_and_unmodelled_arguments():
                                         pre_tokens=2147483647, **_op_kwargs())
 
 
-def test_upstream_style_call_with_one_sided_sequences_is_what_the_op_refuses():
-    """Passing one-sided sequences straight through (cumulative ends including the
-    empty ones) is refused; the wrapper never does that."""
+def test_upstream_style_call_with_one_sided_sequences_is_undefined_on_the_op():
+    """Passing one-sided sequences straight through (cumulative ends including the empty ones)
+    is accepted by the op's documented checks, but what it writes for query rows without keys is
+    undocumented: the emulator writes NaN there.  The wrapper never makes that call."""
     case = packed_case([3, 0, 2], [2, 4, 0], dtype=torch.bfloat16)
-    with pytest.raises(RuntimeError, match="strictly increasing"):
-        emu.npu_fused_infer_attention_score(
-            case.q, case.k, case.v, num_heads=4, num_key_value_heads=2, scale=0.25,
-            input_layout="TND", actual_seq_lengths=list(case.q_bounds[1:]),
-            actual_seq_lengths_kv=list(case.k_bounds[1:]), softmax_lse_flag=True)
+    out, lse = emu.npu_fused_infer_attention_score(
+        case.q, case.k, case.v, num_heads=4, num_key_value_heads=2, scale=0.25,
+        input_layout="TND", actual_seq_lengths=list(case.q_bounds[1:]),
+        actual_seq_lengths_kv=list(case.k_bounds[1:]), softmax_lse_flag=True)
+    assert torch.isnan(out[3:]).all() and not torch.isnan(out[:3]).any()
     with seam.install_emulators(emu.emulators()):
-        out, _ = fused_infer_attention_varlen(*case.args(), **case.kwargs())
-    assert out.shape == case.q.shape
+        out, lse = fused_infer_attention_varlen(*case.args(), **case.kwargs(return_softmax_lse=True))
+    ref_out, ref_lse = pa.packed_attention_reference(case.q, case.k, case.v, case.q_bounds, case.k_bounds,
+                                                     case.scale)
+    assert not torch.isnan(out).any()
+    torch.testing.assert_close(out.float(), ref_out.float(), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("dims,ok", [((128, 128, 128), True), ((192, 192, 128), True), ((192, 192, 192), True),
+                                     ((64, 64, 64), False), ((128, 128, 64), False), ((256, 256, 256), False)])
+def test_head_dims_outside_the_contract_never_reach_the_op(recorder, dims, ok, caplog):
+    qd, kd, vd = dims
+    case = _packed_case([3, 2], [2, 4], num_heads=4, num_kv_heads=2, head_dim=qd, dtype=torch.bfloat16)
+    v = case.v[..., :vd] if vd <= qd else torch.cat([case.v, case.v[..., : vd - qd]], dim=-1)
+    with caplog.at_level(logging.INFO):
+        out = fused_infer_attention_varlen(case.q, case.k, v.contiguous(), case.cu_seqlens_q, case.cu_seqlens_k,
+                                           **case.kwargs(return_softmax_lse=False))
+    assert len(recorder.calls) == int(ok)
+    assert fia_contract.head_dims_supported(qd, kd, vd) == ok
+    ref_out, _ = pa.packed_attention_reference(case.q, case.k, v, case.q_bounds, case.k_bounds, case.scale)
+    torch.testing.assert_close(out.float(), ref_out.float(), atol=2e-2, rtol=2e-2)
+    assert ("outside npu_fused_infer_attention_score's contract" in caplog.text) == (not ok)
+
+
+def test_emulator_enforces_the_documented_limits():
+    case = packed_case([3, 2], [2, 4], num_heads=4, num_kv_heads=2, dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="head dims"):
+        emu.npu_fused_infer_attention_score(case.q[..., :64].contiguous(), case.k[..., :64].contiguous(),
+                                            case.v[..., :64].contiguous(), **_op_kwargs())
+    assert fia_contract.refusal_reason(257, 1, 128, 128, 128, 1) is not None
+    assert fia_contract.refusal_reason(4, 2, 128, 128, 128, 4097) is not None
+    ends = list(range(1, 4098))
+    q = torch.zeros(4097, 1, 128, dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="at most 4096"):
+        emu.npu_fused_infer_attention_score(q, q, q, num_heads=1, num_key_value_heads=1, input_layout="TND",
+                                            actual_seq_lengths=ends, actual_seq_lengths_kv=ends)
 
 
 # ---------------------------------------------------------------------------
@@ -320,7 +360,7 @@ def test_upstream_style_call_with_one_sided_sequences_is_what_the_op_refuses():
 # ---------------------------------------------------------------------------
 
 def _invalid_cases():
-    c = packed_case([3, 2], [2, 4], num_heads=4, num_kv_heads=2)
+    c = _packed_case([3, 2], [2, 4], num_heads=4, num_kv_heads=2)
     q, k, v, cq, ck = c.args()
     i32 = torch.int32
     yield "rank", (q[None], k, v, cq, ck), {}, (
@@ -377,7 +417,7 @@ def test_invalid_input_raises_upstream_value_error(name, args, kwargs, message, 
 # ---------------------------------------------------------------------------
 
 def test_compaction_and_reference_are_logged_once(caplog):
-    case = packed_case([3, 0, 2], [2, 4, 0], dtype=torch.bfloat16)
+    case = _packed_case([3, 0, 2], [2, 4, 0], dtype=torch.bfloat16, head_dim=128)
     with caplog.at_level(logging.INFO, logger=pa.__name__):
         for _ in range(3):
             fused_infer_attention_varlen(*case.args(), **case.kwargs())
@@ -391,7 +431,7 @@ def test_compaction_and_reference_are_logged_once(caplog):
 
 
 def test_fast_path_logs_nothing(caplog):
-    case = packed_case([3, 2], [2, 4], dtype=torch.bfloat16)
+    case = _packed_case([3, 2], [2, 4], dtype=torch.bfloat16, head_dim=128)
     with caplog.at_level(logging.INFO, logger=pa.__name__):
         with seam.install_emulators(emu.emulators()):
             fused_infer_attention_varlen(*case.args(), **case.kwargs())
@@ -429,7 +469,7 @@ def test_random_packed_case_helper():
     assert case.cu_seqlens_q.tolist() == list(case.q_bounds)
     assert case.q.shape[0] == case.q_bounds[-1] and case.k.shape[0] == case.k_bounds[-1]
     with pytest.raises(ValueError, match="same batch size"):
-        packed_case([1], [1, 2])
+        _packed_case([1], [1, 2])
 
 
 def test_probe_replacement_works_with_emulators_installed():

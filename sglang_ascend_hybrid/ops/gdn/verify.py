@@ -158,19 +158,30 @@ def scatter_agreeing(target: torch.Tensor, rows: torch.Tensor, valid: torch.Tens
     """``target[rows[i]] = values[i]`` for the valid entries, in one static-shape ``index_copy_``.
 
     Invalid entries write row 0 with the value row 0 ends up with (a valid entry's value if one
-    owns row 0, else its current value), so duplicate writes agree whatever their order."""
+    owns row 0, else its current value), so duplicate writes agree whatever their order.
+    ``values`` (fp32) is overwritten in place for the invalid entries."""
     owns0 = valid & (rows == 0)
     owner = owns0.to(torch.int32).argmax()
     fill = torch.where(owns0.any(), values.index_select(0, owner.view(1))[0], target[0].to(values.dtype))
     mask = valid.view(-1, *([1] * (values.dim() - 1)))
+    torch.where(mask, values, fill, out=values)
     target.index_copy_(0, torch.where(valid, rows, torch.zeros_like(rows)),
-                       torch.where(mask, values, fill).to(target.dtype))
+                       values if values.dtype == target.dtype else values.to(target.dtype))
+
+
+# Requests whose fp32 states are updated together: about 4 MiB of state, so a block stays in cache.
+_BLOCK_BYTES = 4 << 20
 
 
 def verify_torch(call: VerifyCall) -> torch.Tensor:
-    """The op's verify semantics in torch, fp32 compute, states stored in the pool's dtype."""
+    """The op's verify semantics in torch, fp32 compute, states stored in the pool's dtype.
+
+    Requests are processed in blocks (a static loop: shapes never depend on values) with every
+    state update done in place in one preallocated buffer of all steps' states, which the
+    scatter then writes out once."""
     B, S, dk, dv = call.shape
     nk, nv = call.nk, call.nv
+    dev = call.mix_qkv.device
     mix = call.mix_qkv.float()
     q, k, v = torch.split(mix, [nk * dk, nk * dk, nv * dv], dim=-1)
     ratio = nv // nk
@@ -179,25 +190,33 @@ def verify_torch(call: VerifyCall) -> torch.Tensor:
     v = v.reshape(B, S, nv, dv)
     beta = torch.sigmoid(call.beta.float())
     alpha = None if call.g is None else call.g.float().exp()
-    state = _initial_states(call)                                # [B, nv, dv, dk] fp32
-    out = torch.empty(B, S, nv, dv, dtype=torch.float32, device=mix.device)
-    steps = []
-    for t in range(S):  # S is a shape: a static loop
-        if alpha is not None:
-            state = state * alpha[:, t, :, None, None]
-        kt = k[:, t]
-        u = beta[:, t, :, None] * (v[:, t] - torch.einsum("bhvk,bhk->bhv", state, kt))
-        state = state + u[..., None] * kt[:, :, None, :]
-        out[:, t] = torch.einsum("bhvk,bhk->bhv", state, q[:, t])
-        steps.append(state)
+    init = _initial_states(call)                                   # [B, nv, dv, dk] fp32
+    steps = torch.empty(S, B, nv, dv, dk, dtype=torch.float32, device=dev)  # step-major
+    out = torch.empty(B, S, nv, dv, dtype=torch.float32, device=dev)
+    block = max(1, _BLOCK_BYTES // max(1, nv * dv * dk * 4))
+    for b0 in range(0, B, block):                                  # static loops
+        b1 = min(B, b0 + block)
+        n = b1 - b0
+        state = init[b0:b1]
+        for t in range(S):
+            cur = steps[t, b0:b1]
+            if alpha is None:
+                cur.copy_(state)
+            else:
+                torch.mul(state, alpha[b0:b1, t, :, None, None], out=cur)
+            flat = cur.view(n * nv, dv, dk)
+            kt = k[b0:b1, t].reshape(n * nv, dk, 1)
+            u = torch.bmm(flat, kt).neg_().add_(v[b0:b1, t].reshape(n * nv, dv, 1))
+            u.mul_(beta[b0:b1, t].reshape(n * nv, 1, 1))
+            flat.baddbmm_(u, kt.transpose(1, 2))                   # S += beta (v - S k) k^T
+            out[b0:b1, t] = torch.bmm(flat, q[b0:b1, t].reshape(n * nv, dk, 1)).view(n, nv, dv)
+            state = cur
     target = call.intermediate_state if call.intermediate_state is not None else call.recurrent_state
-    rows = call.ssm_state_indices.long().reshape(B * S)
-    t_idx = torch.arange(S, device=mix.device).view(1, S)
-    in_len = t_idx < call.actual_seq_lengths.long().view(B, 1)
-    valid = (in_len.reshape(B * S) & (rows >= 0) & (rows < target.shape[0]))
-    scatter_agreeing(target, rows.clamp(0, target.shape[0] - 1), valid,
-                     torch.stack(steps, dim=1).reshape(B * S, nv, dv, dk))
-    out = torch.where(in_len.view(B, S, 1, 1), out, torch.zeros_like(out))
+    rows = call.ssm_state_indices.long().t().reshape(S * B)        # step-major, like ``steps``
+    in_len = torch.arange(S, device=dev).view(S, 1) < call.actual_seq_lengths.long().view(1, B)
+    valid = in_len.reshape(S * B) & (rows >= 0) & (rows < target.shape[0])
+    scatter_agreeing(target, rows.clamp(0, target.shape[0] - 1), valid, steps.view(S * B, nv, dv, dk))
+    out = torch.where(in_len.t().reshape(B, S, 1, 1), out, torch.zeros_like(out))
     return out.to(call.mix_qkv.dtype)
 
 

@@ -1,0 +1,43 @@
+"""The contract of ``torch_npu.npu_fused_infer_attention_score`` with ``input_layout="TND"`` (the
+diffusion runtime's packed attention), in one place; the emulator
+(:mod:`sglang_ascend_hybrid.emulators.fused_infer_attention`) mirrors it and the packed-attention
+op (:mod:`.packed_attention`) predicts from it.
+
+Source: Ascend/op-plugin 517f2e7d ``docs/zh/custom_APIs/torch_npu/torch_npu-npu_fused_infer_attention_score.md``
+and ``op_plugin/config/op_plugin_functions.yaml`` (~6177), as recorded in shared/NPU_CONTRACTS.md
+section 6:
+
+- ``actual_seq_lengths`` / ``actual_seq_lengths_kv``: cumulative ends, non-decreasing, one per
+  sequence, at most 4096 sequences; equal consecutive ends (an empty sequence) are allowed;
+- head dims: Q_D = K_D = V_D = 128, or Q_D = K_D = 192 with V_D 128 or 192 (512 only with rope,
+  which this plugin never passes); at most 256 heads;
+- LSE ``(T, N, 1)`` fp32 with ``softmax_lse_flag``, else a ``(1,)`` zero tensor.
+
+The documentation gives no refusal texts, so the emulator's texts are its own and nothing in the
+plugin keys on them: calls outside the contract are predicted here and never made.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+MAX_HEADS = 256
+MAX_SEQUENCES = 4096
+HEAD_DIMS = ((128, 128, 128), (192, 192, 128), (192, 192, 192))  # (Q_D, K_D, V_D)
+
+
+def head_dims_supported(q_dim: int, k_dim: int, v_dim: int) -> bool:
+    return (q_dim, k_dim, v_dim) in HEAD_DIMS
+
+
+def refusal_reason(num_heads: int, num_kv_heads: int, q_dim: int, k_dim: int, v_dim: int,
+                   num_sequences: int) -> Optional[str]:
+    """Why the op cannot take the call (None: it can)."""
+    if not head_dims_supported(q_dim, k_dim, v_dim):
+        return (f"head dims (Q, K, V) = ({q_dim}, {k_dim}, {v_dim}); the op takes (128, 128, 128) or "
+                f"(192, 192, 128 / 192)")
+    if not (0 < num_heads <= MAX_HEADS and 0 < num_kv_heads <= MAX_HEADS):
+        return f"{num_heads} query / {num_kv_heads} key-value heads; the op takes at most {MAX_HEADS}"
+    if num_sequences > MAX_SEQUENCES:
+        return f"{num_sequences} sequences; the op takes at most {MAX_SEQUENCES}"
+    return None
