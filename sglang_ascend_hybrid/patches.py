@@ -157,7 +157,8 @@ PATCHES: tuple[Patch, ...] = (
             "naming the flags and the fix",
         removal="when SGLang supports extra_buffer for LFM2 / ZAYA1 on NPU (the hook already steps aside "
                 "when SGLang reports extra_buffer as supported), or its NPU defaults resolve the conflict",
-    ),    Patch(
+    ),
+    Patch(
         name="gdn-state-dtype-report",
         target="handle_model_specific_adjustments",
         kind="resolution",

@@ -90,18 +90,12 @@ def _config_dtype(hf_config) -> Optional[str]:
 
 def report(server_args: Any) -> Optional[GdnStatePlan]:
     """Log the state dtype decision once for a GDN model on NPU; record it on ``server_args``."""
-    from sglang.srt.arg_groups.overrides import model_config_of, resolving_view
+    from sglang_ascend_hybrid.backends.launch_defaults import GDN_ARCHS, npu_model
 
-    from sglang_ascend_hybrid.backends.launch_defaults import GDN_ARCHS
-
-    cfg = resolving_view(server_args)
-    if cfg.device != "npu" or str(cfg.model_path).lower() in ("none", "dummy"):
+    found = npu_model(server_args, GDN_ARCHS)
+    if found is None:
         return None
-    hf_config = model_config_of(server_args).hf_config
-    archs = getattr(hf_config, "architectures", None) or []
-    arch = archs[0] if archs else ""
-    if arch not in GDN_ARCHS:
-        return None
+    cfg, hf_config, arch = found
     dtype, source = effective_dtype(getattr(cfg, "mamba_ssm_dtype", None), _config_dtype(hf_config),
                                     os.environ.get("SGLANG_MAMBA_SSM_DTYPE"))
     plan = plan_state(dtype, source)

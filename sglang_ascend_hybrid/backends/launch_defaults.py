@@ -354,19 +354,24 @@ def _platform_supports_extra_buffer() -> bool:
     return bool(p.is_cuda or p.is_musa or p.is_npu or p.is_hip or p.is_xpu)
 
 
-def _facts_from_server_args(server_args: Any) -> Optional[LaunchFacts]:
+def npu_model(server_args: Any, archs: frozenset) -> Optional[tuple[Any, Any, str]]:
+    """``(resolving view, hf_config, architecture)`` of an NPU launch of one of ``archs``, else None."""
     from sglang.srt.arg_groups.overrides import model_config_of, resolving_view
 
     cfg = resolving_view(server_args)
-    if cfg.device != "npu":
-        return None
-    if str(cfg.model_path).lower() in ("none", "dummy"):
+    if cfg.device != "npu" or str(cfg.model_path).lower() in ("none", "dummy"):
         return None
     hf_config = model_config_of(server_args).hf_config
-    archs = getattr(hf_config, "architectures", None) or []
-    arch = archs[0] if archs else ""
-    if arch not in SUPPORTED_ARCHS:
+    names = getattr(hf_config, "architectures", None) or []
+    arch = names[0] if names else ""
+    return (cfg, hf_config, arch) if arch in archs else None
+
+
+def _facts_from_server_args(server_args: Any) -> Optional[LaunchFacts]:
+    found = npu_model(server_args, SUPPORTED_ARCHS)
+    if found is None:
         return None
+    cfg, hf_config, arch = found
 
     arch_ok = _arch_supports_extra_buffer(cfg, hf_config)
     platform_ok = _platform_supports_extra_buffer()

@@ -16,6 +16,7 @@ from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import capabilities as caps
 from sglang_ascend_hybrid.ops.gdn import dispatch
 from sglang_ascend_hybrid.ops.gdn.reference import chunk_gdn_torch, l2norm
+from tests.call_counter import Counting as _Counting
 
 D = 128
 
@@ -88,15 +89,6 @@ def _hooked(mod):
         return gdn_hooks.ascend_chunk_gdn(original, *args, **kwargs)
 
     return chunk_gdn
-
-
-class _Counting:
-    def __init__(self, fn):
-        self.fn, self.calls = fn, 0
-
-    def __call__(self, *a, **kw):
-        self.calls += 1
-        return self.fn(*a, **kw)
 
 
 # bf16 inputs and 16-bit or fp32 states: bf16 rounding of the inputs dominates the error.

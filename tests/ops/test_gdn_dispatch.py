@@ -15,6 +15,7 @@ from sglang_ascend_hybrid.ops.gdn import dispatch
 from sglang_ascend_hybrid.ops.gdn.plan_exec import execute_plan
 from sglang_ascend_hybrid.ops.gdn.planner import plan_for
 from sglang_ascend_hybrid.ops.gdn.reference import chunk_gdn_torch, l2norm
+from tests.call_counter import Counting as _Counting
 
 D = 128
 
@@ -46,15 +47,6 @@ def _inputs(lens, hv, hk, dtype=torch.float16, seed=0, with_state=True, state_dt
 def _torch_result(q, k, v, g, beta, cu, h0):
     o, final, _ = chunk_gdn_torch(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0)
     return o, final
-
-
-class _Counting:
-    def __init__(self, fn):
-        self.fn, self.calls = fn, 0
-
-    def __call__(self, *a, **kw):
-        self.calls += 1
-        return self.fn(*a, **kw)
 
 
 def test_mega_runs_6_2_through_a_pad_plan(caplog):

@@ -17,6 +17,7 @@ from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import capabilities as caps
 from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, dispatch
 from sglang_ascend_hybrid.ops.gdn.reference import l2norm
+from tests.call_counter import Counting as _Counting
 
 D = 128
 MEGA = {  # name -> (installed variant, the version string the wheel reports)
@@ -60,15 +61,6 @@ def _expected(chip, chunk_present, mega, pool_dtype, pair):
                 return "mega", False
             return "torch", True  # refused at call time (no Triton entry here)
     return "torch", False
-
-
-class _Counting:
-    def __init__(self, fn):
-        self.fn, self.calls = fn, 0
-
-    def __call__(self, *a, **kw):
-        self.calls += 1
-        return self.fn(*a, **kw)
 
 
 @pytest.mark.parametrize("pair", [(6, 2), (16, 8)], ids=str)
