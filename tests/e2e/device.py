@@ -47,11 +47,13 @@ def gdn_fp32():
 
 @contextlib.contextmanager
 def npu_emulators(*, npu_chunk_refuse: Optional[Callable] = None, mega_predicate: Optional[Callable] = None,
-                  wrap_chunk: Optional[Callable] = None, npu_chunk: bool = True):
+                  wrap_chunk: Optional[Callable] = None, npu_chunk: bool = True, conv_variant: str = "all"):
     """bf16 runs: every emulator behind the seam; SGLang's direct NPU calls bound to the
     same emulators.  ``wrap_chunk(op)`` may wrap the chunk op SGLang calls (a refusal
-    mid-model)."""
-    ops = dict(conv_emu.emulators())
+    mid-model).  ``conv_variant``: which sgl-kernel-npu conv entry points the build has
+    (``conv_emu.VARIANTS``: ``"all"``, or ``"release"`` -- the released ops without the
+    unmerged window-major v2 branch)."""
+    ops = dict(conv_emu.emulators(**conv_emu.VARIANTS[conv_variant]))
     ops.update(gdn_emulators(npu_chunk_refuse=npu_chunk_refuse, mega_predicate=mega_predicate, npu_chunk=npu_chunk))
     if wrap_chunk is not None:
         ops[gdn_emu.OP_NPU_CHUNK] = wrap_chunk(ops[gdn_emu.OP_NPU_CHUNK])
@@ -79,4 +81,5 @@ def _counted(name: str, fn: Callable, calls: dict) -> Callable:
 
 # Ops by name, for the tests' call counts.
 OP_CONV_FN_V2, OP_CONV_UPDATE_V2, OP_CONV_ACLNN = conv_emu.OP_FN_V2, conv_emu.OP_UPDATE_V2, conv_emu.OP_ACLNN
+OP_CONV_UPDATE_V2_MAIN = conv_emu.OP_UPDATE_V2_MAIN
 OP_GDN_CHUNK, OP_GDN_MEGA = gdn_emu.OP_NPU_CHUNK, gdn_emu.OP_MEGA

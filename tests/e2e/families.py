@@ -130,11 +130,13 @@ class Family:
         saved = torch.get_default_dtype()
         torch.set_default_dtype(dtype)
         try:
-            with harness.sglang_process(), harness.cpu_model_construction():
-                sg = _cls(self.sglang_model)(sg_cfg)
+            with harness.sglang_process():  # weight loaders read the rank too (SGLang <= 0.5.21)
+                with harness.cpu_model_construction():
+                    sg = _cls(self.sglang_model)(sg_cfg)
+                torch.set_default_dtype(saved)
+                harness.load_into_sglang(sg, hf, rename=self.checkpoint_name, convert=self.checkpoint)
         finally:
             torch.set_default_dtype(saved)
-        harness.load_into_sglang(sg, hf, rename=self.checkpoint_name, convert=self.checkpoint)
         return sg.eval()
 
     def build(self) -> "Built":

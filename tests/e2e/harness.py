@@ -47,6 +47,34 @@ def _single_rank_group():
               first_rank=0, last_rank=0, ranks=[0], local_rank=0)
 
 
+def _parallel_names():
+    """The parallel names this SGLang release lets a process state (older releases know fewer)."""
+    from sglang.srt import runtime_context
+
+    if hasattr(runtime_context, "_parallel_fields"):  # 0.5.21+
+        return runtime_context._parallel_fields()
+    return getattr(runtime_context, "_PARALLEL_FIELDS", None)  # 0.5.20
+
+
+_LEGACY_GROUPS = ("_WORLD", "_TP", "_ATTN_TP", "_ATTN_CP", "_DCP", "_MOE_DP", "_MOE_EP", "_MOE_TP", "_PP")
+
+
+@contextlib.contextmanager
+def _legacy_groups(grp):
+    """SGLang 0.5.20 still reads some groups from ``distributed.parallel_state`` globals
+    (``get_pp_group()``); state the single-rank group there too while they are unset."""
+    from sglang.srt.distributed import parallel_state as ps
+
+    saved = {name: getattr(ps, name) for name in _LEGACY_GROUPS if getattr(ps, name, grp) is None}
+    for name in saved:
+        setattr(ps, name, grp)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(ps, name, value)
+
+
 @contextlib.contextmanager
 def sglang_process(**server_args):
     """What SGLang publishes in a scheduler process before it builds a model: a single
@@ -68,12 +96,14 @@ def sglang_process(**server_args):
     fields.update(server_args)
     override = get_context().override_server_args(**fields)
     override.install()
+    ranks = dict(tp_size=1, tp_rank=0, attn_tp_size=1, attn_tp_rank=0, pp_size=1, pp_rank=0, moe_ep_rank=0,
+                 moe_tp_rank=0, moe_dp_rank=0, attn_cp_rank=0, attn_dp_rank=0, dp_rank=0, tp_group=grp,
+                 pp_group=grp, attn_tp_group=grp, moe_ep_group=grp, moe_tp_group=grp, moe_dp_group=grp,
+                 attn_cp_group=grp, world_group=grp)
+    known = _parallel_names()
     try:
-        with get_parallel().override(
-                tp_size=1, tp_rank=0, attn_tp_size=1, attn_tp_rank=0, pp_size=1, pp_rank=0, moe_ep_rank=0,
-                moe_tp_rank=0, moe_dp_rank=0, attn_cp_rank=0, attn_dp_rank=0, dp_rank=0, tp_group=grp,
-                pp_group=grp, attn_tp_group=grp, moe_ep_group=grp, moe_tp_group=grp, moe_dp_group=grp,
-                attn_cp_group=grp, world_group=grp):
+        with get_parallel().override(**{k: v for k, v in ranks.items() if known is None or k in known}), \
+                _legacy_groups(grp):
             yield
     finally:
         override.restore()

@@ -61,6 +61,7 @@ def plugin_loaded(npu_stubs_path):
     from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
     from sglang.srt.plugins.hook_registry import HookRegistry
 
+    from sglang_ascend_hybrid.ops import causal_conv1d as conv_ops
     from sglang_ascend_hybrid.ops import seam
     from sglang_ascend_hybrid.ops.gdn import dispatch
     from sglang_ascend_hybrid.status import STATUS
@@ -81,7 +82,8 @@ def plugin_loaded(npu_stubs_path):
     mp.delenv("SGLANG_PLUGINS", raising=False)
     sys.path.insert(0, str(npu_stubs_path))
     seam.reset_probes()
-    dispatch.forget_refusals()
+    dispatch.forget_refusals()  # kernel refusals learnt by earlier runs in this process
+    conv_ops.reset_state()
     STATUS.patches = {}
     plugins._plugins_loaded = False
     try:
@@ -108,4 +110,5 @@ def plugin_loaded(npu_stubs_path):
             sys.modules.pop(name, None)
         seam.reset_probes()
         dispatch.forget_refusals()
+        conv_ops.reset_state()
         mp.undo()
