@@ -269,3 +269,47 @@ def test_half_precision_error_is_rounding_only(dtype, o_bound):
     assert _rel(o, ref_o) < o_bound
     assert _rel(final, ref_final) < 2e-5
     assert _rel(final.to(dtype), ref_final) > 1e-4  # (the bound above sees 16-bit rounding)
+
+
+# ------------------------------------------------------------------ decode slot checks at their edges
+
+def _decode_args(indices, slots=4):
+    gen = torch.Generator().manual_seed(51)
+    B = len(indices)
+    return (torch.randn(1, B, 1, 8, generator=gen), torch.randn(1, B, 1, 8, generator=gen),
+            torch.randn(1, B, 2, 8, generator=gen), -torch.rand(1, B, 2, generator=gen),
+            torch.rand(1, B, 2, generator=gen)), torch.randn(slots, 2, 8, 8, generator=gen), torch.tensor(indices)
+
+
+@pytest.mark.parametrize("indices,needle", [
+    ([0, 4], r"state_indices=\[0, 4\]: expected slots in \[0, 4\) or -1 \(padding\)"),  # one past the end
+    ([0, 0], r"state_indices=\[0, 0\]: expected each slot at most once per batch"),     # slot 0 twice
+    ([3, -1, 3], r"state_indices=\[3, -1, 3\]: expected each slot at most once"),
+])
+def test_decode_slot_checks_at_their_edges_leave_the_pool(indices, needle):
+    (q, k, v, g, beta), pool, idx = _decode_args(indices)
+    before = pool.clone()
+    with pytest.raises(ValueError, match=needle):
+        recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=pool, state_indices=idx)
+    assert torch.equal(pool, before)
+
+
+def test_decode_accepts_the_last_slot_and_padding_repeats():
+    """Slot ``slots - 1`` is valid and -1 may repeat (padding rows): no error, the padded rows'
+    outputs are zero and only the live slots change."""
+    (q, k, v, g, beta), pool, idx = _decode_args([3, -1, -1, 0])
+    before = pool.clone()
+    o = recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=pool, state_indices=idx)
+    assert torch.count_nonzero(o[0, 1:3]) == 0 and torch.count_nonzero(o[0, 0]) > 0
+    assert torch.equal(pool[1:3], before[1:3])
+    assert not torch.equal(pool[3], before[3]) and not torch.equal(pool[0], before[0])
+
+
+def test_long_index_lists_are_shortened_in_the_message():
+    indices = list(range(20)) + [0]
+    (q, k, v, g, beta), pool, idx = _decode_args(indices, slots=32)
+    with pytest.raises(ValueError, match=r"state_indices=repeated slots \[0\]: expected each slot"):
+        recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=pool, state_indices=idx)
+    (q, k, v, g, beta), pool, idx = _decode_args(list(range(19)) + [40], slots=32)
+    with pytest.raises(ValueError, match=r"state_indices=\[0, 1, 2, 3, 4, 5, 6, 7\]\.\.\. \(bad entries \[40\]\)"):
+        recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=pool, state_indices=idx)
