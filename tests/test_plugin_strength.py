@@ -76,3 +76,162 @@ def test_in_process_record_does_not_depend_on_the_environment(monkeypatch):
         assert mode.hybrid_requested() is True
     finally:
         mode._reset_for_tests()
+
+
+# ------------------------------------------------------------------ what registration records
+
+from sglang_ascend_hybrid import patches, status  # noqa: E402
+
+
+def _srt():
+    return [p for p in patches.PATCHES if p.runtime == "srt"]
+
+
+def _failing_load(monkeypatch, name, exc):
+    original = patches.Patch.load_hook
+
+    def load_hook(self):
+        if self.name == name:
+            raise exc
+        return original(self)
+
+    monkeypatch.setattr(patches.Patch, "load_hook", load_hook)
+
+
+def test_missing_requirements_are_recorded_with_target_and_reason(fake_sglang, monkeypatch):  # noqa: F811
+    victim = next(p for p in _srt() if not p.requires)
+    monkeypatch.setattr(patches, "missing_requirements",
+                        lambda p: ["torch_npu", "sgl_kernel_npu"] if p.name == victim.name else [])
+    plugin.register()
+    st = status.STATUS.patches[victim.name]
+    assert (st.name, st.target, st.state, st.reason) == (
+        victim.name, victim.target, status.SKIPPED, "needs torch_npu, sgl_kernel_npu (not installed)")
+
+
+@pytest.mark.parametrize("kind", ["hook", "resolution", "choices"])
+def test_a_hook_that_fails_to_load_is_recorded_failed(kind, fake_sglang, monkeypatch):  # noqa: F811
+    victim = next(p for p in _srt() if p.kind == kind and not p.requires)
+    _failing_load(monkeypatch, victim.name, ImportError("no module named 'x'"))
+    plugin.register()
+    st = status.STATUS.patches[victim.name]
+    assert (st.name, st.target, st.state, st.reason) == (
+        victim.name, victim.target, status.FAILED, "ImportError: no module named 'x'")
+    others = [status.STATUS.patches[p.name] for p in _srt() if p.name != victim.name]
+    assert all(s.state != status.FAILED for s in others)
+
+
+def test_every_applied_or_registered_patch_records_its_target(fake_sglang):  # noqa: F811
+    plugin.register()
+    for p in _srt():
+        st = status.STATUS.patches[p.name]
+        assert st.target == p.target, p.name
+        expected = (status.DEFERRED if p.requires else
+                    status.REGISTERED if p.kind == "hook" else status.APPLIED)
+        assert st.state == expected, p.name
+
+
+def test_a_second_register_does_not_reload_any_hook(fake_sglang, monkeypatch):  # noqa: F811
+    original = patches.Patch.load_hook
+    loads = []
+
+    def load_hook(self):
+        loads.append(self.name)
+        return original(self)
+
+    monkeypatch.setattr(patches.Patch, "load_hook", load_hook)
+    plugin.register()
+    first = sorted(loads)
+    plugin.register()
+    assert sorted(loads) == first and len(first) == len(set(first)) > 0
+
+
+def test_another_hook_on_the_target_does_not_stop_ours(fake_sglang):  # noqa: F811
+    victim = next(p for p in _srt() if p.kind == "hook" and not p.requires)
+
+    def someone_elses(*a, **kw):
+        return None
+
+    fake_sglang.hooks._hooks[victim.target].append((None, someone_elses, None))
+    plugin.register()
+    hooks = [h for _, h, _ in fake_sglang.hooks._hooks[victim.target]]
+    assert hooks[0] is someone_elses and any(h is victim.load_hook() for h in hooks[1:])
+
+
+def test_disabled_registration_records_why(fake_sglang, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("SGLANG_ASCEND_HYBRID_DISABLE", "1")
+    plugin.register()
+    assert status.STATUS.disabled is True
+    for p in _srt():
+        st = status.STATUS.patches[p.name]
+        assert (st.target, st.state, st.reason) == (p.target, status.DISABLED, "SGLANG_ASCEND_HYBRID_DISABLE=1")
+
+
+def test_the_installed_sglang_distribution_is_what_is_asked(fake_sglang, monkeypatch):  # noqa: F811
+    version = plugin.installed_version("sglang")  # the fixture's
+    asked = []
+    monkeypatch.setattr(plugin, "installed_version", lambda dist: asked.append(dist) or (
+        version if dist == "sglang" else None))
+    plugin.register()
+    assert asked == ["sglang"] and status.STATUS.sglang_version == version
+    assert status.STATUS.patches  # went on to the patches
+
+
+def test_a_clean_registration_logs_info_not_warning(fake_sglang, caplog):  # noqa: F811
+    with caplog.at_level(logging.INFO, logger="sglang_ascend_hybrid"):
+        plugin.register()
+    mine = [r for r in caplog.records if r.name == "sglang_ascend_hybrid"]
+    assert [r.levelno for r in mine] == [logging.INFO]
+    assert status.STATUS.summary() in mine[0].getMessage()
+
+
+def test_multimodal_patches_go_to_the_diffusion_hook_registry(fake_sglang, monkeypatch):  # noqa: F811
+    import types
+    from collections import defaultdict
+
+    class DiffusionRegistry:
+        _hooks = defaultdict(list)
+        _patched = set()
+
+        @classmethod
+        def register(cls, target, hook, hook_type):
+            cls._hooks[target].append((hook_type, hook, None))
+
+    mod = types.ModuleType("sglang.multimodal_gen.runtime.platforms.plugins")
+    mod.HookRegistry = DiffusionRegistry
+    monkeypatch.setitem(sys.modules, "sglang.multimodal_gen.runtime.platforms.plugins", mod)
+    mm = [p for p in patches.PATCHES if p.runtime == "multimodal"]
+    assert mm
+    plugin.register_multimodal()
+    for p in mm:
+        assert status.STATUS.patches[p.name].state == status.REGISTERED
+        assert any(h is p.load_hook() for _, h, _ in DiffusionRegistry._hooks[p.target])
+        assert p.target not in fake_sglang.hooks._hooks
+    assert all(p.name not in status.STATUS.patches for p in _srt())  # the diffusion entry leaves srt alone
+
+
+def test_deferred_patch_that_fails_is_recorded_and_the_rest_applied(fake_sglang, monkeypatch):  # noqa: F811
+    plugin.register()
+    deferred = [p for p in _srt() if p.requires]
+    assert len(deferred) >= 2
+    victim = deferred[0]
+    _failing_load(monkeypatch, victim.name, ImportError("torch_npu"))
+    plugin.apply_deferred()  # plain 'ascend': recorded, not raised
+    st = status.STATUS.patches[victim.name]
+    assert (st.target, st.state, st.reason) == (victim.target, status.FAILED, "ImportError: torch_npu")
+    for p in deferred[1:]:
+        assert status.STATUS.patches[p.name].state == status.APPLIED
+        assert p.target in fake_sglang.hooks._patched  # SGLang's registry applied them
+
+
+def test_strict_error_names_every_failure_and_the_way_out(fake_sglang, monkeypatch):  # noqa: F811
+    broken = [p for p in _srt() if p.kind != "hook"][:2]
+    monkeypatch.setattr(patches, "verify", lambda p: f"{p.name} gone" if p in broken else None)
+    plugin.register()
+    mode.record_request()
+    with pytest.raises(plugin.PluginPatchError) as err:
+        plugin.enforce_strict()
+    text = str(err.value)
+    assert f"could not apply its patches on SGLang {status.STATUS.sglang_version}: " in text
+    assert f"{broken[0].target}: {broken[0].name} gone; {broken[1].target}: {broken[1].name} gone; " in text
+    assert text.endswith(". --attention-backend ascend_hybrid requires every patch; install a tested SGLang "
+                         "release or use --attention-backend ascend to continue with these fixes missing.")
