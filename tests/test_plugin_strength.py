@@ -235,3 +235,22 @@ def test_strict_error_names_every_failure_and_the_way_out(fake_sglang, monkeypat
     assert f"{broken[0].target}: {broken[0].name} gone; {broken[1].target}: {broken[1].name} gone; " in text
     assert text.endswith(". --attention-backend ascend_hybrid requires every patch; install a tested SGLang "
                          "release or use --attention-backend ascend to continue with these fixes missing.")
+
+
+def test_an_unimportable_hook_registry_is_recorded_failed(fake_sglang):  # noqa: F811
+    """The fake SGLang has no diffusion runtime: its patches fail with the reason named."""
+    plugin.register_multimodal()
+    for p in (p for p in patches.PATCHES if p.runtime == "multimodal"):
+        st = status.STATUS.patches[p.name]
+        assert (st.state, st.reason) == (
+            status.FAILED, "RuntimeError: SGLang's hook registry for the multimodal runtime is not importable")
+
+
+def test_registration_never_puts_a_hook_twice_on_a_target(fake_sglang):  # noqa: F811
+    """Even when the status is fresh again (a re-imported plugin), SGLang's registry keeps one
+    copy of each hook."""
+    plugin.register()
+    status._reset_for_tests()
+    plugin.register()
+    for p in (p for p in _srt() if p.kind == "hook" and not p.requires):
+        assert sum(h is p.load_hook() for _, h, _ in fake_sglang.hooks._hooks[p.target]) == 1, p.name
