@@ -49,12 +49,13 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "gdn": (["sglang_ascend_hybrid/ops/gdn/*"],
             ["tests/ops/test_gdn_reference.py", "tests/ops/test_gdn_dispatch.py",
              "tests/ops/test_gdn_ladder_variants.py", "tests/ops/test_gdn_planner.py", "tests/ops/test_gdn_verify.py",
-             "tests/ops/test_gdn_strength.py", "tests/emulators/test_gdn_contract.py",
+             "tests/ops/test_gdn_strength.py", "tests/ops/test_gdn_edges.py", "tests/emulators/test_gdn_contract.py",
              "tests/backends/test_gdn_hooks.py", "tests/backends/test_hooks_strength.py"]),
     "conv": (["sglang_ascend_hybrid/ops/causal_conv1d.py", "sglang_ascend_hybrid/ops/causal_conv1d_reference.py"],
              ["tests/ops/test_causal_conv1d.py", "tests/ops/test_causal_conv1d_dispatch.py",
               "tests/ops/test_causal_conv1d_fuzz.py", "tests/ops/test_causal_conv1d_ladder.py",
-              "tests/emulators/test_conv_contract.py", "tests/backends/test_short_conv_backend.py"]),
+              "tests/ops/test_conv_hooks_strength.py", "tests/emulators/test_conv_contract.py",
+              "tests/backends/test_short_conv_backend.py"]),
     "packed": (["sglang_ascend_hybrid/ops/packed_attention.py",
                 "sglang_ascend_hybrid/ops/packed_attention_reference.py"],
                ["tests/ops/test_packed_attention.py", "tests/ops/test_packed_attention_dispatch.py",
@@ -166,13 +167,13 @@ def run_group(group: str, *, sample: int | None, resume: bool, children: int) ->
                 subprocess.run([str(PY), "-m", "mutmut", "run", "--max-children", str(children), *names[i:i + 400]],
                                cwd=work, env=_env(), stdout=log, stderr=subprocess.STDOUT)
     codes = _results(work)
-    chosen = set(names) if not resume else set(json.loads((work / "results.json").read_text())["status"])
-    status = {n: _status(codes.get(n)) for n in sorted(chosen)}
-    if resume:
+    status = {n: _status(codes.get(n)) for n in names}
+    total_secs = time.time() - start
+    if resume:  # mutants killed before keep their verdict (a changed config may reset mutmut's)
         previous = json.loads((work / "results.json").read_text())
-        total_secs = previous.get("seconds", 0) + (time.time() - start)
-    else:
-        total_secs = time.time() - start
+        status = {**previous["status"], **status}
+        total_secs += previous.get("seconds", 0)
+    status = dict(sorted(status.items()))
     counts: dict[str, int] = {}
     for s in status.values():
         counts[s] = counts.get(s, 0) + 1
