@@ -119,3 +119,48 @@ def test_seq_lens_check_only_reads_2d_inputs():
     ops._host_seq_lens_check([100], "not a tensor")
     with pytest.raises(ValueError):
         ops._host_seq_lens_check([100], torch.zeros(DIM, 5))
+
+
+# ------------------------------------------------------------------ prefill checks and defaults
+
+def _fn(x, weight, qsl, **kw):
+    return ops.causal_conv1d_fn(x, weight, None, qsl, activation=None, **kw)
+
+
+@pytest.mark.parametrize("change,needle", [
+    (dict(x=torch.zeros(2, DIM, 5)), r"x has shape \(2, 16, 5\): expected \(dim, total_tokens\)"),
+    (dict(qsl=torch.tensor([0.0, 5.0])), r"query_start_loc has dtype torch.float32: expected an integer dtype"),
+    (dict(has_initial_state=torch.tensor([True, False])),
+     r"has_initial_state is given but conv_states is None: expected conv_states to read the initial states from"),
+])
+def test_prefill_input_errors_say_what_was_expected(change, needle):
+    x, weight, qsl = _case()
+    args = dict(x=x, qsl=qsl)
+    args.update({k: v for k, v in change.items() if k in args})
+    extra = {k: v for k, v in change.items() if k not in args}
+    with pytest.raises(ValueError, match=needle):
+        _fn(args["x"], weight, args["qsl"], **extra)
+
+
+def test_an_empty_sequence_may_share_a_slot_with_a_live_one():
+    """Only non-empty sequences own their slot: an empty one naming the same slot is no race."""
+    x, weight, _ = _case()
+    qsl = torch.tensor([0, 0, 5], dtype=torch.int32)
+    pool = torch.zeros(2, 2, DIM)
+    out = _fn(x, weight, qsl, cache_indices=torch.tensor([1, 1]), conv_states=cuda_layout_view(pool))
+    assert out.shape == x.shape
+    torch.testing.assert_close(pool[1], x[:, 3:].t())
+    with pytest.raises(ValueError, match="cache_indices"):
+        _fn(x, weight, torch.tensor([0, 2, 5], dtype=torch.int32), cache_indices=torch.tensor([1, 1]),
+            conv_states=cuda_layout_view(torch.zeros(2, 2, DIM)))
+
+
+def test_without_cache_indices_sequence_b_uses_slot_b():
+    x, weight, qsl = _case()
+    pool = torch.zeros(3, 2, DIM)
+    out = _fn(x, weight, qsl, conv_states=cuda_layout_view(pool))
+    ref_pool = torch.zeros(3, 2, DIM)
+    ref = _fn(x, weight, qsl, cache_indices=torch.tensor([0, 1]), conv_states=cuda_layout_view(ref_pool))
+    assert torch.equal(out, ref) and torch.equal(pool, ref_pool)
+    torch.testing.assert_close(pool[1], x[:, 3:].t())
+    assert torch.count_nonzero(pool[2]) == 0
