@@ -183,13 +183,50 @@ def run_group(group: str, *, sample: int | None, resume: bool, children: int) ->
     return result
 
 
+def _diff(work: Path, name: str) -> str:
+    out = subprocess.run([str(PY), "-m", "mutmut", "show", name], cwd=work, env=_env(), capture_output=True,
+                         text=True).stdout
+    lines = [ln for ln in out.splitlines() if ln[:2] in ("- ", "+ ") or (ln[:1] in "-+" and ln[:3] not in
+                                                                        ("---", "+++"))]
+    return " / ".join(" ".join(ln.split()) for ln in lines)
+
+
+def report(groups) -> None:
+    """Markdown: counts per group, then every mutant not killed with its diff (for the triage)."""
+    print("| group | generated | run | killed | not killed |")
+    print("| --- | ---: | ---: | ---: | --- |")
+    rows = []
+    for group in groups:
+        path = WORK / group / "results.json"
+        if not path.exists():
+            continue
+        r = json.loads(path.read_text())
+        killed = sum(1 for s in r["status"].values() if s in KILLED)
+        rest = {k: v for k, v in r["counts"].items() if k not in KILLED}
+        rest = {}
+        for s in r["status"].values():
+            if s not in KILLED:
+                rest[s] = rest.get(s, 0) + 1
+        print(f"| {group} | {r['generated']} | {len(r['status'])} | {killed} | {rest or '-'} |")
+        rows.append(r)
+    for r in rows:
+        print(f"\n### {r['group']}\n")
+        for name, s in r["status"].items():
+            if s not in KILLED:
+                print(f"- `{name.split('.', 1)[1]}` [{s}]: `{_diff(WORK / r['group'], name)}`")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("groups", nargs="*", help=f"groups (default: all): {', '.join(GROUPS)}")
     ap.add_argument("--sample", type=int, default=None, help="mutants per group (deterministic sample)")
     ap.add_argument("--resume", action="store_true", help="rerun the mutants not killed, with the current tests")
     ap.add_argument("--max-children", type=int, default=2)
+    ap.add_argument("--report", action="store_true", help="print the survivors of the last runs (markdown)")
     args = ap.parse_args(argv)
+    if args.report:
+        report(args.groups or list(GROUPS))
+        return 0
     unknown = [g for g in args.groups if g not in GROUPS]
     if unknown:
         ap.error(f"unknown group(s) {unknown}; expected some of {list(GROUPS)}")

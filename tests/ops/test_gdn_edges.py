@@ -136,3 +136,16 @@ def test_verify_padding_rows_gather_in_bounds_without_value_checks():
         assert torch.count_nonzero(o[1]) == 0
         changed = (target != before).flatten(1).any(1).nonzero().flatten().tolist()
         assert changed == ([0, 1] if c is call else [1])
+
+
+@pytest.mark.parametrize("bad", ["q", "g", "beta"])
+def test_integer_inputs_are_refused_naming_the_dtype(bad):
+    args = dict(q=torch.zeros(1, 4, 1, 8), k=torch.zeros(1, 4, 1, 8), v=torch.zeros(1, 4, 2, 8),
+                g=torch.zeros(1, 4, 2), beta=torch.zeros(1, 4, 2))
+    args[bad] = args[bad].to(torch.int32)
+    if bad == "q":
+        args["k"] = args["k"].to(torch.int32)
+        args["v"] = args["v"].to(torch.int32)
+    with pytest.raises(ValueError, match=rf"^{bad}\.dtype=torch\.int32: expected a floating-point dtype$"):
+        chunk_gated_delta_rule(args["q"], args["k"], args["v"], args["g"], args["beta"],
+                               cu_seqlens=torch.tensor([0, 4]))
