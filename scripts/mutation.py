@@ -36,7 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = ROOT / ".venv" / "bin" / "python"
-WORK = ROOT / ".mutation"
+WORK = Path(os.environ.get("MUTATION_WORK", ROOT / ".mutation"))
 
 # group -> (modules mutated, test files that exercise them)
 GROUPS: dict[str, tuple[list[str], list[str]]] = {
@@ -84,9 +84,9 @@ def _env():
 
 
 def _copy_tree(dst: Path) -> None:
-    ignore = shutil.ignore_patterns(".venv*", ".git", ".mutation", "__pycache__", ".hypothesis", "*.egg-info")
+    ignore = shutil.ignore_patterns(".venv*", ".git", ".mutation*", "__pycache__", ".hypothesis", "*.egg-info")
     for entry in ROOT.iterdir():
-        if entry.name in (".venv", ".git", ".mutation") or entry.name.startswith(".venv"):
+        if entry.name == ".git" or entry.name.startswith((".venv", ".mutation")) or entry.resolve() == WORK:
             continue
         target = dst / entry.name
         if entry.is_dir():
