@@ -66,7 +66,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                   "tests/ops/test_gdn_ladder_variants.py", "tests/ops/test_packed_attention_dispatch.py",
                   "tests/test_plugin_unit.py", "tests/test_doctor_cli.py"]),
     "backends": (["sglang_ascend_hybrid/backends/*"],
-                 ["tests/backends", "tests/integration/test_launch_resolution.py",
+                 ["tests/backends", "tests/ops/test_gdn_verify.py", "tests/integration/test_launch_resolution.py",
                   "tests/integration/test_gdn_state_dtype.py", "tests/test_plugin_unit.py"]),
 }
 
@@ -139,6 +139,9 @@ def _sample(names: list[str], n: int) -> list[str]:
 
 def run_group(group: str, *, sample: int | None, resume: bool, children: int) -> dict:
     modules, tests = GROUPS[group]
+    # MUTATION_TESTS narrows the selection (a --resume that re-checks survivors against new test files
+    # only: a kill with fewer tests is still a kill)
+    tests = os.environ.get("MUTATION_TESTS", "").split() or tests
     work = WORK / group
     start = time.time()
     if not resume or not (work / "mutants").exists():

@@ -230,3 +230,39 @@ def test_launch_defaults_hook_runs_upstream_after_its_own_step(monkeypatch):
     monkeypatch.setattr(launch_defaults, "apply_launch_defaults", lambda a: order.append("plugin"))
     launch_defaults.launch_defaults_hook(object(), lambda a: order.append("upstream"))
     assert order == ["plugin", "upstream"]
+
+
+def test_entry_hook_hands_the_original_every_argument_as_given():
+    """When the entry serves the call itself, it receives exactly the caller's arguments."""
+    q, k, v, g, beta, cu, h0 = _fla_inputs([5, 3], 1, 2, 8, 8, seed=46)
+    seen = []
+
+    def original(*args, **kwargs):
+        seen.append((args, kwargs))
+        return "entry result"
+
+    got = gdn_hooks.sgl_chunk_gated_delta_rule_npu(original, q, k, v, g, beta, scale=0.3, initial_state=h0,
+                                                   output_final_state=False, cu_seqlens=cu,
+                                                   use_qk_l2norm_in_kernel=True)
+    assert got == "entry result"
+    (args, kwargs), = seen
+    assert all(a is b for a, b in zip(args, (q, k, v, g, beta))) and len(args) == 5
+    assert kwargs == dict(scale=0.3, initial_state=h0, output_final_state=False, cu_seqlens=cu, head_first=False,
+                          use_qk_l2norm_in_kernel=True)
+    # an argument the hook does not know goes straight to the entry, even after a refusal was learnt
+    original_refusing, _ = _refusing_entry()
+    gdn_hooks.sgl_chunk_gated_delta_rule_npu(original_refusing, q, k, v, g, beta, initial_state=h0, cu_seqlens=cu)
+    seen.clear()
+    assert gdn_hooks.sgl_chunk_gated_delta_rule_npu(original, q, k, v, g, beta, initial_state=h0, cu_seqlens=cu,
+                                                    chunk_size=64) == "entry result"
+    assert seen[0][1]["chunk_size"] == 64
+
+
+def test_ascend_hook_without_forward_metadata_keeps_the_chunk_states(monkeypatch):
+    """A backend object without ``forward_metadata`` (tracking unknown): h is produced, not zeros."""
+    monkeypatch.delenv("GDN_ATTN_BACKEND_TRITON", raising=False)
+    q, k, v, g, beta, state, cu = _ascend_inputs(seed=47)
+    _, _, h = gdn_hooks.ascend_chunk_gdn(None, SimpleNamespace(), q, k, v, g, beta, state, cu)
+    _, _, ref_h = fla(q[None], k[None], v[None], g, beta, cu.long(), state, 16 ** -0.5, l2=True, chunk_starts=True)
+    torch.testing.assert_close(h.float(), ref_h, atol=2e-2, rtol=2e-2)
+    assert torch.count_nonzero(h[0]) > 0
