@@ -227,9 +227,10 @@ def test_launch_config_error_always_propagates(strict, monkeypatch):
 
 def test_launch_defaults_hook_runs_upstream_after_its_own_step(monkeypatch):
     order = []
-    monkeypatch.setattr(launch_defaults, "apply_launch_defaults", lambda a: order.append("plugin"))
-    launch_defaults.launch_defaults_hook(object(), lambda a: order.append("upstream"))
-    assert order == ["plugin", "upstream"]
+    args = object()
+    monkeypatch.setattr(launch_defaults, "apply_launch_defaults", lambda a: order.append(("plugin", a)))
+    launch_defaults.launch_defaults_hook(args, lambda a: order.append(("upstream", a)))
+    assert order == [("plugin", args), ("upstream", args)]
 
 
 def test_entry_hook_hands_the_original_every_argument_as_given():
@@ -255,7 +256,8 @@ def test_entry_hook_hands_the_original_every_argument_as_given():
     seen.clear()
     assert gdn_hooks.sgl_chunk_gated_delta_rule_npu(original, q, k, v, g, beta, initial_state=h0, cu_seqlens=cu,
                                                     chunk_size=64) == "entry result"
-    assert seen[0][1]["chunk_size"] == 64
+    assert seen[0][1]["chunk_size"] == 64 and seen[0][1]["output_final_state"] is True  # the entry's default
+    assert all(a is b for a, b in zip(seen[0][0], (q, k, v, g, beta))) and len(seen[0][0]) == 5
 
 
 def test_ascend_hook_without_forward_metadata_keeps_the_chunk_states(monkeypatch):
