@@ -114,3 +114,32 @@ def test_a_real_kernel_serves_npu_tensors_only(monkeypatch):
     assert not seam.serves(name, npu_tensor, torch.zeros(1))
     assert not seam.serves(name, object())
     assert not seam.serves("absent_kernel_for_test", npu_tensor) or seam.available("absent_kernel_for_test")
+
+
+def test_real_kernel_resolution_through_the_package_stubs(npu_stub_packages, monkeypatch):
+    """With (stub) torch_npu and sgl_kernel_npu importable: a ``pkg.module:attr`` entry resolves to
+    the module's attribute, a missing attribute or package to None, and a torch.ops.npu op to the
+    namespace's attribute once its owner imported."""
+    from sgl_kernel_npu.fla import l2norm as stub_module
+
+    assert seam.package_available("torch_npu") and seam.package_available("sgl_kernel_npu")
+    assert not seam.package_available("no_such_kernel_package_for_test")
+    assert seam.lookup("sgl_kernel_npu.fla.l2norm:l2norm_fwd") is stub_module.l2norm_fwd
+    assert seam.lookup("sgl_kernel_npu.fla.l2norm:no_such_attr") is None
+    assert seam.lookup("no_such_kernel_package_for_test.x:y") is None
+    sentinel = object()
+    monkeypatch.setattr(torch.ops, "npu", SimpleNamespace(chunk_gated_delta_rule=sentinel), raising=False)
+    assert seam.lookup("chunk_gated_delta_rule") is sentinel
+    assert seam.lookup("chunk_gated_delta_rule") is sentinel  # cached
+    assert seam.lookup("no_such_npu_op_for_test") is None
+
+
+def test_without_torch_npu_no_npu_op_resolves(monkeypatch):
+    seam.reset_probes()
+    monkeypatch.setitem(seam._probe, "torch_npu", False)
+    monkeypatch.setattr(torch.ops, "npu", SimpleNamespace(chunk_gated_delta_rule=object()), raising=False)
+    try:
+        assert seam.lookup("chunk_gated_delta_rule") is None
+        assert seam.chip_generation() is None
+    finally:
+        seam.reset_probes()
