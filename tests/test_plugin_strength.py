@@ -237,8 +237,10 @@ def test_strict_error_names_every_failure_and_the_way_out(fake_sglang, monkeypat
                          "release or use --attention-backend ascend to continue with these fixes missing.")
 
 
-def test_an_unimportable_hook_registry_is_recorded_failed(fake_sglang):  # noqa: F811
-    """The fake SGLang has no diffusion runtime: its patches fail with the reason named."""
+def test_an_unimportable_hook_registry_is_recorded_failed(fake_sglang, monkeypatch):  # noqa: F811
+    """No diffusion runtime (its registry module does not import): its patches fail with the
+    reason named."""
+    monkeypatch.setitem(sys.modules, "sglang.multimodal_gen.runtime.platforms.plugins", None)
     plugin.register_multimodal()
     for p in (p for p in patches.PATCHES if p.runtime == "multimodal"):
         st = status.STATUS.patches[p.name]
