@@ -175,7 +175,11 @@ def run_group(group: str, *, sample: int | None, resume: bool, children: int) ->
     total_secs = time.time() - start
     if resume:  # mutants killed before keep their verdict (a changed config may reset mutmut's)
         previous = json.loads((work / "results.json").read_text())
-        status = {**previous["status"], **status}
+        merged = dict(previous["status"])
+        for n, st in status.items():  # a narrower selection may know no test for a mutant: keep the old verdict
+            if st in KILLED or (merged.get(n) not in KILLED and st != "no tests"):
+                merged[n] = st
+        status = merged
         total_secs += previous.get("seconds", 0)
     status = dict(sorted(status.items()))
     counts: dict[str, int] = {}
