@@ -67,7 +67,7 @@ def test_chunk_fp32_matches_fla(lens, hk, ratio, with_state, l2):
     torch.testing.assert_close(final, ref_final, atol=2e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("dtype,tol", [(torch.float16, 2e-2), (torch.bfloat16, 6e-2)])
+@pytest.mark.parametrize("dtype,tol", [(torch.float16, 2e-3), (torch.bfloat16, 1e-2)])  # measured: 4e-4, 3e-3
 @pytest.mark.parametrize("ratio", [1, 2, 3, 4])
 def test_chunk_half_precision_matches_fla(dtype, tol, ratio):
     lens = [3, 90, 64]

@@ -1,0 +1,145 @@
+"""The generic kernel ladder and the seam's device facts, found weak by mutation testing (issue 16):
+keyword arguments reach every rung, the errors name the op, fatal device errors are recognised
+by type and by text, the chip is classified from its device name, a real kernel serves only
+NPU tensors."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from sglang_ascend_hybrid.ops import seam
+from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable, Ladder, Rung, is_fatal_device_error
+
+
+def _ladder(first_fails=None):
+    seen = []
+
+    def fast(sig, x, *, scale):
+        seen.append(("fast", scale))
+        if first_fails is not None:
+            raise first_fails
+        return x * scale
+
+    def slow(sig, x, *, scale):
+        seen.append(("slow", scale))
+        return x * scale + 0.5
+
+    ladder = Ladder("demo_op", [
+        Rung("fast", lambda sig, x, *, scale: scale > 0, lambda x, *, scale: fast(None, x, scale=scale),
+             is_refusal=lambda exc: "refuses" in str(exc), device=True, needs="a positive scale"),
+        Rung("slow", lambda sig, x, *, scale: True, lambda x, *, scale: slow(None, x, scale=scale)),
+    ])
+    return ladder, seen
+
+
+def test_keyword_arguments_reach_predicates_and_rungs():
+    ladder, seen = _ladder()
+    assert ladder("sig", 2.0, scale=3.0) == 6.0
+    assert ladder("sig", 2.0, scale=-1.0) == -1.5  # the predicate saw the keyword: slow rung
+    assert ladder.choose("sig", 2.0, scale=-1.0).name == "slow"
+    assert ladder("sig", 2.0, scale=3.0, backend="slow") == 6.5
+    assert seen == [("fast", 3.0), ("slow", -1.0), ("slow", 3.0)]
+
+
+def test_refusal_falls_to_the_next_rung_with_the_keywords():
+    ladder, seen = _ladder(first_fails=RuntimeError("kernel refuses this shape"))
+    assert ladder("sig", 2.0, scale=3.0) == 6.5
+    assert seen == [("fast", 3.0), ("slow", 3.0)]
+    assert ladder.refused("fast", "sig") and not ladder.refused("fast", "other")
+    ladder.forget_refusals()
+    assert not ladder.refused("fast", "sig")
+
+
+def test_forced_rung_that_cannot_serve_names_the_op_and_what_it_needs():
+    ladder, _ = _ladder()
+    with pytest.raises(ForcedRungUnavailable, match=r"^demo_op: the forced kernel 'fast' is unavailable for sig "
+                                                    r"\(it needs a positive scale\); use 'auto'"):
+        ladder("sig", 2.0, scale=-1.0, backend="fast")
+    bare = Ladder("bare_op", [Rung("only", lambda sig: False, lambda: None)])
+    with pytest.raises(ForcedRungUnavailable, match=r"unavailable for sig; use 'auto'"):
+        bare("sig", backend="only")
+    with pytest.raises(RuntimeError, match=r"^bare_op: no rung can serve 'sig'$"):
+        bare.choose("sig")
+    with pytest.raises(ValueError, match=r"^ladder 'empty' needs at least one rung$"):
+        Ladder("empty", [])
+
+
+def test_every_rung_refusing_is_an_error_naming_the_op():
+    refusing = Ladder("all_refuse", [
+        Rung("a", lambda sig: True, lambda: (_ for _ in ()).throw(RuntimeError("a refuses")),
+             is_refusal=lambda exc: True, device=True)])
+    with pytest.raises(RuntimeError, match=r"^all_refuse: every rung refused 'sig'$"):
+        refusing("sig")
+
+
+@pytest.mark.parametrize("exc,fatal", [
+    (MemoryError(), True),
+    (type("OutOfMemoryError", (RuntimeError,), {})("x"), True),
+    (RuntimeError("NPU Out Of Memory. Tried to allocate 2 GiB"), True),
+    (RuntimeError("Device Lost"), True),
+    (RuntimeError("unsupported head pair"), False),
+    (ValueError("bad"), False),
+])
+def test_fatal_device_errors_by_type_and_text(exc, fatal):
+    assert is_fatal_device_error(exc) is fatal
+
+
+def test_a_non_device_rung_propagates_runtime_errors():
+    r = Rung("torch", lambda sig: True, lambda: None)
+    assert r.classify(RuntimeError("anything")) == "error"
+    d = Rung("npu", lambda sig: True, lambda: None, device=True)
+    assert d.classify(RuntimeError("anything")) == "unexpected"
+    assert d.classify(ForcedRungUnavailable("x")) == "error"
+    assert d.classify(ValueError("x")) == "error"
+
+
+@pytest.mark.parametrize("name,chip", [
+    ("Ascend910_9382", "A3"), ("Ascend 910C", "A3"), ("ascend910b4", "A2"), ("Ascend910B3", "A2"),
+    ("Ascend950PR", "950"), ("Tesla V100", None),
+])
+def test_chip_is_classified_from_the_device_name(name, chip):
+    assert seam.classify_chip(name) == chip
+
+
+def test_a_real_kernel_serves_npu_tensors_only(monkeypatch):
+    name = "demo_kernel_for_test"
+    kernel = object()
+    monkeypatch.setitem(seam._resolved, name, kernel)
+    npu_tensor = SimpleNamespace(device=SimpleNamespace(type="npu"))
+    assert seam.lookup(name) is kernel and seam.available(name)
+    assert seam.serves(name, npu_tensor, npu_tensor)
+    assert not seam.serves(name, npu_tensor, torch.zeros(1))
+    assert not seam.serves(name, object())
+    assert not seam.serves("absent_kernel_for_test", npu_tensor) or seam.available("absent_kernel_for_test")
+
+
+def test_real_kernel_resolution_through_the_package_stubs(npu_stub_packages, monkeypatch):
+    """With (stub) torch_npu and sgl_kernel_npu importable: a ``pkg.module:attr`` entry resolves to
+    the module's attribute, a missing attribute or package to None, and a torch.ops.npu op to the
+    namespace's attribute once its owner imported."""
+    from sgl_kernel_npu.fla import l2norm as stub_module
+
+    assert seam.package_available("torch_npu") and seam.package_available("sgl_kernel_npu")
+    assert not seam.package_available("no_such_kernel_package_for_test")
+    assert seam.lookup("sgl_kernel_npu.fla.l2norm:l2norm_fwd") is stub_module.l2norm_fwd
+    assert seam.lookup("sgl_kernel_npu.fla.l2norm:no_such_attr") is None
+    assert seam.lookup("no_such_kernel_package_for_test.x:y") is None
+    sentinel = object()
+    monkeypatch.setattr(torch.ops, "npu", SimpleNamespace(chunk_gated_delta_rule=sentinel), raising=False)
+    assert seam.lookup("chunk_gated_delta_rule") is sentinel
+    assert seam.lookup("chunk_gated_delta_rule") is sentinel  # cached
+    assert seam.lookup("no_such_npu_op_for_test") is None
+
+
+def test_without_torch_npu_no_npu_op_resolves(monkeypatch):
+    seam.reset_probes()
+    monkeypatch.setitem(seam._probe, "torch_npu", False)
+    monkeypatch.setattr(torch.ops, "npu", SimpleNamespace(chunk_gated_delta_rule=object()), raising=False)
+    try:
+        assert seam.lookup("chunk_gated_delta_rule") is None
+        assert seam.chip_generation() is None
+    finally:
+        seam.reset_probes()
