@@ -87,5 +87,14 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_terminal_summary(terminalreporter):
-    for name, (why, ids) in sorted(_OFF_ROUTE.items()):
-        terminalreporter.write_line(f"deselected {len(ids)} tests of patch {name} ({why})")
+    """One line per patch whose tests this release deselects (with pytest-xdist the
+    workers deselect, so the controller names the patches without a count)."""
+    from sglang_ascend_hybrid import patches
+
+    names = set(ROUTE_FIXTURES.values()) | set(_OFF_ROUTE)
+    for name in sorted(names):
+        st = patches.release_state(patches.by_name(name))
+        if st is None or st[0] not in (patches.NOT_NEEDED, patches.UNAVAILABLE):
+            continue
+        count = f"{len(_OFF_ROUTE[name][1])} " if name in _OFF_ROUTE else ""
+        terminalreporter.write_line(f"deselected {count}tests of patch {name} ({st[0]}: {st[1]})")
