@@ -164,3 +164,31 @@ def test_without_cache_indices_sequence_b_uses_slot_b():
     assert torch.equal(out, ref) and torch.equal(pool, ref_pool)
     torch.testing.assert_close(pool[1], x[:, 3:].t())
     assert torch.count_nonzero(pool[2]) == 0
+
+
+# ------------------------------------------------------------------ every refusal text, exactly
+
+def _exact(text):
+    import re
+    return "^" + re.escape(text) + "$"
+
+
+def test_refusal_texts_say_what_was_expected():
+    x, weight, qsl = _case()
+    with pytest.raises(ValueError, match=_exact("block_table is not None: expected None (chunk block tables are "
+                                                "not supported by the Ascend short-conv path)")):
+        ops.causal_conv1d_fn(x, weight, None, qsl, block_table=torch.zeros(1))
+    with pytest.raises(ValueError, match=_exact("x has shape (): expected (dim, T) or (batch, dim, seqlen) when "
+                                                "query_start_loc is None")):
+        ops.causal_conv1d_fn([1.0, 2.0], weight)
+    with pytest.raises(ValueError, match=_exact(f"conv_states has shape (): expected (slots, dim={DIM}, "
+                                                f"state_len>=2)")):
+        ops.causal_conv1d_fn(x, weight, None, qsl, conv_states="not a tensor")
+    with pytest.raises(ValueError, match=_exact("weight has width 1: expected width >= 2")):
+        ops.causal_conv1d_fn(x, weight[:, :1].contiguous(), None, qsl)
+    state = torch.zeros(1, DIM, 2)
+    with pytest.raises(ValueError, match=_exact("x has shape (): expected (batch, dim) or (batch, dim, seqlen)")):
+        ops.causal_conv1d_update("not a tensor", state, weight)
+    with pytest.raises(ValueError, match=_exact("conv_state has 1 slots: expected >= batch (2) when "
+                                                "conv_state_indices is None")):
+        ops.causal_conv1d_update(torch.randn(2, DIM), state, weight)
