@@ -225,7 +225,7 @@ def test_deferred_patch_that_fails_is_recorded_and_the_rest_applied(fake_sglang,
 
 def test_strict_error_names_every_failure_and_the_way_out(fake_sglang, monkeypatch):  # noqa: F811
     broken = [p for p in _srt() if p.kind != "hook"][:2]
-    monkeypatch.setattr(patches, "verify", lambda p: f"{p.name} gone" if p in broken else None)
+    monkeypatch.setattr(patches, "verify", lambda p, *_a, **_k: f"{p.name} gone" if p in broken else None)
     plugin.register()
     mode.record_request()
     with pytest.raises(plugin.PluginPatchError) as err:
