@@ -1,0 +1,51 @@
+"""The seam resolves the torch.ops.npu ops sgl-kernel-npu registers only after importing it
+(NPU_CONTRACTS.md section 0), and takes no negative cache before that import."""
+
+from __future__ import annotations
+
+import torch
+
+from sglang_ascend_hybrid.ops import seam
+
+
+def test_owner_is_imported_before_the_op_is_looked_up(monkeypatch):
+    seam.reset_probes()
+    imported = []
+
+    def fake_available(name):
+        imported.append(name)
+        if name == "sgl_kernel_npu":  # importing it registers the op
+            monkeypatch.setattr(torch.ops.npu, "recurrent_gated_delta_rule", kernel, raising=False)
+        return True
+
+    def kernel(*a, **k):
+        return "ran"
+
+    monkeypatch.setattr(seam, "package_available", fake_available)
+    try:
+        assert seam.lookup("recurrent_gated_delta_rule") is kernel
+        assert imported == ["torch_npu", "sgl_kernel_npu"]
+    finally:
+        seam.reset_probes()
+
+
+def test_absent_owner_means_absent_op_and_a_later_probe_can_find_it(monkeypatch):
+    seam.reset_probes()
+    state = {"owner": False}
+    monkeypatch.setattr(seam, "package_available",
+                        lambda name: name == "torch_npu" or (name == "sgl_kernel_npu" and state["owner"]))
+    monkeypatch.setattr(torch.ops.npu, "causal_conv1d", lambda *a, **k: None, raising=False)
+    try:
+        assert seam.lookup("causal_conv1d") is None  # registered by sgl-kernel-npu, which is absent
+        seam.reset_probes()
+        state["owner"] = True
+        assert seam.lookup("causal_conv1d") is not None
+    finally:
+        seam.reset_probes()
+
+
+def test_chip_names_map_to_generations():
+    assert seam.classify_chip("Ascend910B3") == "A2"
+    assert seam.classify_chip("Ascend910_9382") == "A3"
+    assert seam.classify_chip("Ascend950PR") == "950"
+    assert seam.classify_chip("Ascend310P") is None
