@@ -23,6 +23,7 @@ from sglang_ascend_hybrid.emulators import gdn as emu
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import dispatch
 from tests.ops.gdn_strength_oracle import fla, make_triton_chunk_emulator, normalize
+from tests.call_counter import Counting as _Counting
 
 MEGA_REFUSAL = "unsupported mega_chunk_gdn (NumValueHeads, NumKeyHeads) pair (6, 2)"
 
@@ -34,13 +35,6 @@ def _fresh_ladders():
     dispatch.forget_refusals()
 
 
-class _Counting:
-    def __init__(self, fn):
-        self.fn, self.calls = fn, 0
-
-    def __call__(self, *a, **kw):
-        self.calls += 1
-        return self.fn(*a, **kw)
 
 
 def _fla_inputs(lens, hk, hv, K, V, seed, dtype=torch.float16):

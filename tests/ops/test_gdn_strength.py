@@ -27,6 +27,7 @@ from sglang_ascend_hybrid.ops.gdn.reference import chunk_gdn_torch
 from tests.ops.gdn_strength_oracle import C, make_triton_chunk_emulator
 from tests.ops.gdn_strength_oracle import fla as _fla
 from tests.ops.gdn_strength_oracle import normalize as _normalize
+from tests.call_counter import Counting as _Counting
 
 def _inputs(lens, hk, ratio, K, V, *, dtype=torch.float32, seed=0, with_state=True, decay_offset=2.0,
             strong_heads=()):
@@ -97,13 +98,6 @@ def test_chunk_size_other_than_64_matches_fla():
 
 # ------------------------------------------------------------------ the Triton prefill rung
 
-class _Counting:
-    def __init__(self, fn):
-        self.fn, self.calls = fn, 0
-
-    def __call__(self, *a, **kw):
-        self.calls += 1
-        return self.fn(*a, **kw)
 
 
 def test_triton_emulator_agrees_with_fla():
