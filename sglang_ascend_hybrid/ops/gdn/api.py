@@ -10,6 +10,7 @@ import torch
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops.gdn import dispatch
+from sglang_ascend_hybrid.ops.gdn.scatter import scatter_agreeing
 from sglang_ascend_hybrid.ops.host import host_list
 from sglang_ascend_hybrid.ops.gdn.reference import l2norm
 
@@ -31,13 +32,9 @@ def _backend(requested: str, ladder_names: tuple, op: str) -> str:
         if requested not in ladder_names:
             _fail("backend", repr(requested), f"'auto' or one of {ladder_names}")
         return requested
-    forced = ENV.GDN_BACKEND.get().strip()
+    forced = ENV.GDN_BACKEND.get()  # validated against every GDN rung name in envs.py
     if forced == "auto":
         return "auto"
-    known = set(dispatch.prefill_rungs()) | set(dispatch.decode_rungs())
-    if forced not in known:
-        raise ValueError(f"environment variable {ENV.GDN_BACKEND.name}={forced!r}: expected 'auto' or one "
-                         f"of {sorted(known)}")
     if forced not in ladder_names:
         log_once(logger, ("gdn-env-backend", op, forced),
                  "sglang-ascend-hybrid: %s=%s is not a GDN %s kernel; %s walks its ladder %s",
@@ -140,20 +137,6 @@ def check_state_indices(state_indices: torch.Tensor, num_slots: int, name: str =
               "each slot at most once per batch (repeated slots would race)")
 
 
-def scatter_rows(pool: torch.Tensor, slots: torch.Tensor, live: torch.Tensor, new_rows: torch.Tensor) -> None:
-    """``pool[slots[i]] = new_rows[i]`` for the live rows, without a host sync or a data-dependent shape.
-
-    Padding rows must write somewhere (one ``index_copy_`` for all rows keeps shapes static): they
-    write slot 0 with exactly the value slot 0 ends up with (the live row's new value if a live row
-    owns slot 0, else its current value), so the duplicate writes agree whatever their order."""
-    live_at0 = live & (slots == 0)
-    owner = live_at0.to(torch.int32).argmax()
-    fill = torch.where(live_at0.any(), new_rows.index_select(0, owner.view(1))[0], pool[0])
-    mask = live.view(-1, *([1] * (new_rows.dim() - 1)))
-    values = torch.where(mask, new_rows.to(pool.dtype), fill.to(pool.dtype))
-    pool.index_copy_(0, torch.where(live, slots, torch.zeros_like(slots)), values)
-
-
 def recurrent_gated_delta_rule(q, k, v, g, beta, *, state_pool, state_indices, scale: Optional[float] = None,
                                use_qk_l2norm: bool = False, backend: str = "auto",
                                check_values: Optional[bool] = None):
@@ -191,6 +174,6 @@ def recurrent_gated_delta_rule(q, k, v, g, beta, *, state_pool, state_indices, s
     call = dispatch.StepCall(q[0], k[0], v[0], g[0], beta[0], state_pool.index_select(0, slots), float(scale),
                              qk_l2norm=use_qk_l2norm)
     o, new_states = dispatch.run_decode(call, backend)
-    scatter_rows(state_pool, slots, live, new_states)
+    scatter_agreeing(state_pool, slots, live, new_states.float())
     out[0] = torch.where(live.view(B, 1, 1), o.to(q.dtype), out[0])
     return out

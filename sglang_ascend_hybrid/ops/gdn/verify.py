@@ -39,6 +39,7 @@ from sglang_ascend_hybrid.ops.host import host_list
 from sglang_ascend_hybrid.ops.gdn import capabilities as caps
 from sglang_ascend_hybrid.ops.gdn.dispatch import GdnSignature
 from sglang_ascend_hybrid.ops.gdn.reference import l2norm
+from sglang_ascend_hybrid.ops.gdn.scatter import scatter_agreeing
 from sglang_ascend_hybrid.ops.ladder import Ladder, Rung
 
 logger = logging.getLogger(__name__)
@@ -152,21 +153,6 @@ def _initial_states(call: VerifyCall) -> torch.Tensor:
     from_scratch = call.intermediate_state.index_select(0, r0.clamp(0, m - 1))
     first_step = (r0.remainder(S) == 0).view(B, 1, 1, 1)
     return torch.where(first_step, from_pool, from_scratch).float()
-
-
-def scatter_agreeing(target: torch.Tensor, rows: torch.Tensor, valid: torch.Tensor, values: torch.Tensor) -> None:
-    """``target[rows[i]] = values[i]`` for the valid entries, in one static-shape ``index_copy_``.
-
-    Invalid entries write row 0 with the value row 0 ends up with (a valid entry's value if one
-    owns row 0, else its current value), so duplicate writes agree whatever their order.
-    ``values`` (fp32) is overwritten in place for the invalid entries."""
-    owns0 = valid & (rows == 0)
-    owner = owns0.to(torch.int32).argmax()
-    fill = torch.where(owns0.any(), values.index_select(0, owner.view(1))[0], target[0].to(values.dtype))
-    mask = valid.view(-1, *([1] * (values.dim() - 1)))
-    torch.where(mask, values, fill, out=values)
-    target.index_copy_(0, torch.where(valid, rows, torch.zeros_like(rows)),
-                       values if values.dtype == target.dtype else values.to(target.dtype))
 
 
 # Requests whose fp32 states are updated together: about 4 MiB of state, so a block stays in cache.
