@@ -54,7 +54,6 @@ def state_dtype(cfg: dict, override: Optional[str] = None) -> tuple[str, str]:
 
 
 def gdn_entry(cfg: dict, tp: int, predicate=None, ssm_dtype: Optional[str] = None) -> dict[str, Any]:
-    from sglang_ascend_hybrid.backends.gdn_state_dtype import plan_state
     from sglang_ascend_hybrid.ops.gdn import capabilities as caps
     from sglang_ascend_hybrid.ops.gdn.dispatch import plan_for_layout
 

@@ -18,7 +18,7 @@ from sglang_ascend_hybrid import __version__, patches
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.status import (
-    APPLIED, DEFERRED, DISABLED, FAILED, NOT_NEEDED, REGISTERED, SKIPPED, STATUS, UNAVAILABLE, hook_registry,
+    APPLIED, DEFERRED, DISABLED, FAILED, REGISTERED, SKIPPED, STATUS, UNAVAILABLE, hook_registry,
 )
 from sglang_ascend_hybrid.versioning import installed_version, sglang_version_problem
 

@@ -24,12 +24,10 @@ Exit code: 0 all checks pass, 1 any failure, 2 ``--device npu`` without a usable
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
-import os
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
