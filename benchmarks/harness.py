@@ -1,0 +1,258 @@
+"""Shared measurement harness of the benchmarks: side by side, interleaved, 1 and 2 threads.
+
+Every benchmark of this directory measures *ratios* of methods run in one process:
+
+* each repetition runs every method once, in an order rotated by the repetition number
+  (load changes hit every method alike);
+* the subject is also run a second time under another name (``<subject> (A/A)``): the
+  ratio of the two copies shows the machine's noise in the same run;
+* per thread count (``torch.set_num_threads``) the median and the minimum of each method
+  are reported, and every goal is checked on both (a goal is met only when the ratio of
+  medians and the ratio of minima both clear the bar);
+* the CPU time *other* processes used while a table was measured is printed with it
+  (machine busy time from ``/proc/stat`` minus this process's own CPU time, in cores): above
+  :data:`QUIET_LOAD` cores the table is LOADED (its ratios are not a result), and an A/A
+  ratio off by more than :data:`AA_TOLERANCE` marks it NOISY.
+
+A goal is ``Goal(label, numerator, denominator, bar, at_least)``: the ratio is
+``time(numerator) / time(denominator)`` and it must be ``>= bar`` (``at_least``) or
+``<= bar``.  "Subject is 1.5x faster than the loop" is ``Goal(..., "loop", subject, 1.5)``.
+
+:func:`count_torch_ops` counts the ATen operators a call dispatches (a
+``TorchDispatchMode``): the op count an NPU would pay as launches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Sequence
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+QUIET_LOAD = 0.25     # cores used by other processes during a table above which it is not a result
+AA_TOLERANCE = 0.05   # |A/A - 1| above which a table is marked noisy
+MIN_REPS = 7
+
+
+@dataclass(frozen=True)
+class Goal:
+    label: str
+    numerator: str
+    denominator: str
+    bar: float
+    at_least: bool = True
+
+    def check(self, ratio: float) -> bool:
+        return ratio >= self.bar if self.at_least else ratio <= self.bar
+
+    def wording(self) -> str:
+        return f"{self.numerator} / {self.denominator} {'>=' if self.at_least else '<='} {self.bar:g}"
+
+
+@dataclass
+class Table:
+    """One comparison at one thread count."""
+    title: str
+    threads: int
+    reps: int
+    others_load: float   # cores used by other processes while the table was measured
+    times: dict[str, list[float]]
+    goals: list[Goal]
+    subject: str
+    notes: list[str] = field(default_factory=list)
+
+    def median(self, name: str) -> float:
+        return statistics.median(self.times[name])
+
+    def minimum(self, name: str) -> float:
+        return min(self.times[name])
+
+    def ratio(self, num: str, den: str) -> tuple[float, float]:
+        return self.median(num) / self.median(den), self.minimum(num) / self.minimum(den)
+
+    @property
+    def aa(self) -> tuple[float, float]:
+        return self.ratio(aa_name(self.subject), self.subject)
+
+    @property
+    def noisy(self) -> bool:
+        return any(abs(r - 1.0) > AA_TOLERANCE for r in self.aa)
+
+    @property
+    def loaded(self) -> bool:
+        return not self.others_load <= QUIET_LOAD   # nan (no /proc/stat) counts as loaded
+
+    def goal_results(self) -> list[tuple[Goal, float, float, bool]]:
+        out = []
+        for goal in self.goals:
+            med, mn = self.ratio(goal.numerator, goal.denominator)
+            out.append((goal, med, mn, goal.check(med) and goal.check(mn)))
+        return out
+
+
+def aa_name(subject: str) -> str:
+    return f"{subject} (A/A)"
+
+
+def _busy_seconds() -> float:
+    """Seconds of CPU time the whole machine has been busy (all cores, /proc/stat)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)      # idle + iowait
+    guest = sum(fields[8:10]) if len(fields) > 9 else 0           # already counted in user/nice
+    return (sum(fields) - idle - guest) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_seconds() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+class OthersLoad:
+    """Cores used by other processes between construction and :meth:`cores`."""
+
+    def __init__(self):
+        try:
+            self._busy = _busy_seconds()
+        except (OSError, ValueError, IndexError):  # pragma: no cover - no /proc/stat
+            self._busy = None
+        self._own, self._wall = _own_seconds(), time.perf_counter()
+
+    def cores(self) -> float:
+        if self._busy is None:
+            return float("nan")
+        wall = time.perf_counter() - self._wall
+        others = (_busy_seconds() - self._busy) - (_own_seconds() - self._own)
+        return max(others, 0.0) / max(wall, 1e-9)
+
+
+def measure(title: str, methods: Sequence[tuple[str, Callable[[], object]]], subject: str,
+            goals: Sequence[Goal] = (), reps: int = MIN_REPS, threads: int = 1,
+            warmup: int = 1, notes: Sequence[str] = ()) -> Table:
+    """Time ``methods`` interleaved at ``threads`` threads; ``subject`` gets an A/A copy."""
+    names = [n for n, _ in methods]
+    if subject not in names:
+        raise ValueError(f"subject={subject!r}: expected one of {names}")
+    fns = dict(methods)
+    runs = list(methods) + [(aa_name(subject), fns[subject])]
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for _ in range(warmup):
+            for _, fn in runs:
+                fn()
+        times: dict[str, list[float]] = {n: [] for n, _ in runs}
+        others = OthersLoad()
+        for rep in range(reps):
+            shift = rep % len(runs)
+            order = runs[shift:] + runs[:shift]
+            if rep % 2:
+                order = order[::-1]
+            for name, fn in order:
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t0)
+        load = others.cores()
+    finally:
+        torch.set_num_threads(previous)
+    return Table(title, threads, reps, load, times, list(goals), subject, list(notes))
+
+
+def report(table: Table, unit: float = 1e-3, unit_name: str = "ms") -> None:
+    flags = []
+    if table.loaded:
+        flags.append(f"LOADED (other processes used {table.others_load:.2f} cores > {QUIET_LOAD}: "
+                     "not a result)")
+    if table.noisy:
+        flags.append(f"NOISY (A/A off by more than {AA_TOLERANCE:.0%})")
+    print(f"\n== {table.title} | {table.threads} thread(s), {table.reps} interleaved reps, "
+          f"other processes {table.others_load:.2f} cores" + (" | " + "; ".join(flags) if flags else ""))
+    for note in table.notes:
+        print(f"   {note}")
+    width = max(len(n) for n in table.times)
+    for name in table.times:
+        print(f"   {name:<{width}}  median {table.median(name) / unit:10.3f} {unit_name}   "
+              f"min {table.minimum(name) / unit:10.3f} {unit_name}")
+    med, mn = table.aa
+    print(f"   A/A control: {aa_name(table.subject)} / {table.subject} = {med:.3f} (median), "
+          f"{mn:.3f} (min)")
+    for goal, med, mn, ok in table.goal_results():
+        print(f"   VERDICT {'MEETS' if ok else 'BELOW'}: {goal.label}: {goal.wording()} -> "
+              f"{med:.3f} (median), {mn:.3f} (min)")
+
+
+def summary(tables: Sequence[Table]) -> bool:
+    """Print one line per goal and thread count; True when every goal is met everywhere."""
+    print("\n== summary")
+    all_ok = True
+    for t in tables:
+        for goal, med, mn, ok in t.goal_results():
+            all_ok &= ok
+            tag = " [loaded]" if t.loaded else (" [noisy]" if t.noisy else "")
+            print(f"   {'MEETS' if ok else 'BELOW'}  {t.threads}t  {goal.label}: "
+                  f"{med:.3f} / {mn:.3f} (median / min; bar {'>=' if goal.at_least else '<='} "
+                  f"{goal.bar:g}){tag}")
+    quiet = not any(t.loaded for t in tables)
+    print(f"   overall: {'all goals met' if all_ok else 'some goals not met'}"
+          f"{'' if quiet else ' (LOADED run: not a result)'}")
+    return all_ok
+
+
+def write_json(path: str, tables: Sequence[Table], extra: dict | None = None) -> None:
+    rows = []
+    for t in tables:
+        d = asdict(t)
+        d["goals"] = [dict(asdict(g), median=med, min=mn, met=ok) for g, med, mn, ok in t.goal_results()]
+        d["aa"] = t.aa
+        d["median"] = {n: t.median(n) for n in t.times}
+        d["min"] = {n: t.minimum(n) for n in t.times}
+        rows.append(d)
+    with open(path, "w") as f:
+        json.dump({"tables": rows, **(extra or {})}, f, indent=1)
+
+
+def arguments(description: str, reps: int = MIN_REPS) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--reps", type=int, default=reps,
+                   help=f"interleaved repetitions per thread count (default {reps}; goals need >= {MIN_REPS})")
+    p.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny sizes, to check the benchmark runs (ratios mean nothing)")
+    p.add_argument("--json", default=None, help="also write the tables to this JSON file")
+    return p
+
+
+def thread_counts(spec: str) -> list[int]:
+    try:
+        counts = [int(x) for x in spec.split(",") if x.strip()]
+    except ValueError:
+        counts = []
+    if not counts or any(c < 1 for c in counts):
+        raise SystemExit(f"--threads={spec!r}: expected comma-separated positive integers, e.g. 1,2")
+    return counts
+
+
+class _OpCounter(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+        self.by_op: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        name = str(func.overloadpacket)
+        self.by_op[name] = self.by_op.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
+def count_torch_ops(fn: Callable[[], object]) -> tuple[int, dict[str, int]]:
+    """ATen operators dispatched by one call of ``fn`` (views and in-place ops included)."""
+    with _OpCounter() as counter:
+        fn()
+    return counter.count, dict(sorted(counter.by_op.items(), key=lambda kv: -kv[1]))
