@@ -477,3 +477,31 @@ def test_random_packed_case_helper():
 def test_probe_replacement_works_with_emulators_installed():
     with seam.install_emulators(emu.emulators()):
         assert pa.probe_replacement(fused_infer_attention_varlen)
+
+
+def test_query_only_rows_are_zero_and_neg_inf_whatever_their_queries():
+    """The query-only rows reach the op (against one zero key) but their results are set outright:
+    non-finite queries there cannot leak into the output, and the two-sided rows are unaffected."""
+    case = packed_case([2, 3, 2], [4, 0, 3], dtype=torch.bfloat16, seed=7)
+    case.q[2:5] = float("nan")
+    with seam.install_emulators(emu.emulators()):
+        out, lse = fused_infer_attention_varlen(*case.args(), **case.kwargs())
+    ref_out, ref_lse = pa.packed_attention_reference(case.q, case.k, case.v, case.q_bounds, case.k_bounds,
+                                                     case.scale)
+    assert torch.equal(out[2:5], torch.zeros_like(out[2:5]))
+    assert torch.isneginf(lse[:, 2:5]).all()
+    assert torch.equal(out[[0, 1, 5, 6]], ref_out[[0, 1, 5, 6]])
+    assert torch.equal(lse[:, [0, 1, 5, 6]], ref_lse[:, [0, 1, 5, 6]])
+
+
+def test_compaction_takes_non_contiguous_key_values():
+    case = packed_case([3, 0, 2], [2, 4, 0], num_heads=4, num_kv_heads=2, dtype=torch.bfloat16, seed=8)
+    k = case.k.transpose(0, 1).contiguous().transpose(0, 1)   # same values, head-major storage
+    v = case.v.transpose(0, 1).contiguous().transpose(0, 1)
+    assert not k.is_contiguous()
+    with seam.install_emulators(emu.emulators()):
+        out, lse = fused_infer_attention_varlen(case.q, k, v, case.cu_seqlens_q, case.cu_seqlens_k,
+                                                **case.kwargs())
+    ref_out, ref_lse = pa.packed_attention_reference(case.q, case.k, case.v, case.q_bounds, case.k_bounds,
+                                                     case.scale)
+    assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
