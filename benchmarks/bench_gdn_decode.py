@@ -34,7 +34,6 @@ import torch.nn.functional as F  # noqa: E402
 import harness  # noqa: E402
 from sglang_ascend_hybrid.ops.gdn.api import recurrent_gated_delta_rule  # noqa: E402
 from sglang_ascend_hybrid.ops.gdn.reference import l2norm, recurrent_step  # noqa: E402
-from sglang_ascend_hybrid.ops.gdn.scatter import scatter_agreeing  # noqa: E402
 
 HV, HK, K, V = 16, 8, 128, 128
 GOAL_SPEEDUP = 3.0
@@ -51,6 +50,18 @@ def case(batch: int, pool_dtype: torch.dtype, seed: int = 0):
     pool = (torch.randn(slots_in_pool, HV, V, K, generator=gen) * 0.1).to(pool_dtype)
     idx = torch.randperm(slots_in_pool, generator=gen)[:batch].to(torch.int32)
     return q, k, v, g, beta, pool, idx
+
+
+def scatter_agreeing(target, rows, valid, values):
+    """The previous implementation's scatter, verbatim: padding rows get the value row 0 ends with
+    (a pass over ``values``), then one ``index_copy_``."""
+    owns0 = valid & (rows == 0)
+    owner = owns0.to(torch.int32).argmax()
+    fill = torch.where(owns0.any(), values.index_select(0, owner.view(1))[0], target[0].to(values.dtype))
+    mask = valid.view(-1, *([1] * (values.dim() - 1)))
+    torch.where(mask, values, fill, out=values)
+    target.index_copy_(0, torch.where(valid, rows, torch.zeros_like(rows)),
+                       values if values.dtype == target.dtype else values.to(target.dtype))
 
 
 def previous_decode(q, k, v, g, beta, *, state_pool, state_indices, scale=None):

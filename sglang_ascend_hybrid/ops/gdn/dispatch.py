@@ -40,7 +40,7 @@ from sglang_ascend_hybrid.ops.gdn import planner
 from sglang_ascend_hybrid.ops.gdn.plan_exec import execute_plan
 from sglang_ascend_hybrid.ops.gdn.pool_step import step_on_pool
 from sglang_ascend_hybrid.ops.gdn.reference import CHUNK_SIZE, chunk_gdn_torch, l2norm
-from sglang_ascend_hybrid.ops.gdn.scatter import scatter_agreeing
+from sglang_ascend_hybrid.ops.gdn.scatter import scatter_live_rows
 from sglang_ascend_hybrid.ops.ladder import Ladder, Rung
 
 logger = logging.getLogger(__name__)
@@ -334,7 +334,7 @@ def _npu_recurrent_run(call: StepCall):
     o = seam.call(OP_NPU_RECURRENT, mix.contiguous(), states, beta_logit, call.scale, ones, idx.view(B, 1),
                   Hk, Hv, g=call.g.reshape(B, 1, Hv).float().contiguous())
     _logged("decode", "npu_recurrent", call.signature())
-    scatter_agreeing(call.pool, call.slots, call.live, states)   # only after the kernel succeeded
+    scatter_live_rows(call.pool, call.slots, call.live, states)   # only after the kernel succeeded
     return o.reshape(B, Hv, V).float()
 
 

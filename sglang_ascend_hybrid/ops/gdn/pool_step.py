@@ -19,18 +19,17 @@ op).  The step is graph-capture safe: a Python loop over a static batch size, no
 no value-dependent shape.  Key heads are never expanded to value heads: the ``r = Hv / Hk``
 value heads of a key head are one ``[r * V, K]`` operand.
 
-Padding rows (``live`` False) read slot 0 (their index is clamped) and are neutralised before
-the state passes (decay 1, update 0, on the small per-row tensors only), so they write row 0's
-content back bit for bit.  When a live row of the same block owns slot 0 the two writes race, so
-after each block's scatter row 0 is written once more with its right value (the owner's new state,
-else its current content): one row, not a pass over the block.  States are computed in fp32 and
-stored in the pool's dtype.
+Padding rows (``live`` False) read slot 0 (their index is clamped); whatever they compute is
+discarded by :func:`~sglang_ascend_hybrid.ops.gdn.scatter.scatter_live_rows`, which rewrites row 0
+after each block's scatter (one row, not a pass over the block), so no slot changes but those of
+live rows.  States are computed in fp32 and stored in the pool's dtype.
 """
 
 from __future__ import annotations
 
 import torch
 
+from sglang_ascend_hybrid.ops.gdn.scatter import scatter_live_rows
 
 CPU_BLOCK_BYTES = 4 << 20   # fp32 state bytes per block on a CPU (cache-resident between passes)
 
@@ -49,7 +48,7 @@ def step_on_pool(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Ten
     q, k ``[B, Hk, K]`` (already l2-normalised where the model asks for it); v ``[B, Hv, V]``;
     g (log-space decay), beta (post-sigmoid) ``[B, Hv]``; ``pool [slots, Hv, V, K]`` value-first
     of any float dtype; ``slots [B]`` int64 in range for every row (padding clamped to 0);
-    ``live [B]`` bool.  Output rows of padding are unspecified (finite)."""
+    ``live [B]`` bool.  Output rows of padding are unspecified."""
     B, Hk, K = q.shape
     Hv, V = v.shape[1], v.shape[2]
     r = Hv // Hk
@@ -58,17 +57,15 @@ def step_on_pool(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Ten
     o = torch.empty(B, Hv, V, dtype=f32, device=dev)
     if B == 0:
         return o
-    kf = torch.where(live.view(B, 1, 1), k.to(f32), 0.0)                # padding: k = 0
+    kf = k.to(f32)
     qs = q.to(f32) * scale
     kq = torch.stack([kf, qs], dim=-2)                                  # [B, Hk, 2, K]: rows k, q'
     kdotq = (kf * qs).sum(-1).repeat_interleave(r, 1).unsqueeze(-1)     # [B, Hv, 1]: k . q'
-    lv = live.view(B, 1)
-    a = torch.where(lv, g.to(f32).exp(), 1.0)                           # [B, Hv]; padding: decay 1
-    bv = torch.where(lv, beta.to(f32), 0.0).unsqueeze(-1)               # [B, Hv, 1]; padding: beta 0
+    a = g.to(f32).exp()                                                 # [B, Hv]
+    bv = beta.to(f32).unsqueeze(-1)                                     # [B, Hv, 1]
     vf = v.to(f32)
     n_max = block_rows(B, Hv * V * K * 4, dev)
     work = torch.empty(n_max, Hv, V, K, dtype=f32, device=dev)
-    owns0 = live & (slots == 0)
     for b0 in range(0, B, n_max):
         b1 = min(B, b0 + n_max)
         n = b1 - b0
@@ -82,14 +79,9 @@ def step_on_pool(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Ten
         # row-major [K, 2] one on CPU BLAS)
         P = torch.matmul(S.view(n, Hk, r * V, K), kq[b0:b1].transpose(-1, -2)).view(n, Hv, V, 2)
         ab = a[b0:b1].unsqueeze(-1)                                     # [n, Hv, 1]
-        u = torch.where(lv[b0:b1].unsqueeze(-1), bv[b0:b1] * (vf[b0:b1] - ab * P[..., 0]), 0.0)
+        u = bv[b0:b1] * (vf[b0:b1] - ab * P[..., 0])                    # [n, Hv, V]
         torch.addcmul(ab * P[..., 1], u, kdotq[b0:b1], out=o[b0:b1])
         S.mul_(ab.unsqueeze(-1))                                        # a * S
         S.view(n * Hk, r * V, K).baddbmm_(u.view(n * Hk, r * V, 1), kf[b0:b1].reshape(n * Hk, 1, K))
-        pool.index_copy_(0, rows, S if pool.dtype == f32 else S.to(pool.dtype))
-        # Row 0 once more, in case a live row of this block owns it and padding rows raced it.
-        own = owns0[b0:b1]
-        owner = own.to(torch.int32).argmax().view(1)
-        fix = torch.where(own.any(), S.index_select(0, owner).to(pool.dtype), pool[:1])
-        pool[:1] = fix
+        scatter_live_rows(pool, rows, live[b0:b1], S)
     return o
