@@ -52,7 +52,12 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
              "tests/ops/test_gdn_ladder_variants.py", "tests/ops/test_gdn_planner.py", "tests/ops/test_gdn_verify.py",
              "tests/ops/test_gdn_strength.py", "tests/ops/test_gdn_edges.py", "tests/emulators/test_gdn_contract.py",
              "tests/backends/test_gdn_hooks.py", "tests/backends/test_hooks_strength.py",
-             "tests/ops/test_gdn_fuzz.py", "tests/ops/test_late_strength.py"]),
+             "tests/ops/test_gdn_fuzz.py", "tests/ops/test_late_strength.py", "tests/ops/test_gdn_pool_step.py"]),
+    # the decode / verify state paths alone (a quick run after changing them)
+    "gdn-state": (["sglang_ascend_hybrid/ops/gdn/pool_step.py", "sglang_ascend_hybrid/ops/gdn/scatter.py",
+                   "sglang_ascend_hybrid/ops/gdn/verify.py"],
+                  ["tests/ops/test_gdn_pool_step.py", "tests/ops/test_gdn_verify.py", "tests/ops/test_gdn_dispatch.py",
+                   "tests/ops/test_gdn_fuzz.py", "tests/ops/test_late_strength.py"]),
     "conv": (["sglang_ascend_hybrid/ops/causal_conv1d.py", "sglang_ascend_hybrid/ops/causal_conv1d_reference.py"],
              ["tests/ops/test_causal_conv1d.py", "tests/ops/test_causal_conv1d_dispatch.py",
               "tests/ops/test_causal_conv1d_fuzz.py", "tests/ops/test_causal_conv1d_ladder.py",
