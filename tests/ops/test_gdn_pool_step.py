@@ -107,6 +107,8 @@ def test_block_rows_follow_the_byte_budget_on_cpu_only(monkeypatch):
     assert pool_step.block_rows(2, ROW_BYTES, torch.device("cpu")) == 2
     assert pool_step.block_rows(10, 100 * ROW_BYTES, torch.device("cpu")) == 1
     assert pool_step.block_rows(10, ROW_BYTES, torch.device("meta")) == 10   # one launch per op off CPU
+    assert pool_step.block_rows(10, ROW_BYTES, torch.device("cpu"), budget=5 * ROW_BYTES) == 5
+    assert pool_step.block_rows(10, ROW_BYTES, torch.device("meta"), budget=ROW_BYTES) == 10
 
 
 def test_several_blocks_make_no_host_sync(monkeypatch):

@@ -34,11 +34,13 @@ from sglang_ascend_hybrid.ops.gdn.scatter import scatter_live_rows
 CPU_BLOCK_BYTES = 4 << 20   # fp32 state bytes per block on a CPU (cache-resident between passes)
 
 
-def block_rows(batch: int, row_bytes: int, device: torch.device) -> int:
-    """Requests per block: as many as fit ``CPU_BLOCK_BYTES`` on a CPU (at least 1), else all."""
+def block_rows(batch: int, row_bytes: int, device: torch.device, budget: int | None = None) -> int:
+    """Requests per block: as many as fit ``budget`` bytes (default ``CPU_BLOCK_BYTES``) on a CPU,
+    at least 1; on any other device the whole batch (one launch per op)."""
     if device.type != "cpu":
         return max(batch, 1)
-    return max(1, min(batch, CPU_BLOCK_BYTES // max(row_bytes, 1)))
+    budget = CPU_BLOCK_BYTES if budget is None else budget
+    return max(1, min(batch, budget // max(row_bytes, 1)))
 
 
 def step_on_pool(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,

@@ -38,6 +38,7 @@ from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.host import host_list
 from sglang_ascend_hybrid.ops.gdn import capabilities as caps
 from sglang_ascend_hybrid.ops.gdn.dispatch import GdnSignature
+from sglang_ascend_hybrid.ops.gdn.pool_step import block_rows
 from sglang_ascend_hybrid.ops.gdn.reference import l2norm
 from sglang_ascend_hybrid.ops.gdn.scatter import scatter_live_rows
 from sglang_ascend_hybrid.ops.ladder import Ladder, Rung
@@ -167,8 +168,8 @@ def _gather_initial(call: VerifyCall, rows, b0: int, b1: int, out: torch.Tensor)
         else out.copy_(torch.where(first[b0:b1], from_pool, from_scratch))
 
 
-# Requests whose fp32 states are updated together: about 1 MiB of state per step, so a block's
-# states stay in cache between the per-token passes.
+# Requests whose fp32 states are updated together on a CPU: about 1 MiB of state per step, so a
+# block's states stay in cache between the per-token passes (other devices: one block).
 _BLOCK_BYTES = 1 << 20
 
 
@@ -207,7 +208,7 @@ def verify_torch(call: VerifyCall) -> torch.Tensor:
     valid = in_len & (rows >= 0) & (rows < target.shape[0])
     rows = rows.clamp(0, target.shape[0] - 1)
     out = torch.empty(B, S, nv, dv, dtype=f32, device=dev)
-    block = max(1, min(B, _BLOCK_BYTES // max(1, nv * dv * dk * 4)))
+    block = block_rows(B, nv * dv * dk * 4, dev, _BLOCK_BYTES)    # the whole batch off CPU
     steps = torch.empty(S, block, nv, dv, dk, dtype=f32, device=dev)   # one block's states, step-major
     init = torch.empty(block, nv, dv, dk, dtype=f32, device=dev)
     for b0 in range(0, B, block):                                  # static loops
