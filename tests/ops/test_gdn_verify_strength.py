@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 
@@ -25,15 +27,18 @@ def test_torch_verify_without_g_is_the_undecayed_recurrence(monkeypatch, rows_pe
     assert _max_rel(out, decayed_out) > 1e-2          # the oracle does tell decay from none
 
 
-def test_npu_rung_serves_batches_whose_size_differs_from_the_draft_length():
+def test_npu_rung_serves_batches_whose_size_differs_from_the_draft_length(caplog):
     c = _case(3, 2, seed=12, lens=[2, 1, 0])
     ref_out, _, ref_inter = _oracle(c)
     inter = c["inter"].clone()
     calls = []
     real = emu.make_npu_recurrent_emulator()
-    with seam.install_emulators({emu.OP_NPU_RECURRENT: lambda *a, **k: calls.append(1) or real(*a, **k)}):
+    with seam.install_emulators({emu.OP_NPU_RECURRENT: lambda *a, **k: calls.append(1) or real(*a, **k)}), \
+            caplog.at_level(logging.INFO):
         out = gv.recurrent_verify(_call(c, inter=inter))
     assert calls == [1]
+    # served by the op, not by the torch rung after an error of ours was taken for a refusal
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
     assert out.shape == (3, 2, NV, DV)
     assert torch.equal(out[1, 1], torch.zeros_like(out[1, 1])) and torch.equal(out[2], torch.zeros_like(out[2]))
     assert _max_rel(out, ref_out) < 2e-2 and _max_rel(inter, ref_inter) < 2e-2
