@@ -15,10 +15,15 @@ This is the CPU path and the last rung of the conv ladder in
   state (or zeros) when the sequence is shorter;
 * a zero-length sequence leaves its state unchanged.
 
-Prefill packs every sequence as ``[initial state (W-1 columns), tokens]`` into
-one buffer and runs a single depthwise ``F.conv1d`` over it: no Python loop
-over tokens or sequences.  Fp16 / bf16 inputs are computed in fp32 (as the
-kernels accumulate) and cast back.
+Prefill convolves the packed tokens as one stream, one block of channels at a time
+(``W`` shifted multiply-adds that stay in cache), then overwrites the first ``W-1`` outputs
+of every sequence, which must read the sequence's history instead of the previous
+sequence's tokens, with values computed from small gathered windows; no Python loop over
+tokens or sequences.  Decode works on the pool's rows in the window-major layout with fixed
+shapes and no host sync (graph-capture safe).  Fp16 / bf16 accumulate in fp32 (as the
+kernels do) and are rounded once, but only a channel block (prefill) or the small decode
+window is ever widened: never the whole input or output.  Both are inference ops (no
+autograd), like the kernels they stand in for.
 
 Input checks raise ``ValueError`` naming the argument, the value and what was
 expected, before anything is written.
@@ -230,10 +235,12 @@ def causal_conv1d_fn_torch(
     channels at a time, so that the ``W`` passes run in cache and fp16 / bf16 is widened to
     fp32 a block at a time (never the whole tensor) and rounded once.  The stream is right
     except at the first ``W-1`` tokens of every segment, which read the previous segment's
-    tokens instead of their own history.  While a block is in cache, the ``2(W-1)`` tokens
-    around every segment start are gathered: their second half with the segment's history
-    gives those first outputs (:func:`_window_taps`, copied over the stream's), their first
-    half is the last ``W-1`` tokens of the previous segment, i.e. its new state."""
+    tokens instead of their own history.  While a block is in cache, the ``W-1`` tokens on
+    either side of every segment start are gathered: the ones after it, with the segment's
+    history, give those first outputs (:func:`_window_taps`, written over the stream's);
+    the ones before it are the last ``W-1`` tokens of the previous segment, i.e. its new
+    state (left-filled from its history when it is shorter).  The states are written with
+    one ``index_copy_`` for the sequences that have a slot and a token."""
     width = check_fn_inputs(x, weight, bias, query_start_loc, cache_indices,
                             has_initial_state, conv_states)
     silu = activation_is_silu(activation)
