@@ -27,7 +27,10 @@ every method gets the transposed ``[slots, dim, W-1]`` view the model code gets)
     the memory-bandwidth limit; goal: probe / plugin >= 0.25;
   - ``alloc+copy probe`` (no goal): the same copy into a freshly allocated buffer.  Any op
     that returns a new tensor pays for the first touch of its output's pages (page faults),
-    which the bandwidth probe does not; this row shows that floor.
+    which the bandwidth probe does not; this row shows that floor.  With 4 KiB pages it
+    is several times the probe; ``THP_MEM_ALLOC_ENABLE=1`` in the environment makes
+    PyTorch back large CPU allocations with transparent huge pages (where the kernel
+    allows it on request), which cuts it for every method alike.  The table says which.
 * decode, fp32 and bf16, batch 64 and 256, one token per sequence, dim 2048, width 4:
   - ``batched conv1d``: gather the states, ``cat`` with x, one grouped ``F.conv1d``, write
     the states back with ``index_copy_`` (the four-line version);
@@ -174,7 +177,8 @@ def prefill_table(cfg, dtype, threads, reps, gen):
              Goal(f"prefill {_name(dtype)} bandwidth", "bandwidth probe", "plugin", 0.25)]
     notes = [f"{seqs} sequences, {total} tokens (longest {int(lens.max())}), dim {dim}, width {width}, "
              f"{_name(dtype)}, half resuming a cached state, window-major pool",
-             f"bandwidth probe: copy of {moved / 2 ** 20:.1f} MiB moved (read + write) into an existing buffer"]
+             f"bandwidth probe: copy of {moved / 2 ** 20:.1f} MiB moved (read + write) into an existing buffer",
+             f"THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE', 'unset')}"]
     return measure(f"prefill {_name(dtype)}", methods, "plugin", goals, reps, threads, notes=notes)
 
 
