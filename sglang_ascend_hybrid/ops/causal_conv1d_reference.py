@@ -345,12 +345,13 @@ def causal_conv1d_update_torch(
     shapes, no Python decision on tensor values.
 
     How: the work happens in the window-major layout ``[slots, W-1, dim]`` (the NPU pool's
-    own, so gathers and writes move whole rows): one gather of the batch's states, the
-    window ``[state, tokens]`` in the pool's dtype (x widened only if the pool is wider),
-    ``W`` multiply-adds over ``[B, L, dim]`` rows accumulating in fp32 for fp16 / bf16, and
-    one ``index_copy_`` of the rolled windows into the pool.  Pad rows read and write the
-    slot of the first real row with that row's values (an identical duplicate write); with
-    no real row at all, every row rewrites that slot with its own old state."""
+    own, so gathers and writes move whole rows): one gather of the batch's states, ``W``
+    multiply-adds over ``[B, L, dim]`` rows reading the states and the tokens where they
+    are (no concatenated window), accumulating in fp32 for fp16 / bf16 (only the gathered
+    rows are widened), and the rolled state written back with two ``index_copy_`` (the
+    surviving state rows, the new tokens).  Pad rows read and write the slot of the first
+    real row with that row's values (an identical duplicate write); with no real row at
+    all, every row rewrites that slot with its own old state."""
     width = check_update_inputs(x, conv_state, weight, bias, conv_state_indices)
     silu = activation_is_silu(activation)
     if check_values:
@@ -374,25 +375,34 @@ def causal_conv1d_update_torch(
     gather = torch.where(valid, slots, first_slot)
 
     state = pool.index_select(0, gather).to(dev)                       # [B, W-1, dim], pool dtype
-    wd = torch.promote_types(x.dtype, conv_state.dtype)                # holds both exactly
     tokens = x3.index_select(0, rows.to(dev)).transpose(1, 2)          # [B, L, dim]
-    window = torch.cat([state.to(wd), tokens.to(wd)], dim=1)           # [B, W-1+L, dim]
 
-    acc = window if window.dtype == cd else window.to(cd)              # one widening, [B, W-1+L, dim]
+    # Window row i of [state, tokens] is state row i (i < W-1) or token i - (W-1); output t
+    # is bias + sum_k w[:, k] row(t + k).  Per tap, the rows split into a state slice and a
+    # token slice (no concatenated copy), accumulated in fp32 for fp16 / bf16.
+    st = state if state.dtype == cd else state.to(cd)
+    tk = tokens if tokens.dtype == cd else tokens.to(cd)
     wt = weight.to(device=dev, dtype=cd).t().contiguous()              # [W, dim]
+    out = tk * wt[s]                                                   # tap W-1 reads tokens only
     if bias is not None:
-        out = torch.addcmul(bias.to(device=dev, dtype=cd), acc[:, s:], wt[s])
-    else:
-        out = acc[:, s:] * wt[s]
-    for k in range(1, s + 1):
-        out.addcmul_(acc[:, s - k:s - k + length], wt[s - k])
+        out.add_(bias.to(device=dev, dtype=cd))
+    for k in range(s):
+        from_state = min(s - k, length)                                # outputs t < s - k read state
+        out[:, :from_state].addcmul_(st[:, k:k + from_state], wt[k])
+        if length > from_state:
+            out[:, from_state:].addcmul_(tk[:, :length - from_state], wt[k])
     if silu:
         F.silu(out, inplace=True)
 
-    # Roll: rows [L, L + W-1) of the window are the new state; with no real row in the batch
-    # rows [0, W-1) (the old state) are written back instead.
-    roll = torch.arange(s, device=dev) + length * any_valid.to(dev)
-    rolled = window.index_select(1, roll)
-    pool.index_copy_(0, gather, rolled.to(device=pool.device, dtype=conv_state.dtype))
+    # Roll: the new state is rows [L, L + W-1) of the window: state rows L.. then the last
+    # min(L, W-1) tokens.  With no real row in the batch the old state is written back: the
+    # shift of the state rows becomes 0 and the token rows are replaced by the old ones.
+    kept, fresh = max(s - length, 0), min(length, s)
+    if kept:
+        shift = torch.arange(kept, device=dev) + (s - kept) * any_valid.to(dev)
+        pool[:, :kept].index_copy_(0, gather, state.index_select(1, shift).to(pool.device))
+    last = torch.where(any_valid.to(dev)[:, None, None], tokens[:, length - fresh:].to(state.dtype),
+                       state[:, kept:])
+    pool[:, kept:].index_copy_(0, gather, last.to(pool.device))
     out = out.to(x.dtype).transpose(1, 2)                              # [B, dim, L]
     return out[..., 0] if x.dim() == 2 else out.contiguous()
