@@ -399,7 +399,7 @@ def causal_conv1d_update_torch(
     # shift of the state rows becomes 0 and the token rows are replaced by the old ones.
     kept, fresh = max(s - length, 0), min(length, s)
     if kept:
-        shift = torch.arange(kept, device=dev) + (s - kept) * any_valid.to(dev)
+        shift = torch.arange(kept, device=dev) + length * any_valid.to(dev)
         pool[:, :kept].index_copy_(0, gather, state.index_select(1, shift).to(pool.device))
     last = torch.where(any_valid.to(dev)[:, None, None], tokens[:, length - fresh:].to(state.dtype),
                        state[:, kept:])
