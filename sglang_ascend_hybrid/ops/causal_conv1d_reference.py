@@ -382,7 +382,7 @@ def causal_conv1d_update_torch(
     # token slice (no concatenated copy), accumulated in fp32 for fp16 / bf16.
     st = state if state.dtype == cd else state.to(cd)
     tk = tokens if tokens.dtype == cd else tokens.to(cd)
-    wt = weight.to(device=dev, dtype=cd).t().contiguous()              # [W, dim]
+    wt = weight.t().contiguous().to(device=dev, dtype=cd)              # [W, dim]
     out = tk * wt[s]                                                   # tap W-1 reads tokens only
     if bias is not None:
         out.add_(bias.to(device=dev, dtype=cd))
