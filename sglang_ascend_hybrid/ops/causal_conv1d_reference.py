@@ -15,10 +15,15 @@ This is the CPU path and the last rung of the conv ladder in
   state (or zeros) when the sequence is shorter;
 * a zero-length sequence leaves its state unchanged.
 
-Prefill packs every sequence as ``[initial state (W-1 columns), tokens]`` into
-one buffer and runs a single depthwise ``F.conv1d`` over it: no Python loop
-over tokens or sequences.  Fp16 / bf16 inputs are computed in fp32 (as the
-kernels accumulate) and cast back.
+Prefill convolves the packed tokens as one stream, one block of channels at a time
+(``W`` shifted multiply-adds that stay in cache), then overwrites the first ``W-1`` outputs
+of every sequence, which must read the sequence's history instead of the previous
+sequence's tokens, with values computed from small gathered windows; no Python loop over
+tokens or sequences.  Decode works on the pool's rows in the window-major layout with fixed
+shapes and no host sync (graph-capture safe).  Fp16 / bf16 accumulate in fp32 (as the
+kernels do) and are rounded once, but only a channel block (prefill) or the small decode
+window is ever widened: never the whole input or output.  Both are inference ops (no
+autograd), like the kernels they stand in for.
 
 Input checks raise ``ValueError`` naming the argument, the value and what was
 expected, before anything is written.
@@ -177,30 +182,37 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-def scatter_states(conv_states: torch.Tensor, slots: torch.Tensor, new: torch.Tensor,
-                   write: torch.Tensor, state_len: int) -> None:
-    """``conv_states[slots[i], :, :state_len] = new[i]`` for the rows where ``write`` holds,
-    with fixed shapes and no host sync (graph-capture safe: no ``nonzero``, no ``.item()``).
-
-    Rows that must not write are sent to the slot of the first writing row with that row's
-    value (an identical duplicate write); when no row writes, every row rewrites slot 0 with
-    its own current content, bit for bit.  Either way no slot changes except those of
-    writing rows."""
-    batch = slots.shape[0]
-    if batch == 0 or conv_states.shape[0] == 0:
-        return
-    new = new.to(conv_states.dtype)
-    # (0-d tensor indices would be read on the host: index_select with 1-element indices only)
-    first = torch.argmax(write.to(torch.int32)).reshape(1)      # first writing row (0 if none)
-    any_write = write.any().reshape(1)
-    first_slot = torch.where(any_write, slots.index_select(0, first), torch.zeros_like(first, dtype=slots.dtype))
-    current = conv_states.index_select(0, first_slot.to(torch.int64))[:, :, :state_len]   # pool dtype
-    fill = torch.where(any_write[:, None, None], new.index_select(0, first), current)
-    target = torch.where(write, slots, first_slot)
-    value = torch.where(write[:, None, None], new, fill)
-    conv_states[target, :, :state_len] = value
+# Channels per block of the prefill stream: a block's x, its fp32 copy and its accumulator
+# (block * tokens elements each) should stay in the core's cache between the W passes.
+_BLOCK_ELEMS = 1 << 20
 
 
+def _stream_taps(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor]) -> None:
+    """``out[:, t] = bias + sum_k w[:, k] x[:, t - (W-1) + k]`` over ``x [C, T]`` as ONE sequence
+    with zero history: ``W`` shifted multiply-adds (the ``width - 1`` first columns only see
+    the taps that stay inside ``x``).  ``out``, ``x``, ``w`` and ``bias`` share one dtype."""
+    s, total = w.shape[1] - 1, x.shape[1]
+    torch.mul(x, w[:, s:s + 1], out=out)
+    if bias is not None:     # (a separate add: addcmul with a broadcast bias is ~5x slower)
+        out.add_(bias[:, None])
+    for k in range(1, min(s, total - 1) + 1):
+        out[:, k:].addcmul_(x[:, :total - k], w[:, s - k:s - k + 1])
+
+
+def _window_taps(window: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """``window [C, 2(W-1), n]`` (rows: W-1 history columns, then W-1 tokens, of n segments) ->
+    the outputs of those tokens ``[C, W-1, n]``, in :func:`_stream_taps`' order of operations."""
+    s = w.shape[1] - 1
+    tap = w[:, :, None, None]                                       # [C, W, 1, 1]
+    out = window[:, s:] * tap[:, s]
+    if bias is not None:
+        out.add_(bias[:, None, None])
+    for k in range(1, s + 1):
+        out.addcmul_(window[:, s - k:2 * s - k], tap[:, s - k])
+    return out
+
+
+@torch.no_grad()   # an inference op, like the kernels it stands in for
 def causal_conv1d_fn_torch(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -217,7 +229,18 @@ def causal_conv1d_fn_torch(
 
     ``check_values`` reads offsets and slot indices on the host (a sync) and raises
     ``ValueError`` before anything is written; the plugin's ladder checks once before it
-    picks a rung and calls this with ``check_values=False``."""
+    picks a rung and calls this with ``check_values=False``.
+
+    How: the packed tokens are convolved as one stream (:func:`_stream_taps`), one block of
+    channels at a time, so that the ``W`` passes run in cache and fp16 / bf16 is widened to
+    fp32 a block at a time (never the whole tensor) and rounded once.  The stream is right
+    except at the first ``W-1`` tokens of every segment, which read the previous segment's
+    tokens instead of their own history.  While a block is in cache, the ``W-1`` tokens on
+    either side of every segment start are gathered: the ones after it, with the segment's
+    history, give those first outputs (:func:`_window_taps`, written over the stream's);
+    the ones before it are the last ``W-1`` tokens of the previous segment, i.e. its new
+    state (left-filled from its history when it is shorter).  The states are written with
+    one ``index_copy_`` for the sequences that have a slot and a token."""
     width = check_fn_inputs(x, weight, bias, query_start_loc, cache_indices,
                             has_initial_state, conv_states)
     silu = activation_is_silu(activation)
@@ -228,73 +251,84 @@ def causal_conv1d_fn_torch(
               f"({query_start_loc.shape[0] - 1}) when cache_indices is None")
     if check_values:
         check_fn_values(query_start_loc, cache_indices, conv_states, total, pad_slot_id)
+    if total == 0:   # no token: nothing to compute, every sequence is empty, no state changes
+        return torch.empty_like(x)
 
     s = width - 1
     batch = query_start_loc.shape[0] - 1
     dev = x.device
     cd = _compute_dtype(x.dtype)
     qsl = query_start_loc.to(device=dev, dtype=torch.int64)
-    xc = x.to(cd)
     w = weight.to(device=dev, dtype=cd)
+    b = bias.to(device=dev, dtype=cd) if bias is not None else None
     slots = (cache_indices.to(device=dev, dtype=torch.int64) if cache_indices is not None
              else torch.arange(batch, device=dev))
     valid = slots != pad_slot_id
 
     # Segments: [0, qsl[0]) (normally empty), the batch's sequences, [qsl[-1], T).
-    # Every segment starts from its own s state columns ("virtual" history):
-    # the cached state where has_initial_state says so, else zeros.
-    starts = torch.cat([qsl.new_zeros(1), qsl])                        # [batch + 2]
-    ends = torch.cat([qsl, qsl.new_full((1,), total)])                  # [batch + 2]
-    lens = ends - starts
-    init = torch.zeros(batch + 2, dim, s, dtype=cd, device=dev)
-    if conv_states is not None and has_initial_state is not None and batch > 0:
-        safe = torch.where(valid, slots, torch.zeros_like(slots))
-        use = (has_initial_state.to(dev).bool() & valid)[:, None, None]
-        cached = conv_states.index_select(0, safe.to(conv_states.device))[:, :, :s].to(device=dev, dtype=cd)
-        init[1:batch + 1] = torch.where(use, cached, torch.zeros((), dtype=cd, device=dev))
-    init_cols = init.permute(1, 0, 2).reshape(dim, (batch + 2) * s)    # column seg * s + j
-
-    # out[:, t] = b + w[:, s] x[:, t] + sum_k w[:, s - k] x[:, t - k]: one in-place shifted
-    # multiply-add per tap over the whole packed batch, then a small correction at the
-    # first k tokens of every segment, which must read the segment's history instead of
-    # the previous segment's last tokens.
-    if bias is not None:
-        out = torch.addcmul(bias.to(device=dev, dtype=cd)[:, None], xc, w[:, s:s + 1])
-    else:
-        out = xc * w[:, s:s + 1]
-    for k in range(1, min(s, total - 1) + 1):
-        out[:, k:].addcmul_(xc[:, :total - k], w[:, s - k:s - k + 1])
-    # Correction entries for every (segment, tap k, position r < k): token starts + r
-    # reads history column s - k + r of its segment, not x[:, starts + r - k].
+    nseg = batch + 2
+    starts = torch.cat([qsl.new_zeros(1), qsl])                        # [nseg]
+    lens = torch.cat([qsl, qsl.new_full((1,), total)]) - starts
     r = torch.arange(s, device=dev)
-    seg_ids = torch.arange(batch + 2, device=dev)
-    kk = torch.arange(1, s + 1, device=dev)
-    grid_r = r[None, None, :].expand(batch + 2, s, s)                   # [seg, k - 1, r]
-    keep = (grid_r < kk[None, :, None]) & (grid_r < lens[:, None, None])
-    t_pos = (starts[:, None, None] + grid_r)[keep]
-    k_of = kk[None, :, None].expand_as(grid_r)[keep]
-    src = (seg_ids[:, None, None] * s + s - kk[None, :, None] + grid_r)[keep]
-    if t_pos.numel():
-        shifted = t_pos - k_of                     # what the in-place shift added (nothing if < 0)
-        wrong = xc.index_select(1, shifted.clamp(min=0)) * (shifted >= 0).to(cd)
-        wk = w.index_select(1, s - k_of)
-        out.index_add_(1, t_pos, (init_cols.index_select(1, src) - wrong) * wk)
-    if silu:
-        out = F.silu(out)
+    # The data-dependent index sets (host reads; a prefill is never graph-captured):
+    # head columns (token start + r of a segment, r < min(W-1, len)), sequences that get a
+    # new state (a real slot and at least one token), sequences that resume a cached state.
+    heads_at = (r[:, None] < lens[None, :]).reshape(-1).nonzero().squeeze(1)   # into [W-1, nseg]
+    head_cols = (starts[None, :] + r[:, None]).reshape(-1).index_select(0, heads_at)
+    writers = resumed = slots.new_empty(0)
+    if conv_states is not None:
+        writers = (valid & (lens[1:batch + 1] > 0)).nonzero().squeeze(1)
+        if has_initial_state is not None:
+            resumed = (valid & has_initial_state.to(dev).bool()).nonzero().squeeze(1)
 
-    if conv_states is not None and batch > 0 and total > 0:   # T == 0: no sequence has a token
-        # New state of sequence b: the last s columns of [history_b, x_b].
-        virt = lens[1:batch + 1, None] + r[None, :]                       # index into [history, x]
-        from_hist = virt < s
-        x_col = (starts[1:batch + 1, None] + virt - s).clamp(min=0)
-        hist_col = (seg_ids[1:batch + 1, None] * s + virt).clamp(max=(batch + 2) * s - 1)
-        new = torch.where(from_hist[None], init_cols.index_select(1, hist_col.reshape(-1)).view(dim, batch, s),
-                          xc.index_select(1, x_col.reshape(-1)).view(dim, batch, s))
-        scatter_states(conv_states, slots.to(conv_states.device), new.permute(1, 0, 2).to(conv_states.device),
-                       (valid & (lens[1:batch + 1] > 0)).to(conv_states.device), s)
-    return out.to(x.dtype)
+    # History of every segment, [dim, W-1, nseg]: the cached state where resumed, else zeros.
+    hist = torch.zeros(dim, s, nseg, dtype=cd, device=dev)
+    if resumed.numel():
+        cached = conv_states[:, :, :s].index_select(0, slots.index_select(0, resumed).to(conv_states.device))
+        hist.index_copy_(2, resumed + 1, cached.to(device=dev, dtype=cd).permute(1, 2, 0))
+
+    # Per block, one gather builds a window of 3(W-1) rows per segment: the W-1 tokens
+    # before its start, its history (gathered as placeholders, then overwritten), its first
+    # W-1 tokens.  Rows [W-1, 3(W-1)) give the head outputs; the new state of sequence i
+    # (segment g = i + 1) is column len + j of [history, tokens]: history row len + j while
+    # that is < W-1, else token end - (W-1) + j, i.e. row j of window g + 1.
+    offsets = torch.cat([r - s, r, r])                                  # [3(W-1)]
+    around = (starts[None, :] + offsets[:, None]).clamp(0, total - 1).reshape(-1)
+    g = writers[:, None] + 1
+    virt = lens.index_select(0, writers.reshape(-1) + 1)[:, None] + r
+    state_at = torch.where(virt < s, (s + virt) * nseg + g, r * nseg + g + 1).reshape(-1)
+    new = torch.empty(dim, writers.numel() * s, dtype=cd, device=dev)  # [dim, writer, W-1]
+
+    out = torch.empty(dim, total, dtype=x.dtype, device=dev)
+    step = max(1, min(dim, _BLOCK_ELEMS // total))
+    widened = None if x.dtype == cd else torch.empty(step, total, dtype=cd, device=dev)
+    acc = None if x.dtype == cd else torch.empty(step, total, dtype=cd, device=dev)
+    for c0 in range(0, dim, step):
+        c1 = min(c0 + step, dim)
+        wb, bb = w[c0:c1], (b[c0:c1] if b is not None else None)
+        xb = x[c0:c1] if widened is None else widened[:c1 - c0].copy_(x[c0:c1])
+        ob = out[c0:c1] if acc is None else acc[:c1 - c0]
+        _stream_taps(ob, xb, wb, bb)
+        windows = xb.index_select(1, around).view(c1 - c0, 3 * s, nseg)
+        windows[:, s:2 * s] = hist[c0:c1]
+        heads = _window_taps(windows[:, s:], wb, bb).view(c1 - c0, s * nseg)
+        ob.scatter_(1, head_cols.expand(c1 - c0, -1), heads.index_select(1, heads_at))
+        if silu:
+            F.silu(ob, inplace=True)
+        if acc is not None:
+            out[c0:c1].copy_(ob)                                        # the one rounding
+        if writers.numel():
+            torch.index_select(windows.view(c1 - c0, -1), 1, state_at, out=new[c0:c1])
+
+    if writers.numel():
+        target = slots.index_select(0, writers).to(conv_states.device)
+        value = new.view(dim, writers.numel(), s).permute(1, 0, 2)
+        conv_states[:, :, :s].index_copy_(0, target, value.to(device=conv_states.device,
+                                                              dtype=conv_states.dtype))
+    return out
 
 
+@torch.no_grad()   # an inference op, like the kernels it stands in for
 def causal_conv1d_update_torch(
     x: torch.Tensor,
     conv_state: torch.Tensor,
@@ -308,31 +342,67 @@ def causal_conv1d_update_torch(
     """Decode step: ``x [B, dim]`` or ``[B, dim, L]``; ``conv_state`` updated in place.
 
     With ``check_values=False`` this is graph-capture safe: no host sync, no value-dependent
-    shapes (states are written by :func:`scatter_states`)."""
+    shapes, no Python decision on tensor values.
+
+    How: the work happens in the window-major layout ``[slots, W-1, dim]`` (the NPU pool's
+    own, so gathers and writes move whole rows): one gather of the batch's states, ``W``
+    multiply-adds over ``[B, L, dim]`` rows reading the states and the tokens where they
+    are (no concatenated window), accumulating in fp32 for fp16 / bf16 (only the gathered
+    rows are widened), and the rolled state written back with two ``index_copy_`` (the
+    surviving state rows, the new tokens).  Pad rows read and write the slot of the first
+    real row with that row's values (an identical duplicate write); with no real row at
+    all, every row rewrites that slot with its own old state."""
     width = check_update_inputs(x, conv_state, weight, bias, conv_state_indices)
     silu = activation_is_silu(activation)
     if check_values:
         check_slot_values(conv_state_indices, "conv_state_indices", conv_state.shape[0], pad_slot_id)
 
-    squeeze = x.dim() == 2
-    x3 = x.unsqueeze(-1) if squeeze else x
-    batch, dim, _ = x3.shape
+    x3 = x.unsqueeze(-1) if x.dim() == 2 else x
+    batch, dim, length = x3.shape
     s = width - 1
     dev = x.device
     cd = _compute_dtype(x.dtype)
-    slots = (conv_state_indices.to(device=dev, dtype=torch.int64)
-             if conv_state_indices is not None else torch.arange(batch, device=dev))
+    if batch == 0 or length == 0 or conv_state.shape[0] == 0:
+        return torch.empty_like(x)     # no token: nothing to compute, every state stays
+    pool = conv_state.transpose(1, 2)[:, :s]                           # [slots, W-1, dim] view
+    slots = (conv_state_indices.to(device=pool.device, dtype=torch.int64)
+             if conv_state_indices is not None else torch.arange(batch, device=pool.device))
     valid = slots != pad_slot_id
-    safe = torch.where(valid, slots, torch.zeros_like(slots))
-    state = conv_state.index_select(0, safe.to(conv_state.device))[:, :, :s].to(device=dev, dtype=cd)
-    full = torch.cat([state, x3.to(cd)], dim=-1)  # [B, dim, s + L]
-    w = weight.to(device=dev, dtype=cd).unsqueeze(1)
-    b = bias.to(device=dev, dtype=cd) if bias is not None else None
-    out = F.conv1d(full, w, b, groups=dim)
+    first = torch.argmax(valid.to(torch.int32)).reshape(1)             # first real row (0 if none)
+    any_valid = valid.any().reshape(1)
+    first_slot = torch.where(any_valid, slots.index_select(0, first), torch.zeros_like(first))
+    rows = torch.where(valid, torch.arange(batch, device=pool.device), first)
+    gather = torch.where(valid, slots, first_slot)
+
+    state = pool.index_select(0, gather).to(dev)                       # [B, W-1, dim], pool dtype
+    tokens = x3.index_select(0, rows.to(dev)).transpose(1, 2)          # [B, L, dim]
+
+    # Window row i of [state, tokens] is state row i (i < W-1) or token i - (W-1); output t
+    # is bias + sum_k w[:, k] row(t + k).  Per tap, the rows split into a state slice and a
+    # token slice (no concatenated copy), accumulated in fp32 for fp16 / bf16.
+    st = state if state.dtype == cd else state.to(cd)
+    tk = tokens if tokens.dtype == cd else tokens.to(cd)
+    wt = weight.t().contiguous().to(device=dev, dtype=cd)              # [W, dim]
+    out = tk * wt[s]                                                   # tap W-1 reads tokens only
+    if bias is not None:
+        out.add_(bias.to(device=dev, dtype=cd))
+    for k in range(s):
+        from_state = min(s - k, length)                                # outputs t < s - k read state
+        out[:, :from_state].addcmul_(st[:, k:k + from_state], wt[k])
+        if length > from_state:
+            out[:, from_state:].addcmul_(tk[:, :length - from_state], wt[k])
     if silu:
-        out = F.silu(out)
-    if x3.shape[-1] > 0:   # a zero-token step leaves every state as it is
-        scatter_states(conv_state, slots.to(conv_state.device), full[:, :, -s:].to(conv_state.device),
-                       valid.to(conv_state.device), s)
-    out = out.to(x.dtype)
-    return out.squeeze(-1) if squeeze else out
+        F.silu(out, inplace=True)
+
+    # Roll: the new state is rows [L, L + W-1) of the window: state rows L.. then the last
+    # min(L, W-1) tokens.  With no real row in the batch the old state is written back: the
+    # shift of the state rows becomes 0 and the token rows are replaced by the old ones.
+    kept, fresh = max(s - length, 0), min(length, s)
+    if kept:
+        shift = torch.arange(kept, device=dev) + length * any_valid.to(dev)
+        pool[:, :kept].index_copy_(0, gather, state.index_select(1, shift).to(pool.device))
+    last = torch.where(any_valid.to(dev)[:, None, None], tokens[:, length - fresh:].to(state.dtype),
+                       state[:, kept:])
+    pool[:, kept:].index_copy_(0, gather, last.to(pool.device))
+    out = out.to(x.dtype).transpose(1, 2)                              # [B, dim, L]
+    return out[..., 0] if x.dim() == 2 else out.contiguous()
