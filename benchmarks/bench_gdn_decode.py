@@ -129,16 +129,17 @@ def main(argv=None) -> int:
     args = harness.arguments(__doc__.splitlines()[0]).parse_args(argv)
     batch = 8 if args.smoke else 256
     reps = args.reps if not args.smoke else min(args.reps, 2)
+    print(harness.setup_allocator(args))
     tables = []
     for threads in harness.thread_counts(args.threads):
         for pool_dtype in (torch.float32, torch.bfloat16):
             t = table(batch, pool_dtype, threads, reps)
             harness.report(t)
             tables.append(t)
-    harness.summary(tables)
+    ok = harness.summary(tables)
     if args.json:
         harness.write_json(args.json, tables)
-    return 0
+    return 0 if ok or args.smoke else 1
 
 
 if __name__ == "__main__":

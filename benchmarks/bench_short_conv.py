@@ -54,6 +54,7 @@ from benchmarks.harness import (  # noqa: E402
     arguments,
     measure,
     report,
+    setup_allocator,
     summary,
     thread_counts,
     write_json,
@@ -217,6 +218,7 @@ def main(argv=None) -> int:
     args = arguments(__doc__.splitlines()[0]).parse_args(argv)
     cfg = SMOKE if args.smoke else FULL
     reps = min(args.reps, 2) if args.smoke else args.reps
+    print(setup_allocator(args))
     tables = []
     for threads in thread_counts(args.threads):
         for dtype in DTYPES:

@@ -225,7 +225,20 @@ def arguments(description: str, reps: int = MIN_REPS) -> argparse.ArgumentParser
     p.add_argument("--smoke", action="store_true",
                    help="tiny sizes, to check the benchmark runs (ratios mean nothing)")
     p.add_argument("--json", default=None, help="also write the tables to this JSON file")
+    p.add_argument("--allocator", choices=("caching", "plain"), default="caching",
+                   help="caching (default): freed memory is kept for reuse, as the NPU's caching allocator "
+                        "does (keep_freed_memory); plain: PyTorch's CPU allocator as it is, every fresh "
+                        "multi-MB tensor page-faults")
     return p
+
+
+def setup_allocator(args) -> str:
+    """Apply ``--allocator``; returns the line the benchmark prints about it."""
+    if args.allocator == "caching":
+        if keep_freed_memory():
+            return "allocator: caching (freed memory kept for reuse, as on the NPU; --allocator plain to compare)"
+        return "allocator: plain (could not make glibc keep freed memory)"
+    return "allocator: plain (fresh multi-MB tensors page-fault on first touch)"
 
 
 def thread_counts(spec: str) -> list[int]:
