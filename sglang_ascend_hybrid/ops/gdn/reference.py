@@ -24,6 +24,7 @@ with all sequences that still have a chunk at that position advanced together.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -108,7 +109,7 @@ class _ChunkLayout:
     active: list[int]          # sequences still running at each chunk position
     offsets: list[int]         # start of each position's slice in the flat batch
     gather_index: torch.Tensor  # [F*C] token of each chunk row (padding -> its sequence's last token)
-    out_index: torch.Tensor    # [F, 1, C] token of each chunk row (padding -> T, a dropped sink row)
+    out_row: torch.Tensor      # [F*C] token of each chunk row (padding -> T, a dropped sink row)
     valid: torch.Tensor        # [F*C] row holds a real token
     chunk_seq: list[int]       # flat chunk -> sequence id
     chunk_pos: list[int]       # flat chunk -> position inside its sequence
@@ -136,15 +137,15 @@ def _chunk_layout(bounds: list[int], chunk: int, device) -> _ChunkLayout:
         tok = starts[:, None] + torch.arange(chunk)[None, :]
         valid = tok < ends[:, None]
         src = torch.where(valid, tok, (ends - 1)[:, None].expand_as(tok))
-        sink = torch.where(valid, tok, torch.full_like(tok, bounds[-1]))
     else:
-        src = sink = torch.zeros(0, chunk, dtype=torch.long)
+        src = tok = torch.zeros(0, chunk, dtype=torch.long)
         valid = torch.zeros(0, chunk, dtype=torch.bool)
+    out_row = torch.where(valid, tok, torch.full_like(tok, bounds[-1]))
     has_padding = any(n % chunk for n in lens)
     # one sequence with tokens (it starts at token 0), a whole number of chunks
     dense = len(set(chunk_seq)) <= 1 and not has_padding
     return _ChunkLayout(torch.tensor(order, dtype=torch.long, device=device), active, offsets,
-                        src.reshape(-1).to(device), sink.view(-1, 1, chunk).to(device),
+                        src.reshape(-1).to(device), out_row.reshape(-1).to(device),
                         valid.reshape(-1).to(device), chunk_seq, chunk_pos, has_padding, dense,
                         order == list(range(len(lens))))
 
@@ -195,6 +196,22 @@ _DECAY_PRODUCT_RANGE = 60.0  # |G| bound inside a chunk for decay as exp(G_r) * 
 # 1.5 MB per chunk at Hv = 16, K = V = 128) live in workspaces reused by every group and
 # stay cache-sized: batched matmuls over many more blocks than that run from memory.
 _BLOCK_HEAD_CHUNKS = 128
+
+# On CPU the group workspaces are also kept from call to call (per thread): a fresh buffer of
+# several MB is fresh pages, and first-touch page faults cost about as much as the matmuls
+# that fill them (some 30 MB per call at Hv = 16, K = V = 128).  Their size is bounded by
+# _BLOCK_HEAD_CHUNKS (chunk, head) pairs, whatever T; nothing returned aliases them.  Other
+# devices have caching allocators: a dict per call.
+_CPU_WORKSPACE = threading.local()
+_STATE_WORKSPACE_MAX = 1 << 23  # fp32 elements (32 MB): running states up to this size are workspace too
+
+
+def _workspace(device: torch.device) -> dict[str, torch.Tensor]:
+    if torch.device(device).type != "cpu":
+        return {}
+    if not hasattr(_CPU_WORKSPACE, "buffers"):
+        _CPU_WORKSPACE.buffers = {}
+    return _CPU_WORKSPACE.buffers
 
 
 def _unit_lower_inverse(a: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -250,7 +267,7 @@ def chunk_gdn_torch(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=N
     of SGLang's Ascend ``chunk_state``).
 
     The maths, per value head, for a chunk of ``C`` tokens with start state ``S`` (key-first
-    ``[K, V]``), in-chunk cumulative log-decay ``G_r`` and total decay ``gamma = exp(G_{C-1})``:
+    ``[K, V]`` in the maths; stored value-first), in-chunk cumulative log-decay ``G_r`` and total decay ``gamma = exp(G_{C-1})``:
 
     * ``A[r, j] = beta_r exp(G_r - G_j) k_r.k_j`` (``j < r``), ``T = (I + A)^-1`` (WY form);
     * ``u0 = T diag(beta) v`` and ``w = T diag(beta exp(G)) k``: the in-chunk delta-rule
@@ -280,17 +297,32 @@ def chunk_gdn_torch(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=N
     steps, offsets = len(layout.active), layout.offsets
     gather = _Gather(layout, C)
 
-    # The state between chunks, one per sequence in layout order, key-first [n, Hv, K, V]
-    # (so every matmul of the hand-over reads it untransposed), updated in place.
-    if initial_state is not None and n:
-        S = initial_state.index_select(0, layout.order).to(f32).transpose(-1, -2).contiguous()
+    workspace = _workspace(dev)
+
+    def buf(name, *shape):  # a view of a reused fp32 buffer
+        size = 1
+        for d in shape:
+            size *= d
+        if name not in workspace or workspace[name].numel() < size:
+            workspace[name] = torch.empty(size, dtype=f32, device=dev)
+        return workspace[name][:size].view(shape)
+
+    # The state between chunks, one per sequence in layout order, value-first [n, Hv, V, K]
+    # (the output layout; the matmuls read it transposed, S^T = [K, V]), updated in place.
+    # A workspace too while small (the final states are then a copy).
+    state_in_workspace = n * Hv * V * K <= _STATE_WORKSPACE_MAX
+    S = buf("S", n, Hv, V, K) if state_in_workspace else torch.empty(n, Hv, V, K, dtype=f32, device=dev)
+    if initial_state is not None and n:                                 # a copy: never the caller's
+        if initial_state.dtype == f32:
+            torch.index_select(initial_state, 0, layout.order, out=S)
+        else:
+            S.copy_(initial_state.index_select(0, layout.order))
     else:  # zero start states: written outright by each sequence's first chunk
-        S = torch.empty(n, Hv, K, V, dtype=f32, device=dev)
         S[steps and layout.active[0]:].zero_()                          # sequences without tokens
-    S_rows = S.view(n * Hv, K, V)
+    S_rows = S.view(n * Hv, V, K)
     # outputs, token-major; with padding, row T is a sink for the padding rows (dropped)
     o_rows = torch.empty(T + (0 if layout.dense else 1), Hv, V, dtype=f32, device=dev)
-    h_rows = torch.empty(F * Hv, K, V, dtype=f32, device=dev) if chunk_states else None  # key-first
+    h_rows = torch.empty(F * Hv, V, K, dtype=f32, device=dev) if chunk_states else None
 
     if F:
         # Per-token gate factors of every chunk, for the whole call at once ([F, Hv, C] each).
@@ -326,17 +358,6 @@ def chunk_gdn_torch(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=N
 
     # The flat chunks are processed in groups of _BLOCK_HEAD_CHUNKS (chunk, value head) pairs.
     per_group = max(1, _BLOCK_HEAD_CHUNKS // max(Hv, 1))
-    workspace: dict[str, torch.Tensor] = {}
-
-    def buf(name, *shape):  # a view of a reused fp32 buffer (the first group is the largest)
-        size = 1
-        for d in shape:
-            size *= d
-        if name not in workspace:
-            workspace[name] = torch.empty(size, dtype=f32, device=dev)
-        return workspace[name][:size].view(shape)
-
-    heads = torch.arange(Hv, device=dev).view(1, Hv, 1) if not layout.dense else None
     pos = 0  # first chunk position that overlaps the current group
     for lo in range(0, F, per_group):
         hi = min(F, lo + per_group)
@@ -390,52 +411,47 @@ def chunk_gdn_torch(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=N
                 break                                                   # continues in the next group
             pos += 1
         sizes = [(j1 - j0) * Hv for j0, j1, _ in pieces]
-        parts = zip(pieces, u.split(sizes), w.split(sizes), qg.split(sizes), k_end.transpose(1, 2).split(sizes),
-                    out.split(sizes), last_exp[lo * Hv:hi * Hv].split(sizes),
+        parts = zip(pieces, u.split(sizes), u.transpose(1, 2).split(sizes), w.split(sizes), qg.split(sizes),
+                    k_end.split(sizes), out.split(sizes), last_exp[lo * Hv:hi * Hv].split(sizes),
                     h_rows[lo * Hv:hi * Hv].split(sizes) if chunk_states else [None] * len(pieces))
-        for (j0, j1, first), u_c, w_c, qg_c, keT_c, o_c, gamma, h_c in parts:
-            S_c = S_rows[j0 * Hv:j1 * Hv]
-            if first:  # S = 0: u = u0, no inter-chunk output, next S = k_end^T u
+        for (j0, j1, first), u_c, uT_c, w_c, qg_c, ke_c, o_c, gamma, h_c in parts:
+            S_c = S_rows[j0 * Hv:j1 * Hv]                               # [pieces, V, K]
+            if first:  # S = 0: u = u0, no inter-chunk output, next S^T = k_end^T u
                 if h_c is not None:
                     h_c.zero_()
                 o_c.zero_()
-                torch.bmm(keT_c, u_c, out=S_c)
+                torch.bmm(uT_c, ke_c, out=S_c)
                 continue
             if h_c is not None:
                 h_c.copy_(S_c)
-            torch.bmm(qg_c, S_c, out=o_c)                               # scale exp(G) q S
-            u_c.baddbmm_(w_c, S_c, alpha=-1.0)                          # u = u0 - w S
+            ST_c = S_c.transpose(1, 2)                                  # S^T: [K, V]
+            torch.bmm(qg_c, ST_c, out=o_c)                              # scale exp(G) q S
+            u_c.baddbmm_(w_c, ST_c, alpha=-1.0)                         # u = u0 - w S
             S_c.mul_(gamma)                                             # gamma S
-            S_c.baddbmm_(keT_c, u_c)                                    #   + k_end^T u
+            S_c.baddbmm_(uT_c, ke_c)                                    #   + (k_end^T u)^T
         out.baddbmm_(scores, u, alpha=scale)                            # + scale P u
-
         if layout.dense:  # flat chunk i holds tokens [i*C, (i+1)*C)
             o_rows.view(F, C, Hv, V)[lo:hi] = out.view(Fb, Hv, C, V).transpose(1, 2)
-        else:  # row (f, h, c) -> token out_index[f, c] (padding rows -> the sink row T), head h
-            o_rows.index_put_((layout.out_index[lo:hi], heads), out.view(Fb, Hv, C, V))
+        else:  # token-major in a workspace, then whole rows to their tokens (2-D: row copies)
+            rows = buf("rows", Fb, C, Hv, V)
+            rows.copy_(out.view(Fb, Hv, C, V).transpose(1, 2))
+            o_rows.view(-1, Hv * V).index_copy_(0, layout.out_row[lo * C:hi * C], rows.view(Fb * C, Hv * V))
 
-    o = (o_rows if layout.dense else o_rows[:T]).unsqueeze(0).to(q.dtype)
+    o = o_rows[:T].unsqueeze(0).to(q.dtype)
 
     final = None
-    if output_final_state:  # value-first, in sequence order
-        final = torch.empty(n, Hv, V, K, dtype=f32, device=dev)
+    if output_final_state:  # in sequence order
         if layout.order_is_identity:
-            final.copy_(S.transpose(-1, -2))
+            final = S.clone() if state_in_workspace else S
         else:
-            final.index_copy_(0, layout.order, S.transpose(-1, -2))
+            final = S.view(n, -1).index_select(0, layout.order.argsort()).view(n, Hv, V, K)
 
     h = None
     if chunk_states:
         # flat (position-major) -> sequence-major, value-first
         key = [(s, p) for s, p in zip(layout.chunk_seq, layout.chunk_pos)]
         seq_major = sorted(range(len(key)), key=lambda i: key[i])
-        h = torch.empty(F, Hv, V, K, dtype=f32, device=dev)
-        src = h_rows.view(F, Hv, K, V).transpose(-1, -2)
-        if seq_major == list(range(F)):
-            h.copy_(src)
-        else:  # h[rank[i]] = flat chunk i
-            rank = [0] * F
-            for dest, i in enumerate(seq_major):
-                rank[i] = dest
-            h.index_copy_(0, torch.tensor(rank, dtype=torch.long, device=dev), src)
+        h = h_rows.view(F, Hv, V, K)
+        if seq_major != list(range(F)):
+            h = h.view(F, -1).index_select(0, torch.tensor(seq_major, dtype=torch.long, device=dev)).view(F, Hv, V, K)
     return o, final, h
