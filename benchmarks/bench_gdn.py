@@ -215,9 +215,9 @@ def single_table(size, threads, reps, check):
     n, probe = _probe(flops)
     methods = [(SUBJECT, lambda: subject(*args))] + [(nm, (lambda f=f: f(*args))) for nm, f in competitors] + [
         ("matmul probe", probe), ("cache-resident probe (info)", _cache_probe(n))]
-    goals = [Goal(f"T={sum(lens)}: matmul probe of the same FLOPs / subject", "matmul probe", SUBJECT, PROBE_BAR),
-             Goal(f"T={sum(lens)}: >= 2x FLA naive chunk", "FLA naive chunk", SUBJECT, SPEEDUP_BAR),
-             Goal(f"T={sum(lens)}: >= 2x transformers chunk", "transformers chunk", SUBJECT, SPEEDUP_BAR)]
+    goals = [Goal(f"T={sum(lens)} one sequence, matmul probe of the same FLOPs / subject", "matmul probe", SUBJECT, PROBE_BAR),
+             Goal(f"T={sum(lens)} one sequence, >= 2x FLA naive chunk", "FLA naive chunk", SUBJECT, SPEEDUP_BAR),
+             Goal(f"T={sum(lens)} one sequence, >= 2x transformers chunk", "transformers chunk", SUBJECT, SPEEDUP_BAR)]
     notes = [f"T={sum(lens)} one sequence, Hv={hv} Hk={hk} K={dk} V={dv} fp32; subject issues {flops / 1e9:.3f} "
              f"GFLOP of matmuls per call; probe: one bmm of {n} x [64,128]x[128,128] blocks"]
     if check:
@@ -246,7 +246,7 @@ def varlen_table(size, threads, reps, check):
     for family in ("FLA naive", "transformers"):
         forms = [f"{family} loop", f"{family} padded"]
         best = min(forms, key=table.median)
-        table.goals.append(Goal(f"varlen {len(lens)}: >= 2x {family} (faster form: {best.split()[-1]})", best,
+        table.goals.append(Goal(f"varlen {len(lens)} sequences, >= 2x {family} (faster form = {best.split()[-1]})", best,
                                 SUBJECT, SPEEDUP_BAR))
     return table
 

@@ -220,14 +220,16 @@ def _unit_lower_inverse(a: torch.Tensor, out: torch.Tensor | None = None) -> tor
 
     ``out`` (optional, same shape as ``a``) receives the result.
 
-    Blocked: the ``_INV_BASE``-sized diagonal blocks ``I + D`` (``D`` strictly lower, so
-    nilpotent) are inverted all at once as ``(I - D)(I + D^2)(I + D^4)...``; then pairs
-    of inverted blocks are merged level by level, ``[[X0, 0], [L10, X1]]^-1 = [[X0, 0], [-X1 L10 X0, X1]]``, with batched matmuls.
+    Blocked, with ``_INV_BASE``-sized blocks: the diagonal blocks ``I + D`` (``D`` strictly
+    lower, so nilpotent) are inverted all at once as ``(I - D)(I + D^2)(I + D^4)...``; then
+    block row by block row (forward substitution on blocks: block row ``i`` of
+    ``(I + a) X = I`` below the diagonal), ``X[i, :i] = -X[i, i] (a[i, :i] X[:i, :i])``:
+    two batched matmuls per block row, whatever the batch.
     """
     C = a.shape[-1]
     b = _INV_BASE
     nb = C // b if C % b == 0 else 0
-    if C <= b or nb == 0 or nb & (nb - 1) or a.numel() == 0:
+    if C <= b or nb == 0 or a.numel() == 0:
         lower = a.clone()
         lower.diagonal(dim1=-2, dim2=-1).fill_(1.0)
         eye = torch.eye(C, dtype=a.dtype, device=a.device).expand_as(lower)
@@ -237,24 +239,23 @@ def _unit_lower_inverse(a: torch.Tensor, out: torch.Tensor | None = None) -> tor
     x = a.reshape(-1, C, C)
     N = x.shape[0]
     out = torch.empty_like(x) if out is None else out.view(N, C, C)
+    out.zero_()                                                     # the blocks above the diagonal
     # diagonal blocks D (nilpotent, D^b = 0): (I + D)^-1 = (I - D)(I + D^2)(I + D^4)...
     d = x.view(N, nb, b, nb, b).diagonal(dim1=1, dim2=3).permute(0, 3, 1, 2).reshape(-1, b, b)
     inv = torch.eye(b, dtype=x.dtype, device=x.device).sub(d)
     power, span = d, 2
     while span < b:
-        power = power @ power
+        power = torch.bmm(power, power)
         inv = torch.baddbmm(inv, inv, power)
         span *= 2
     out.view(N, nb, b, nb, b).diagonal(dim1=1, dim2=3).copy_(inv.view(N, nb, b, b).permute(0, 2, 3, 1))
-    while b < C:
-        P = C // (2 * b)
-        ov = out.view(N, P, 2, b, P, 2, b).diagonal(dim1=1, dim2=4).permute(0, 5, 1, 2, 3, 4)
-        av = x.view(N, P, 2, b, P, 2, b).diagonal(dim1=1, dim2=4).permute(0, 5, 1, 2, 3, 4)
-        ov[:, :, 0, :, 1] = 0.0
-        ov[:, :, 1, :, 0] = (ov[:, :, 1, :, 1] @ (av[:, :, 1, :, 0] @ ov[:, :, 0, :, 0])).neg_()
-        b *= 2
+    # block rows below: X[i, :i] = -X[i, i] (a[i, :i] X[:i, :i])  (X[:i, :i] is already final)
+    a_rows, x_rows = x.split(b, dim=1), out.split(b, dim=1)         # [N, b, C] block rows
+    for i in range(1, nb):
+        r0 = i * b
+        left = torch.bmm(a_rows[i][..., :r0], out[:, :r0, :r0])       # a[i, :i] X[:i, :i]
+        x_rows[i][..., :r0].baddbmm_(x_rows[i][..., r0:r0 + b], left, beta=0.0, alpha=-1.0)
     return out.view(*lead, C, C)
-
 
 
 def chunk_gdn_torch(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=None,
@@ -298,14 +299,17 @@ def chunk_gdn_torch(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=N
     gather = _Gather(layout, C)
 
     workspace = _workspace(dev)
+    views: dict[tuple, torch.Tensor] = {}  # this call's views (groups of one size share them: no ops)
 
     def buf(name, *shape):  # a view of a reused fp32 buffer
-        size = 1
-        for d in shape:
-            size *= d
-        if name not in workspace or workspace[name].numel() < size:
-            workspace[name] = torch.empty(size, dtype=f32, device=dev)
-        return workspace[name][:size].view(shape)
+        if (name, shape) not in views:
+            size = 1
+            for d in shape:
+                size *= d
+            if name not in workspace or workspace[name].numel() < size:
+                workspace[name] = torch.empty(size, dtype=f32, device=dev)
+            views[name, shape] = workspace[name][:size].view(shape)
+        return views[name, shape]
 
     # The state between chunks, one per sequence in layout order, value-first [n, Hv, V, K]
     # (the output layout; the matmuls read it transposed, S^T = [K, V]), updated in place.
@@ -359,13 +363,14 @@ def chunk_gdn_torch(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=N
     # The flat chunks are processed in groups of _BLOCK_HEAD_CHUNKS (chunk, value head) pairs.
     per_group = max(1, _BLOCK_HEAD_CHUNKS // max(Hv, 1))
     pos = 0  # first chunk position that overlaps the current group
+    q0, k0, v0 = q[0], k[0], v[0]
     for lo in range(0, F, per_group):
         hi = min(F, lo + per_group)
         Fb, P = hi - lo, (hi - lo) * Hv
 
-        qc = gather(q[0], lo, hi, buf("q", Fb, Hk, C, K)).view(Fb * Hk, C, K)
-        kc = gather(k[0], lo, hi, buf("k", Fb, Hk, C, K)).view(Fb * Hk, C, K)
-        vc = gather(v[0], lo, hi, buf("v", Fb, Hv, C, V)).view(P, C, V)
+        qc = gather(q0, lo, hi, buf("q", Fb, Hk, C, K)).view(Fb * Hk, C, K)
+        kc = gather(k0, lo, hi, buf("k", Fb, Hk, C, K)).view(Fb * Hk, C, K)
+        vc = gather(v0, lo, hi, buf("v", Fb, Hv, C, V)).view(P, C, V)
 
         # Intra-chunk factors.  k.k^T and q.k^T are the same for the r value heads of a key
         # head: computed once per key head, broadcast over its value heads.
@@ -415,7 +420,10 @@ def chunk_gdn_torch(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=N
                     k_end.split(sizes), out.split(sizes), last_exp[lo * Hv:hi * Hv].split(sizes),
                     h_rows[lo * Hv:hi * Hv].split(sizes) if chunk_states else [None] * len(pieces))
         for (j0, j1, first), u_c, uT_c, w_c, qg_c, ke_c, o_c, gamma, h_c in parts:
-            S_c = S_rows[j0 * Hv:j1 * Hv]                               # [pieces, V, K]
+            if (j0, j1) not in views:  # states of sequence slots j0:j1 and their transposes S^T
+                S_c = S_rows[j0 * Hv:j1 * Hv]                           # [pieces, V, K]
+                views[j0, j1] = S_c, S_c.transpose(1, 2)
+            S_c, ST_c = views[j0, j1]
             if first:  # S = 0: u = u0, no inter-chunk output, next S^T = k_end^T u
                 if h_c is not None:
                     h_c.zero_()
@@ -424,7 +432,6 @@ def chunk_gdn_torch(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=N
                 continue
             if h_c is not None:
                 h_c.copy_(S_c)
-            ST_c = S_c.transpose(1, 2)                                  # S^T: [K, V]
             torch.bmm(qg_c, ST_c, out=o_c)                              # scale exp(G) q S
             u_c.baddbmm_(w_c, ST_c, alpha=-1.0)                         # u = u0 - w S
             S_c.mul_(gamma)                                             # gamma S
