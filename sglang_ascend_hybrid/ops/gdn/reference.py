@@ -19,7 +19,9 @@ inverse of one unit lower-triangular matrix per chunk and head, blocked, by
 batched matmuls), for groups of chunks of all sequences and heads at once, with
 ``k k^T`` and ``q k^T`` computed once per key head; only the hand-over of the
 state between consecutive chunks is a loop, over chunk positions (not tokens),
-with all sequences that still have a chunk at that position advanced together.
+with all sequences that still have a chunk at that position advanced together by
+four batched matmul-class ops.  The op count matters (on an NPU every op is a
+launch): about 1,300 ATen ops at T = 4096, Hv = 16 (tests/ops/test_gdn_op_count.py).
 """
 
 from __future__ import annotations
@@ -192,9 +194,11 @@ _INV_BASE = 16  # diagonal block size of the blocked unit-lower-triangular inver
 _DECAY_PRODUCT_RANGE = 60.0  # |G| bound inside a chunk for decay as exp(G_r) * exp(-G_j)
 # (chunk, value head) pairs whose intra-chunk factors are batched together (a group):
 # 128 is 8 chunks at Hv = 16.  Larger groups mean fewer ops per call (the group's fixed
-# cost, about 150 ATen ops, is paid T / (C * 8) times); the group's temporaries (about
-# 1.5 MB per chunk at Hv = 16, K = V = 128) live in workspaces reused by every group and
-# stay cache-sized: batched matmuls over many more blocks than that run from memory.
+# cost, about 120 ATen ops, is paid once per group: 1,272 ops at T = 4096, Hv = 16; 808
+# with 256 pairs); the group's temporaries (about 4.5 MB per chunk at Hv = 16,
+# K = V = 128) live in workspaces reused by every group.  On CPU 64, 128 and 256 pairs
+# measured the same speed (T = 4096 and a varlen batch); 128 keeps the workspace that
+# CPU calls keep (below) at about 35 MB.
 _BLOCK_HEAD_CHUNKS = 128
 
 # On CPU the group workspaces are also kept from call to call (per thread): a fresh buffer of
@@ -268,7 +272,8 @@ def chunk_gdn_torch(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=N
     of SGLang's Ascend ``chunk_state``).
 
     The maths, per value head, for a chunk of ``C`` tokens with start state ``S`` (key-first
-    ``[K, V]`` in the maths; stored value-first), in-chunk cumulative log-decay ``G_r`` and total decay ``gamma = exp(G_{C-1})``:
+    ``[K, V]`` in the maths; stored value-first), in-chunk cumulative log-decay ``G_r`` and
+    total decay ``gamma = exp(G_{C-1})``:
 
     * ``A[r, j] = beta_r exp(G_r - G_j) k_r.k_j`` (``j < r``), ``T = (I + A)^-1`` (WY form);
     * ``u0 = T diag(beta) v`` and ``w = T diag(beta exp(G)) k``: the in-chunk delta-rule
@@ -282,8 +287,12 @@ def chunk_gdn_torch(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=N
     sequence and head); the hand-over walks the group's chunk positions in order and per
     position issues four batched matmul-class ops (``q S``, ``u``, the decay, the update),
     all sequences that have a chunk at that position together; ``P u`` is one batched matmul
-    per group afterwards.  ATen ops per call: about 150 per group of
-    ``_BLOCK_HEAD_CHUNKS // Hv`` chunks plus 5 per chunk position (6 with ``chunk_states``).
+    per group afterwards (it needs every ``u`` of the group, nothing else sequential).
+    ATen ops per call: about 120 per group of ``_BLOCK_HEAD_CHUNKS // Hv`` chunks plus 4 per
+    chunk position (5 with ``chunk_states``).  Exactness: ``g = -inf`` resets by reset
+    counts (exact zeros across a reset), chunks decaying below ``-_DECAY_PRODUCT_RANGE`` by
+    exact exps of differences, padding rows carry ``g = beta = 0`` (they never reach a
+    state or a kept output), sequences without tokens keep their initial state.
     """
     T, Hk, Hv, V, K = q.shape[1], q.shape[2], v.shape[2], v.shape[3], q.shape[3]
     r = Hv // Hk
