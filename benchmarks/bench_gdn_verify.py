@@ -1,31 +1,40 @@
-"""GDN speculative verify on CPU: the plugin's torch verify rung vs a token loop (the MTP issue).
+"""GDN speculative verify on CPU: the plugin's torch verify rung vs the loops a user would write.
 
-    .venv/bin/python benchmarks/bench_gdn_verify.py [--repeats 9]
+    .venv/bin/python benchmarks/bench_gdn_verify.py [--reps 7] [--threads 1,2] [--json out.json]
 
 Batch 32, S = 4 draft tokens, Hv = 16, Hk = 8, K = V = 128, fp32 pool and scratch, bf16 mix_qkv
-(as SGLang hands it over).  The token loop is what one would write from the op's contract: per
-request, per token, the recurrence batched over heads, writing every intermediate state.  Both
-run in one process, interleaved repetition by repetition, at 1 and at 2 threads; medians and
-minima, with an A/A control row (the verify rung against itself) that shows the noise.  Check
-the load (``uptime``) first: a ratio from a loaded machine is not a result.
+(as SGLang hands it over).  Compared side by side (``benchmarks/harness.py``: interleaved, medians
+and minima, A/A row), every method writing every intermediate state into the scratch:
+
+* ``verify rung``: ``ops/gdn/verify.verify_torch`` (the MTP fallback for fp32 pools);
+* ``token loop``: per request, per token, the recurrence batched over heads (from the op's contract);
+* ``batched token loop``: per token, all requests at once with ``reference.recurrent_step``.
+
+Goal: the rung ahead of both loops (ratio loop / rung >= 1), at 1 and 2 threads.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import statistics
-import time
+import sys
+from pathlib import Path
 
-import torch
-import torch.nn.functional as F
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sglang_ascend_hybrid.ops.gdn import verify as gv
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
-B, S, HV, HK, K, V = 32, 4, 16, 8, 128, 128
+import harness  # noqa: E402
+from sglang_ascend_hybrid.ops.gdn import verify as gv  # noqa: E402
+from sglang_ascend_hybrid.ops.gdn.reference import l2norm, recurrent_step  # noqa: E402
+
+BATCH, S, HV, HK, K, V = 32, 4, 16, 8, 128, 128
 
 
 def _case(seed=0):
+    B = BATCH
     gen = torch.Generator().manual_seed(seed)
     mix = torch.randn(B, S, (2 * HK) * K + HV * V, generator=gen).bfloat16()
     pool = torch.randn(B + 1, HV, V, K, generator=gen) * 0.1
@@ -47,6 +56,7 @@ def verify_rung(mix, pool, scratch, beta, g, cache, lens, idx, nat):
 
 def token_loop(mix, pool, scratch, beta, g, cache, lens, idx, nat):
     """Per request and token, batched over heads; writes every intermediate state."""
+    B = mix.shape[0]
     out = torch.empty(B, S, HV, V)
     r = HV // HK
     x = mix.float()
@@ -64,42 +74,46 @@ def token_loop(mix, pool, scratch, beta, g, cache, lens, idx, nat):
     return out
 
 
-def measure(threads: int, repeats: int) -> dict:
-    torch.set_num_threads(threads)
+def batched_token_loop(mix, pool, scratch, beta, g, cache, lens, idx, nat):
+    """Per token, all requests at once (the readable ``recurrent_step``); writes every step's states."""
+    B = mix.shape[0]
+    q, k, v = torch.split(mix.float(), [HK * K, HK * K, HV * V], dim=-1)
+    q, k, v = l2norm(q.view(B, S, HK, K)), l2norm(k.view(B, S, HK, K)), v.view(B, S, HV, V)
+    state = pool.index_select(0, cache.long())
+    out = torch.empty(B, S, HV, V)
+    for t in range(S):
+        out[:, t], state = recurrent_step(q[:, t], k[:, t], v[:, t], g[:, t], torch.sigmoid(beta[:, t]), state)
+        scratch.index_copy_(0, idx[:, t].long(), state)
+    return out
+
+
+def table(threads: int, reps: int, batch: int) -> harness.Table:
+    global BATCH
+    BATCH = batch
     case = _case()
     ref = token_loop(*case)
-    got = verify_rung(*case)
-    err = float((got.float() - ref).abs().max())
-    fns = {"verify rung": verify_rung, "token loop": token_loop, "verify rung (A/A)": verify_rung}
-    times = {name: [] for name in fns}
-    for fn in fns.values():  # warm-up
-        fn(*case)
-    for _ in range(repeats):  # interleaved
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn(*case)
-            times[name].append(time.perf_counter() - t0)
-    return {"threads": threads, "err": err, "times": times}
+    err = max(float((verify_rung(*case).float() - ref).abs().max()),
+              float((batched_token_loop(*case) - ref).abs().max()))
+    methods = [(name, (lambda fn: lambda: fn(*case))(fn)) for name, fn in
+               (("verify rung", verify_rung), ("token loop", token_loop), ("batched token loop", batched_token_loop))]
+    return harness.measure(
+        f"GDN verify, B={batch} S={S} Hv={HV} Hk={HK} K=V={K}, fp32 pool", methods, "verify rung",
+        [harness.Goal("verify rung ahead of the per-request token loop", "token loop", "verify rung", 1.0),
+         harness.Goal("verify rung ahead of the batched token loop", "batched token loop", "verify rung", 1.0)],
+        reps=reps, threads=threads, notes=[f"max |method - token loop| over outputs: {err:.2e}"])
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--repeats", type=int, default=9)
-    args = ap.parse_args()
-    print(f"load average: {os.getloadavg()}")
-    print(f"GDN verify, B={B} S={S} Hv={HV} Hk={HK} K=V={K}, fp32 pool, {args.repeats} interleaved repeats")
-    for threads in (1, 2):
-        r = measure(threads, args.repeats)
-        t = r["times"]
-        med = {k: statistics.median(v) for k, v in t.items()}
-        mins = {k: min(v) for k, v in t.items()}
-        print(f"\n{threads} thread(s); max |verify - loop| = {r['err']:.2e}")
-        for name in t:
-            print(f"  {name:18s} median {med[name] * 1e3:8.2f} ms   min {mins[name] * 1e3:8.2f} ms")
-        print(f"  ratio loop / verify rung: median {med['token loop'] / med['verify rung']:.2f}x, "
-              f"min {mins['token loop'] / mins['verify rung']:.2f}x")
-        print(f"  A/A control (verify / verify): median {med['verify rung (A/A)'] / med['verify rung']:.3f}, "
-              f"min {mins['verify rung (A/A)'] / mins['verify rung']:.3f}")
+def main(argv=None) -> int:
+    args = harness.arguments(__doc__.splitlines()[0]).parse_args(argv)
+    reps = args.reps if not args.smoke else min(args.reps, 2)
+    tables = []
+    for threads in harness.thread_counts(args.threads):
+        t = table(threads, reps, 2 if args.smoke else 32)
+        harness.report(t)
+        tables.append(t)
+    harness.summary(tables)
+    if args.json:
+        harness.write_json(args.json, tables)
     return 0
 
 

@@ -14,10 +14,12 @@ Dispatch, for inputs that pass upstream's argument checks:
 1. the device op ``npu_fused_infer_attention_score`` serves the tensors (NPU, or an
    installed emulator) and no sequence is one-sided: the op is called exactly as
    upstream calls it, with no extra copies (fast path);
-2. the op serves them and some sequences are one-sided: inputs are compacted
-   (one ``index_select`` per gathered tensor, index built on the host from the
-   boundaries), the op runs on the sequences non-empty on both sides, and the
-   query-only rows are filled with 0 / ``-inf``;
+2. the op serves them and some sequences are one-sided: only the KV side is
+   rebuilt (one ``index_select`` per K / V tensor, index built on the host from
+   the boundaries): KV-only sequences are dropped and each query-only sequence
+   gets one zero key / value row, so the op sees only sequences non-empty on
+   both sides; ``q`` and the output are used in place, and the query-only rows
+   are then set to 0 / ``-inf`` (``index_fill_`` over those rows only);
 3. otherwise (CPU tensors, no emulator): the pure-torch reference.
 
 Input checks (every path, before any work; ``ValueError`` naming the argument,
@@ -247,45 +249,63 @@ def _gather_index(runs: list[tuple[int, int]], device: torch.device) -> torch.Te
     return index.to(device)
 
 
+def _gather_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``x[index]`` along dim 0 as one ``index_select`` of whole rows: a ``[T, N * D]`` view
+    (on CPU the 3-D kernel copies element by element, about 6x slower than row copies)."""
+    return x.reshape(x.shape[0], -1).index_select(0, index).view(index.shape[0], *x.shape[1:])
+
+
 def _compacting_path(q, k, v, q_bounds, k_bounds, scale, want_lse, n_kv_only, n_q_only):
-    """Some sequences are one-sided: run the op on the two-sided ones only."""
+    """Some sequences are one-sided: the op sees only sequences non-empty on both sides.
+
+    Only the KV side is rebuilt (one ``index_select`` per K / V tensor; K / V are the smaller
+    side under GQA and no larger under MHA): KV-only sequences are dropped (they have no query
+    rows), and each query-only sequence gets one zero KV row, so its queries attend to a zero
+    value.  ``q`` goes to the op as it is and the output needs no scatter; afterwards the
+    query-only rows are set to 0 / ``-inf`` outright (one ``index_fill_`` over those rows only),
+    so nothing depends on what the op computes for them.
+    """
     log_once(logger, ("packed_attention", "compact"),
              "sglang-ascend-hybrid: packed attention batch has sequences empty on one side "
-             "(first seen: %d KV-only, %d query-only); compacting them out of the NPU "
-             "kernel call (query-only rows get output 0, LSE -inf)", n_kv_only, n_q_only)
-    q_runs, k_runs, q_ends, k_ends = [], [], [], []
-    q_total = k_total = 0
+             "(first seen: %d KV-only, %d query-only); compacting them for the NPU kernel: "
+             "KV-only sequences dropped, one zero key per query-only sequence (query-only rows "
+             "get output 0, LSE -inf)", n_kv_only, n_q_only)
+    k_runs: list[tuple[int, int]] = []   # source KV rows of the op's KV side, in order
+    dummy_at: list[int] = []             # positions of the zero rows in the op's KV side
+    q_only_runs: list[tuple[int, int]] = []
+    q_ends, k_ends = [], []
+    k_total = two_sided = 0
     for (qs, qe), (ks, ke) in zip(pairwise(q_bounds), pairwise(k_bounds)):
-        if qe > qs and ke > ks:
-            q_runs.append((qs, qe))
+        if qe == qs:          # KV-only or empty: no query rows, nothing for the op
+            continue
+        if ke > ks:
             k_runs.append((ks, ke))
-            q_total += qe - qs
             k_total += ke - ks
-            q_ends.append(q_total)
-            k_ends.append(k_total)
-    if not q_runs:
+            two_sided += 1
+        else:                 # query-only: one zero KV row
+            k_runs.append((0, 1))
+            dummy_at.append(k_total)
+            q_only_runs.append((qs, qe))
+            k_total += 1
+        q_ends.append(qe)     # q keeps every row: its ends are the original ones
+        k_ends.append(k_total)
+    if not two_sided:         # no sequence has both queries and keys: no work for the op
         return _empty_result(q, v)
 
-    gather_q = q_total < q.shape[0]  # some query-only rows
-    gather_kv = k_total < k.shape[0]  # some KV-only rows
-    q_index = _gather_index(q_runs, q.device) if gather_q else None
-    qc = q.index_select(0, q_index) if gather_q else q.contiguous()
-    if gather_kv:
-        k_index = _gather_index(k_runs, k.device)
-        kc, vc = k.index_select(0, k_index), v.index_select(0, k_index)
-    else:
-        kc, vc = k.contiguous(), v.contiguous()
+    # (a one-sided sequence exists, so the KV side always differs from k / v)
+    k_index = _gather_index(k_runs, k.device)
+    kc, vc = _gather_rows(k, k_index), _gather_rows(v, k_index)
+    if dummy_at:
+        dummies = torch.tensor(dummy_at, dtype=torch.int64).to(k.device)
+        kc.index_fill_(0, dummies, 0.0)
+        vc.index_fill_(0, dummies, 0.0)
 
-    out_c, lse_c = _call_op(qc, kc, vc, q_ends, k_ends, scale, want_lse)
-    if not gather_q:
-        return out_c, lse_c
-    out = out_c.new_zeros((q.shape[0], out_c.shape[1], out_c.shape[2]))
-    out.index_copy_(0, q_index, out_c)
-    lse = None
-    if want_lse:
-        lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32,
-                         device=q.device)
-        lse.index_copy_(1, q_index, lse_c)
+    out, lse = _call_op(q.contiguous(), kc, vc, q_ends, k_ends, scale, want_lse)
+    if q_only_runs:
+        rows = _gather_index(q_only_runs, q.device)
+        out.index_fill_(0, rows, 0.0)
+        if lse is not None:
+            lse.index_fill_(1, rows, float("-inf"))
     return out, lse
 
 

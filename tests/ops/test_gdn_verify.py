@@ -135,11 +135,15 @@ def test_emulator_refuses_and_flags_undefined_behaviour():
 # ----------------------------------------------------------------------------- the torch rung vs the oracle
 
 
+@pytest.mark.parametrize("rows_per_block", [None, 1, 3])
 @pytest.mark.parametrize("pool_dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("B,S", [(1, 1), (3, 2), (8, 4), (2, 8)])
-def test_torch_verify_matches_the_fp64_oracle(pool_dtype, B, S):
+def test_torch_verify_matches_the_fp64_oracle(monkeypatch, pool_dtype, B, S, rows_per_block):
     lens = [S - (b % S) for b in range(B)]
     c = _case(B, S, seed=B * 10 + S, pool_dtype=pool_dtype, lens=lens, dtype=torch.float32)
+    if rows_per_block is not None:   # requests per block of the torch rung: block edges inside the batch
+        _, nv, dv, dk = c["pool"].shape
+        monkeypatch.setattr(gv, "_BLOCK_BYTES", rows_per_block * nv * dv * dk * 4)
     ref_out, ref_pool, ref_inter = _oracle(c)
     pool, inter = c["pool"].clone(), c["inter"].clone()
     out = gv.recurrent_verify(_call(c, pool=pool, inter=inter), backend="torch")
@@ -151,9 +155,13 @@ def test_torch_verify_matches_the_fp64_oracle(pool_dtype, B, S):
     assert inter.dtype == pool_dtype
 
 
-def test_torch_verify_skips_padding_rows_and_never_writes_them():
+@pytest.mark.parametrize("rows_per_block", [None, 1, 2])
+def test_torch_verify_skips_padding_rows_and_never_writes_them(monkeypatch, rows_per_block):
     """Graph-mode padding: a padded request has cache index -1 and ssm_state_indices -1."""
     c = _case(3, 2, seed=5, dtype=torch.float32, pool_dtype=torch.float32)
+    if rows_per_block is not None:
+        _, nv, dv, dk = c["pool"].shape
+        monkeypatch.setattr(gv, "_BLOCK_BYTES", rows_per_block * nv * dv * dk * 4)
     c["cache"][2] = -1
     c["idx"][2] = -1
     inter = c["inter"].clone()

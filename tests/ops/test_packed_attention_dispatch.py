@@ -113,37 +113,39 @@ def test_fast_path_non_contiguous_same_shapes_stacks_once_like_upstream(recorder
 # Compaction path
 # ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("q_lens,k_lens,gathers", [
-    ([3, 0, 4, 2], [5, 2, 1, 3], {"q": False, "kv": True}),   # KV-only only
-    ([3, 2, 4, 2], [5, 0, 1, 0], {"q": True, "kv": False}),   # query-only only
-    ([0, 3, 2, 0, 4], [3, 0, 2, 1, 2], {"q": True, "kv": True}),
+@pytest.mark.parametrize("q_lens,k_lens", [
+    ([3, 0, 4, 2], [5, 2, 1, 3]),    # KV-only only: its KV rows dropped
+    ([3, 2, 4, 2], [5, 0, 1, 0]),    # query-only only: one zero KV row each
+    ([0, 3, 2, 0, 4], [3, 0, 2, 1, 2]),
 ])
-def test_compaction_gathers_once_per_tensor(recorder, q_lens, k_lens, gathers):
+def test_compaction_rebuilds_only_the_kv_side(recorder, q_lens, k_lens):
     case = packed_case(q_lens, k_lens, num_heads=4, num_kv_heads=2, dtype=torch.bfloat16, seed=4)
     log = OpLog(recorder)
     with log:
         out, lse = fused_infer_attention_varlen(*case.args(), **case.kwargs())
     assert len(recorder.calls) == 1
     args, kwargs = recorder.calls[0]
-    live = [(qs, qe, ks, ke) for (qs, qe), (ks, ke) in zip(pairwise(case.q_bounds),
-                                                         pairwise(case.k_bounds))
-            if qe > qs and ke > ks]
-    q_rows = [r for qs, qe, _, _ in live for r in range(qs, qe)]
-    k_rows = [r for _, _, ks, ke in live for r in range(ks, ke)]
-    assert torch.equal(args[0], case.q[q_rows])
-    assert torch.equal(args[1], case.k[k_rows]) and torch.equal(args[2], case.v[k_rows])
-    ends_q, ends_k, tq, tk = [], [], 0, 0
-    for qs, qe, ks, ke in live:
-        tq, tk = tq + qe - qs, tk + ke - ks
-        ends_q.append(tq)
-        ends_k.append(tk)
+    # The op's KV side: per sequence with query rows, its KV rows, or one zero row if it has none.
+    k_rows, dummies, ends_q, ends_k = [], [], [], []
+    for (qs, qe), (ks, ke) in zip(pairwise(case.q_bounds), pairwise(case.k_bounds)):
+        if qe == qs:
+            continue
+        if ke > ks:
+            k_rows += range(ks, ke)
+        else:
+            dummies.append(len(k_rows))
+            k_rows.append(None)
+        ends_q.append(qe)
+        ends_k.append(len(k_rows))
+    assert args[0] is case.q                                         # q goes as it is
+    want_k = torch.stack([case.k[r] if r is not None else torch.zeros_like(case.k[0]) for r in k_rows])
+    want_v = torch.stack([case.v[r] if r is not None else torch.zeros_like(case.v[0]) for r in k_rows])
+    assert torch.equal(args[1], want_k) and torch.equal(args[2], want_v)
     assert kwargs["actual_seq_lengths"] == ends_q and kwargs["actual_seq_lengths_kv"] == ends_k
-    expected_selects = (1 if gathers["q"] else 0) + (2 if gathers["kv"] else 0)
-    assert log.names.count("index_select") == expected_selects
-    assert (args[0] is case.q) == (not gathers["q"])
-    assert (args[1] is case.k) == (not gathers["kv"])
-    # scatter back only when query rows were removed: output and LSE
-    assert log.names.count("index_copy_") == (2 if gathers["q"] else 0)
+    assert log.names.count("index_select") == 2                      # one per K / V tensor
+    assert log.names.count("index_copy_") == 0                       # no scatter of the output
+    # zero K / V rows, then the query-only rows of the output and of the LSE
+    assert log.names.count("index_fill_") == (4 if dummies else 0)
     ref_out, ref_lse = pa.packed_attention_reference(case.q, case.k, case.v, case.q_bounds,
                                                      case.k_bounds, case.scale)
     assert torch.equal(out, ref_out)
@@ -475,3 +477,31 @@ def test_random_packed_case_helper():
 def test_probe_replacement_works_with_emulators_installed():
     with seam.install_emulators(emu.emulators()):
         assert pa.probe_replacement(fused_infer_attention_varlen)
+
+
+def test_query_only_rows_are_zero_and_neg_inf_whatever_their_queries():
+    """The query-only rows reach the op (against one zero key) but their results are set outright:
+    non-finite queries there cannot leak into the output, and the two-sided rows are unaffected."""
+    case = packed_case([2, 3, 2], [4, 0, 3], dtype=torch.bfloat16, seed=7)
+    case.q[2:5] = float("nan")
+    with seam.install_emulators(emu.emulators()):
+        out, lse = fused_infer_attention_varlen(*case.args(), **case.kwargs())
+    ref_out, ref_lse = pa.packed_attention_reference(case.q, case.k, case.v, case.q_bounds, case.k_bounds,
+                                                     case.scale)
+    assert torch.equal(out[2:5], torch.zeros_like(out[2:5]))
+    assert torch.isneginf(lse[:, 2:5]).all()
+    assert torch.equal(out[[0, 1, 5, 6]], ref_out[[0, 1, 5, 6]])
+    assert torch.equal(lse[:, [0, 1, 5, 6]], ref_lse[:, [0, 1, 5, 6]])
+
+
+def test_compaction_takes_non_contiguous_key_values():
+    case = packed_case([3, 0, 2], [2, 4, 0], num_heads=4, num_kv_heads=2, dtype=torch.bfloat16, seed=8)
+    k = case.k.transpose(0, 1).contiguous().transpose(0, 1)   # same values, head-major storage
+    v = case.v.transpose(0, 1).contiguous().transpose(0, 1)
+    assert not k.is_contiguous()
+    with seam.install_emulators(emu.emulators()):
+        out, lse = fused_infer_attention_varlen(case.q, k, v, case.cu_seqlens_q, case.cu_seqlens_k,
+                                                **case.kwargs())
+    ref_out, ref_lse = pa.packed_attention_reference(case.q, case.k, case.v, case.q_bounds, case.k_bounds,
+                                                     case.scale)
+    assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)

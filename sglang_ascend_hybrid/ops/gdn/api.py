@@ -10,7 +10,6 @@ import torch
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops.gdn import dispatch
-from sglang_ascend_hybrid.ops.gdn.scatter import scatter_agreeing
 from sglang_ascend_hybrid.ops.host import host_list
 from sglang_ascend_hybrid.ops.gdn.reference import l2norm
 
@@ -170,10 +169,8 @@ def recurrent_gated_delta_rule(q, k, v, g, beta, *, state_pool, state_indices, s
         return out
     idx = state_indices.long()
     live = idx >= 0
-    slots = idx.clamp(min=0)
-    call = dispatch.StepCall(q[0], k[0], v[0], g[0], beta[0], state_pool.index_select(0, slots), float(scale),
+    call = dispatch.StepCall(q[0], k[0], v[0], g[0], beta[0], state_pool, idx.clamp(min=0), live, float(scale),
                              qk_l2norm=use_qk_l2norm)
-    o, new_states = dispatch.run_decode(call, backend)
-    scatter_agreeing(state_pool, slots, live, new_states.float())
+    o = dispatch.run_decode(call, backend)          # the rung advances the pool rows in place
     out[0] = torch.where(live.view(B, 1, 1), o.to(q.dtype), out[0])
     return out

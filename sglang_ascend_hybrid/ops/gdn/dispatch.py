@@ -38,7 +38,9 @@ from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import capabilities as caps
 from sglang_ascend_hybrid.ops.gdn import planner
 from sglang_ascend_hybrid.ops.gdn.plan_exec import execute_plan
-from sglang_ascend_hybrid.ops.gdn.reference import CHUNK_SIZE, chunk_gdn_torch, l2norm, recurrent_step
+from sglang_ascend_hybrid.ops.gdn.pool_step import step_on_pool
+from sglang_ascend_hybrid.ops.gdn.reference import CHUNK_SIZE, chunk_gdn_torch, l2norm
+from sglang_ascend_hybrid.ops.gdn.scatter import scatter_live_rows
 from sglang_ascend_hybrid.ops.ladder import Ladder, Rung
 
 logger = logging.getLogger(__name__)
@@ -284,10 +286,11 @@ PREFILL = Ladder("gdn_prefill", [
 
 @dataclass
 class StepCall:
-    """One decode step: one token per sequence; states gathered (fresh).
+    """One decode step: one token per sequence, advancing rows of a state pool in place.
 
     q / k are l2-normalised when ``normalized`` (the torch rung then uses them as they are);
     when ``qk_l2norm`` they are raw and every rung normalises them (the NPU op does it itself).
+    A rung writes the pool only once it has succeeded (a refusal leaves it untouched).
     """
 
     q: torch.Tensor       # [B, Hk, K]
@@ -295,13 +298,15 @@ class StepCall:
     v: torch.Tensor       # [B, Hv, V]
     g: torch.Tensor       # [B, Hv]
     beta: torch.Tensor    # [B, Hv] post-sigmoid
-    states: torch.Tensor  # [B, Hv, V, K] fresh copy, in the pool's dtype
+    pool: torch.Tensor    # [slots, Hv, V, K] value-first, any float dtype (kept)
+    slots: torch.Tensor   # [B] int64, in range for every row (padding clamped to 0)
+    live: torch.Tensor    # [B] bool: False = padding (writes no slot)
     scale: float
     qk_l2norm: bool = False
 
     def signature(self) -> GdnSignature:
         return GdnSignature(self.v.shape[1], self.q.shape[1], self.q.shape[2], self.v.shape[2], self.q.dtype,
-                            state_dtype=self.states.dtype)
+                            state_dtype=self.pool.dtype)
 
 
 def _npu_recurrent_supports(sig: GdnSignature, call: StepCall) -> bool:
@@ -321,7 +326,7 @@ def _npu_recurrent_run(call: StepCall):
     B, Hk, K = call.q.shape
     Hv, V = call.v.shape[1], call.v.shape[2]
     mix = torch.cat([call.q.reshape(B, 1, -1), call.k.reshape(B, 1, -1), call.v.reshape(B, 1, -1)], -1)
-    states = call.states.clone().contiguous()  # the kernel updates in place: never the caller's pool
+    states = call.pool.index_select(0, call.slots)  # the kernel updates in place: a gathered copy
     idx = torch.arange(B, dtype=torch.int32, device=call.q.device)
     ones = torch.ones(B, dtype=torch.int32, device=call.q.device)
     # The kernel applies the sigmoid to beta itself: hand it the logit of the post-sigmoid beta.
@@ -329,13 +334,14 @@ def _npu_recurrent_run(call: StepCall):
     o = seam.call(OP_NPU_RECURRENT, mix.contiguous(), states, beta_logit, call.scale, ones, idx.view(B, 1),
                   Hk, Hv, g=call.g.reshape(B, 1, Hv).float().contiguous())
     _logged("decode", "npu_recurrent", call.signature())
-    return o.reshape(B, Hv, V).float(), states
+    scatter_live_rows(call.pool, call.slots, call.live, states)   # only after the kernel succeeded
+    return o.reshape(B, Hv, V).float()
 
 
 def _torch_step_run(call: StepCall):
     _logged("decode", "torch", call.signature())
     q, k = (l2norm(call.q), l2norm(call.k)) if call.qk_l2norm else (call.q, call.k)
-    return recurrent_step(q, k, call.v, call.g, call.beta, call.states, scale=call.scale)
+    return step_on_pool(q, k, call.v, call.g, call.beta, call.pool, call.slots, call.live, scale=call.scale)
 
 
 DECODE = Ladder("gdn_decode", [

@@ -5,17 +5,20 @@ from __future__ import annotations
 import torch
 
 
-def scatter_agreeing(target: torch.Tensor, rows: torch.Tensor, valid: torch.Tensor, values: torch.Tensor) -> None:
-    """``target[rows[i]] = values[i]`` for the valid entries, in one static-shape ``index_copy_``.
+def scatter_live_rows(target: torch.Tensor, rows: torch.Tensor, live: torch.Tensor, values: torch.Tensor) -> None:
+    """``target[rows[i]] = values[i]`` for the live entries, with static shapes only.
 
-    ``rows`` must be in range for every entry (clamp padding first).  Invalid entries write row 0
-    with the value row 0 ends up with (a valid entry's value if one owns row 0, else its current
-    value), so duplicate writes agree whatever their order.  ``values`` is overwritten in place
-    for the invalid entries (callers pass fresh tensors)."""
-    owns0 = valid & (rows == 0)
-    owner = owns0.to(torch.int32).argmax()
-    fill = torch.where(owns0.any(), values.index_select(0, owner.view(1))[0], target[0].to(values.dtype))
-    mask = valid.view(-1, *([1] * (values.dim() - 1)))
-    torch.where(mask, values, fill, out=values)
-    target.index_copy_(0, torch.where(valid, rows, torch.zeros_like(rows)),
+    ``rows`` must be in range for every entry (clamp padding first); live entries must not share a
+    row.  Padding entries are written to row 0 by the same ``index_copy_`` (their values and the
+    order of duplicate writes do not matter), then row 0 is written once more, in order, with the
+    value it must end with: the live owner's value if row 0 is live, else its content from before
+    the scatter.  So no row changes but those of live entries, at the cost of one extra row, never
+    a pass over ``values``.  ``values`` is not modified."""
+    if rows.numel() == 0:
+        return
+    owns0 = live & (rows == 0)
+    owner = owns0.to(torch.int32).argmax().view(1)
+    keep = torch.where(owns0.any(), values.index_select(0, owner).to(target.dtype), target[:1])  # a copy
+    target.index_copy_(0, torch.where(live, rows, torch.zeros_like(rows)),
                        values if values.dtype == target.dtype else values.to(target.dtype))
+    target[:1] = keep

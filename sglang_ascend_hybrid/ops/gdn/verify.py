@@ -38,8 +38,9 @@ from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.host import host_list
 from sglang_ascend_hybrid.ops.gdn import capabilities as caps
 from sglang_ascend_hybrid.ops.gdn.dispatch import GdnSignature
+from sglang_ascend_hybrid.ops.gdn.pool_step import block_rows
 from sglang_ascend_hybrid.ops.gdn.reference import l2norm
-from sglang_ascend_hybrid.ops.gdn.scatter import scatter_agreeing
+from sglang_ascend_hybrid.ops.gdn.scatter import scatter_live_rows
 from sglang_ascend_hybrid.ops.ladder import Ladder, Rung
 
 logger = logging.getLogger(__name__)
@@ -138,8 +139,11 @@ def check_verify_values(call: VerifyCall) -> None:
 # ----------------------------------------------------------------------------- torch rung
 
 
-def _initial_states(call: VerifyCall) -> torch.Tensor:
-    """The op's initial-state selection, with gathers that stay in bounds for padding rows."""
+def _initial_rows(call: VerifyCall):
+    """The op's initial-state selection as rows, clamped so every gather stays in bounds (padding):
+    ``(pool rows [B], scratch rows [B] or None, first step [B, 1, 1, 1] or None)``.  Without a
+    scratch the initial state is the pool row ``ssm_state_indices[b, pos]``; with one it is the
+    pool row ``cache_indices[b]`` on a first step (``pos`` at a step boundary), else that scratch row."""
     B, S, _, _ = call.shape
     idx = call.ssm_state_indices.long()
     pos = (torch.zeros(B, dtype=torch.long, device=idx.device) if call.num_accepted_tokens is None
@@ -147,61 +151,83 @@ def _initial_states(call: VerifyCall) -> torch.Tensor:
     r0 = idx.gather(1, pos.view(B, 1)).view(B)
     n = call.recurrent_state.shape[0]
     if call.intermediate_state is None:
-        return call.recurrent_state.index_select(0, r0.clamp(0, n - 1)).float()
+        return r0.clamp(0, n - 1), None, None
     m = call.intermediate_state.shape[0]
-    from_pool = call.recurrent_state.index_select(0, call.cache_indices.long().clamp(0, n - 1))
-    from_scratch = call.intermediate_state.index_select(0, r0.clamp(0, m - 1))
-    first_step = (r0.remainder(S) == 0).view(B, 1, 1, 1)
-    return torch.where(first_step, from_pool, from_scratch).float()
+    return (call.cache_indices.long().clamp(0, n - 1), r0.clamp(0, m - 1),
+            (r0.remainder(S) == 0).view(B, 1, 1, 1))
 
 
-# Requests whose fp32 states are updated together: about 4 MiB of state, so a block stays in cache.
-_BLOCK_BYTES = 4 << 20
+def _gather_initial(call: VerifyCall, rows, b0: int, b1: int, out: torch.Tensor) -> torch.Tensor:
+    """Initial states of requests ``b0:b1`` into ``out`` (fp32, a block-sized buffer)."""
+    pool_rows, scratch_rows, first = rows
+    from_pool = call.recurrent_state.index_select(0, pool_rows[b0:b1])
+    if scratch_rows is None:
+        return out.copy_(from_pool)
+    from_scratch = call.intermediate_state.index_select(0, scratch_rows[b0:b1])
+    return torch.where(first[b0:b1], from_pool, from_scratch, out=out) if from_pool.dtype == out.dtype \
+        else out.copy_(torch.where(first[b0:b1], from_pool, from_scratch))
+
+
+# Requests whose fp32 states are updated together on a CPU: about 1 MiB of state per step, so a
+# block's states stay in cache between the per-token passes (other devices: one block).
+_BLOCK_BYTES = 1 << 20
 
 
 def verify_torch(call: VerifyCall) -> torch.Tensor:
     """The op's verify semantics in torch, fp32 compute, states stored in the pool's dtype.
 
-    Requests are processed in blocks (a static loop: shapes never depend on values) with every
-    state update done in place in one preallocated buffer of all steps' states, which the
-    scatter then writes out once."""
+    Per token and value head, with the previous state ``S`` (value-first), ``a = exp(g)`` and
+    ``q' = scale * q`` (the maths of :func:`~sglang_ascend_hybrid.ops.gdn.pool_step.step_on_pool`)::
+
+        u = beta (v - a S k);   S' = a S + u k^T;   o = a (S q') + u (k . q')
+
+    so one matmul of the previous state against the two columns ``[k, q']`` (a column-major
+    operand, fast on CPU BLAS) gives both products, and the new state is written once (decay into
+    the step's buffer, then a rank-1 update in place).  Requests are processed in blocks (a static
+    loop: shapes never depend on values) into one reused buffer of the block's per-step states,
+    which is scattered out once per block."""
     B, S, dk, dv = call.shape
     nk, nv = call.nk, call.nv
     dev = call.mix_qkv.device
+    f32 = torch.float32
     mix = call.mix_qkv.float()
     q, k, v = torch.split(mix, [nk * dk, nk * dk, nv * dv], dim=-1)
     ratio = nv // nk
-    q = (l2norm(q.reshape(B, S, nk, dk)) * call.scale).repeat_interleave(ratio, dim=2)
-    k = l2norm(k.reshape(B, S, nk, dk)).repeat_interleave(ratio, dim=2)
+    q = l2norm(q.reshape(B, S, nk, dk)) * call.scale
+    k = l2norm(k.reshape(B, S, nk, dk))
+    kq = torch.stack([k, q], dim=-2)                               # [B, S, nk, 2, dk]: rows k, q'
+    kdotq = (k * q).sum(-1).repeat_interleave(ratio, dim=2).unsqueeze(-1)   # [B, S, nv, 1]
     v = v.reshape(B, S, nv, dv)
-    beta = torch.sigmoid(call.beta.float())
-    alpha = None if call.g is None else call.g.float().exp()
-    init = _initial_states(call)                                   # [B, nv, dv, dk] fp32
-    steps = torch.empty(S, B, nv, dv, dk, dtype=torch.float32, device=dev)  # step-major
-    out = torch.empty(B, S, nv, dv, dtype=torch.float32, device=dev)
-    block = max(1, _BLOCK_BYTES // max(1, nv * dv * dk * 4))
+    beta = torch.sigmoid(call.beta.float()).unsqueeze(-1)          # [B, S, nv, 1]
+    alpha = (torch.ones(B, S, nv, dtype=f32, device=dev) if call.g is None
+             else call.g.float().exp()).unsqueeze(-1)              # [B, S, nv, 1]
+    init_rows = _initial_rows(call)    # gathered per block, before any of the block's writes
+    target = call.intermediate_state if call.intermediate_state is not None else call.recurrent_state
+    rows = call.ssm_state_indices.long().t()                       # [S, B] step-major
+    in_len = torch.arange(S, device=dev).view(S, 1) < call.actual_seq_lengths.long().view(1, B)
+    valid = in_len & (rows >= 0) & (rows < target.shape[0])
+    rows = rows.clamp(0, target.shape[0] - 1)
+    out = torch.empty(B, S, nv, dv, dtype=f32, device=dev)
+    block = block_rows(B, nv * dv * dk * 4, dev, _BLOCK_BYTES)    # the whole batch off CPU
+    steps = torch.empty(S, block, nv, dv, dk, dtype=f32, device=dev)   # one block's states, step-major
+    init = torch.empty(block, nv, dv, dk, dtype=f32, device=dev)
     for b0 in range(0, B, block):                                  # static loops
         b1 = min(B, b0 + block)
         n = b1 - b0
-        state = init[b0:b1]
+        state = _gather_initial(call, init_rows, b0, b1, init[:n])
         for t in range(S):
-            cur = steps[t, b0:b1]
-            if alpha is None:
-                cur.copy_(state)
-            else:
-                torch.mul(state, alpha[b0:b1, t, :, None, None], out=cur)
-            flat = cur.view(n * nv, dv, dk)
-            kt = k[b0:b1, t].reshape(n * nv, dk, 1)
-            u = torch.bmm(flat, kt).neg_().add_(v[b0:b1, t].reshape(n * nv, dv, 1))
-            u.mul_(beta[b0:b1, t].reshape(n * nv, 1, 1))
-            flat.baddbmm_(u, kt.transpose(1, 2))                   # S += beta (v - S k) k^T
-            out[b0:b1, t] = torch.bmm(flat, q[b0:b1, t].reshape(n * nv, dk, 1)).view(n, nv, dv)
+            cur = steps[t, :n]
+            P = torch.matmul(state.view(n, nk, ratio * dv, dk),
+                             kq[b0:b1, t].transpose(-1, -2)).view(n, nv, dv, 2)      # S k, S q'
+            a = alpha[b0:b1, t]
+            u = beta[b0:b1, t] * (v[b0:b1, t] - a * P[..., 0])     # [n, nv, dv]
+            torch.addcmul(a * P[..., 1], u, kdotq[b0:b1, t], out=out[b0:b1, t])
+            torch.mul(state, a.unsqueeze(-1), out=cur)             # a S
+            cur.view(n * nk, ratio * dv, dk).baddbmm_(u.reshape(n * nk, ratio * dv, 1),
+                                                      k[b0:b1, t].reshape(n * nk, 1, dk))
             state = cur
-    target = call.intermediate_state if call.intermediate_state is not None else call.recurrent_state
-    rows = call.ssm_state_indices.long().t().reshape(S * B)        # step-major, like ``steps``
-    in_len = torch.arange(S, device=dev).view(S, 1) < call.actual_seq_lengths.long().view(1, B)
-    valid = in_len.reshape(S * B) & (rows >= 0) & (rows < target.shape[0])
-    scatter_agreeing(target, rows.clamp(0, target.shape[0] - 1), valid, steps.view(S * B, nv, dv, dk))
+        scatter_live_rows(target, rows[:, b0:b1].reshape(S * n), valid[:, b0:b1].reshape(S * n),
+                         steps[:, :n].reshape(S * n, nv, dv, dk))
     out = torch.where(in_len.t().reshape(B, S, 1, 1), out, torch.zeros_like(out))
     return out.to(call.mix_qkv.dtype)
 

@@ -1,0 +1,68 @@
+"""The benchmark harness: interleaving, the A/A copy, goals on medians and minima, op counting."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import harness  # noqa: E402
+
+
+def test_measure_runs_every_method_and_an_aa_copy_interleaved():
+    calls = []
+    table = harness.measure("t", [("a", lambda: calls.append("a")), ("b", lambda: calls.append("b"))], "a",
+                            reps=4, threads=1, warmup=0)
+    assert set(table.times) == {"a", "b", "a (A/A)"}
+    assert all(len(v) == 4 for v in table.times.values())
+    assert calls.count("a") == 8 and calls.count("b") == 4          # the subject twice per repetition
+    b_positions = {calls[3 * r:3 * r + 3].index("b") for r in range(4)}
+    assert len(b_positions) > 1                                      # the order rotates
+
+
+def test_goals_need_both_the_median_and_the_minimum():
+    t = harness.Table("t", 1, 3, 0.0, {"s": [1.0, 1.0, 1.0], "s (A/A)": [1.0, 1.0, 1.0], "base": [2.0, 2.0, 1.1]},
+                      [harness.Goal("faster", "base", "s", 1.5),
+                       harness.Goal("at most", "s", "base", 0.6, at_least=False)], "s")
+    (g1, med1, min1, ok1), (g2, med2, min2, ok2) = t.goal_results()
+    assert (med1, min1) == (2.0, 1.1) and not ok1                    # median clears 1.5, the minimum does not
+    assert (med2, min2) == (0.5, 1.0 / 1.1) and not ok2
+    t.times["base"] = [2.0, 2.0, 2.0]
+    assert all(ok for *_, ok in t.goal_results())
+    assert not t.noisy and not t.loaded
+
+
+def test_loaded_and_noisy_flags():
+    t = harness.Table("t", 1, 2, 0.9, {"s": [1.0, 1.0], "s (A/A)": [1.2, 1.2]}, [], "s")
+    assert t.loaded and t.noisy
+    t.others_load = float("nan")
+    assert t.loaded                                                  # unknown load is not a quiet run
+
+
+def test_thread_counts_are_validated():
+    assert harness.thread_counts("1,2") == [1, 2]
+    for bad in ("", "0", "a", "1,-2"):
+        with pytest.raises(SystemExit, match="--threads"):
+            harness.thread_counts(bad)
+
+
+def test_subject_must_be_a_method():
+    with pytest.raises(ValueError, match="subject='x'"):
+        harness.measure("t", [("a", lambda: None)], "x", reps=1)
+
+
+def test_count_torch_ops_counts_aten_calls():
+    a = torch.ones(3)
+    n, by_op = harness.count_torch_ops(lambda: (a + 1).mul_(2).sum())
+    assert n == 3 and by_op == {"aten.add": 1, "aten.mul_": 1, "aten.sum": 1}
+
+
+def test_others_load_sees_a_busy_neighbour():
+    import subprocess
+    probe = harness.OthersLoad()
+    busy = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<1.0: pass"])
+    busy.wait()
+    assert probe.cores() > 0.3
