@@ -63,3 +63,27 @@ def test_threads_do_not_share_workspaces():
     for g_, w_ in zip(got, want):
         for a, b in zip(g_, w_):
             assert torch.equal(a, b)
+
+
+def test_workspaces_made_under_inference_mode_serve_later_calls_outside_it():
+    """A first call under ``torch.inference_mode`` (as a server runs) must not leave inference
+    tensors behind: a later call outside it writes the same buffers in place."""
+    state = {}
+
+    def work():  # a fresh thread: its own, empty workspaces
+        try:
+            case = _case([70, 9], seed=5)
+            with torch.inference_mode():
+                state["inside"] = _run(case)
+            state["outside"] = _run(case)
+            with torch.inference_mode():
+                state["again"] = _run(case)
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            state["error"] = exc
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert "error" not in state, state.get("error")
+    for a, b, c in zip(state["inside"], state["outside"], state["again"]):
+        assert torch.equal(a, b) and torch.equal(a, c)

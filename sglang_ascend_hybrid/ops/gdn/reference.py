@@ -317,7 +317,10 @@ def chunk_gdn_torch(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=N
             for d in shape:
                 size *= d
             if name not in workspace or workspace[name].numel() < size:
-                workspace[name] = torch.empty(size, dtype=f32, device=dev)
+                # a normal tensor even under inference_mode: kept buffers are written in place by
+                # later calls, which may run outside it
+                with torch.inference_mode(False):
+                    workspace[name] = torch.empty(size, dtype=f32, device=dev)
             views[name, shape] = workspace[name][:size].view(shape)
         return views[name, shape]
 
@@ -367,7 +370,6 @@ def chunk_gdn_torch(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=N
         gneg = gc.neg().exp_() if not all(exact) else None              # exp(-G_j) (inf where exact)
         upper = torch.ones(C, C, dtype=torch.bool, device=dev).triu_(1) if any(exact) else None
         q_gain = gexp * scale                                           # q's row factor
-        k_gain = bc * gexp                                              # w's column factor
         last_exp = last_exp.view(F * Hv, 1, 1)
 
     # The flat chunks are processed in groups of _BLOCK_HEAD_CHUNKS (chunk, value head) pairs.
