@@ -194,7 +194,7 @@ _INV_BASE = 16  # diagonal block size of the blocked unit-lower-triangular inver
 _DECAY_PRODUCT_RANGE = 60.0  # |G| bound inside a chunk for decay as exp(G_r) * exp(-G_j)
 # (chunk, value head) pairs whose intra-chunk factors are batched together (a group):
 # 128 is 8 chunks at Hv = 16.  Larger groups mean fewer ops per call (the group's fixed
-# cost, about 125 ATen ops, is paid once per group: 1,320 ops at T = 4096, Hv = 16; about 860
+# cost, about 125 ATen ops, is paid once per group: 1,320 ops at T = 4096, Hv = 16; 845
 # with 256 pairs); the group's temporaries (about 4.5 MB per chunk at Hv = 16,
 # K = V = 128) live in workspaces reused by every group.  On CPU 64, 128 and 256 pairs
 # measured the same speed (T = 4096 and a varlen batch); 128 keeps the workspace that
