@@ -196,9 +196,9 @@ _DECAY_PRODUCT_RANGE = 60.0  # |G| bound inside a chunk for decay as exp(G_r) * 
 # 128 is 8 chunks at Hv = 16.  Larger groups mean fewer ops per call (the group's fixed
 # cost, about 125 ATen ops, is paid once per group: 1,320 ops at T = 4096, Hv = 16; 845
 # with 256 pairs); the group's temporaries (about 4.5 MB per chunk at Hv = 16,
-# K = V = 128) live in workspaces reused by every group.  On CPU 64, 128 and 256 pairs
-# measured the same speed (T = 4096 and a varlen batch); 128 keeps the workspace that
-# CPU calls keep (below) at about 35 MB.
+# K = V = 128) live in workspaces reused by every group.  On CPU, 48 to 256 pairs run
+# within about 5% of each other at T = 4096 and on a varlen batch (smaller groups slightly
+# faster, at 2-3x the ops); 128 keeps the workspace CPU calls keep (below) at about 35 MB.
 _BLOCK_HEAD_CHUNKS = 128
 
 # On CPU the group workspaces are also kept from call to call (per thread): a fresh buffer of
