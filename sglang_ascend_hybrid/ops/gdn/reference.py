@@ -19,11 +19,14 @@ inverse of one unit lower-triangular matrix per chunk and head, blocked, by
 batched matmuls), for groups of chunks of all sequences and heads at once, with
 ``k k^T`` and ``q k^T`` computed once per key head; only the hand-over of the
 state between consecutive chunks is a loop, over chunk positions (not tokens),
-with all sequences that still have a chunk at that position advanced together.
+with all sequences that still have a chunk at that position advanced together by
+four batched matmul-class ops.  The op count matters (on an NPU every op is a
+launch): about 1,300 ATen ops at T = 4096, Hv = 16 (tests/ops/test_gdn_op_count.py).
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -108,7 +111,7 @@ class _ChunkLayout:
     active: list[int]          # sequences still running at each chunk position
     offsets: list[int]         # start of each position's slice in the flat batch
     gather_index: torch.Tensor  # [F*C] token of each chunk row (padding -> its sequence's last token)
-    chunk_tokens: list[tuple[int, int]]  # flat chunk -> its real tokens [start, end)
+    out_row: torch.Tensor      # [F*C] token of each chunk row (padding -> T, a dropped sink row)
     valid: torch.Tensor        # [F*C] row holds a real token
     chunk_seq: list[int]       # flat chunk -> sequence id
     chunk_pos: list[int]       # flat chunk -> position inside its sequence
@@ -129,8 +132,6 @@ def _chunk_layout(bounds: list[int], chunk: int, device) -> _ChunkLayout:
         offsets.append(offsets[-1] + active[c])
         chunk_seq.extend(order[: active[c]])
         chunk_pos.extend([c] * active[c])
-    chunk_tokens = [(bounds[sq] + p * chunk, min(bounds[sq] + (p + 1) * chunk, bounds[sq + 1]))
-                    for sq, p in zip(chunk_seq, chunk_pos)]
     if chunk_seq:
         seq_t = torch.tensor(chunk_seq, dtype=torch.long)
         starts = torch.tensor(bounds[:-1], dtype=torch.long)[seq_t] + torch.tensor(chunk_pos) * chunk
@@ -139,52 +140,82 @@ def _chunk_layout(bounds: list[int], chunk: int, device) -> _ChunkLayout:
         valid = tok < ends[:, None]
         src = torch.where(valid, tok, (ends - 1)[:, None].expand_as(tok))
     else:
-        src = torch.zeros(0, chunk, dtype=torch.long)
+        src = tok = torch.zeros(0, chunk, dtype=torch.long)
         valid = torch.zeros(0, chunk, dtype=torch.bool)
+    out_row = torch.where(valid, tok, torch.full_like(tok, bounds[-1]))
     has_padding = any(n % chunk for n in lens)
     # one sequence with tokens (it starts at token 0), a whole number of chunks
     dense = len(set(chunk_seq)) <= 1 and not has_padding
     return _ChunkLayout(torch.tensor(order, dtype=torch.long, device=device), active, offsets,
-                        src.reshape(-1).to(device), chunk_tokens, valid.reshape(-1).to(device),
-                        chunk_seq, chunk_pos, has_padding, dense, order == list(range(len(lens))))
+                        src.reshape(-1).to(device), out_row.reshape(-1).to(device),
+                        valid.reshape(-1).to(device), chunk_seq, chunk_pos, has_padding, dense,
+                        order == list(range(len(lens))))
 
 
-def _to_chunks(x: torch.Tensor, layout: _ChunkLayout, chunk: int, lo: int, hi: int,
-               out: torch.Tensor | None = None, zero_padding: bool = True) -> torch.Tensor:
-    """Gather flat chunks ``lo:hi`` of ``[T, H, D]`` (or ``[T, H]``) into contiguous chunk
-    blocks ``[hi - lo, H, C, D]`` (or ``[hi - lo, H, C]``) in fp32; padding rows are zero
-    (with ``zero_padding``; else they repeat a real token: finite, and harmless where
-    ``g`` and ``beta`` are zero on the padding).
-    Heads are kept as they are (key heads are not expanded to value heads).  ``out``
-    (optional, fp32 ``[hi - lo, H, C(, D)]``) receives the result."""
-    T, H = x.shape[0], x.shape[1]
-    Fb = hi - lo
-    tail = tuple(x.shape[2:])
-    shape = (Fb, H, chunk) + tail
-    if out is None:
-        out = torch.empty(shape, dtype=torch.float32, device=x.device)
-    if layout.dense:
-        # flat chunk i holds tokens [i*C, (i+1)*C): a plain relayout, no index gather
-        out.view((Fb, H, chunk) + tail).transpose(1, 2).copy_(
-            x[lo * chunk:hi * chunk].reshape((Fb, chunk, H) + tail))
+class _Gather:
+    """Copies flat chunks ``lo:hi`` of a token-major ``[T, H(, D)]`` input into chunk blocks
+    ``[hi - lo, H, C(, D)]`` in fp32, with one flat row index per head count made once per
+    call (so a group pays one ``index_select``).  Padding rows repeat a real token (finite,
+    and harmless where ``g`` and ``beta`` are zero there) unless ``zero_padding``."""
+
+    def __init__(self, layout: _ChunkLayout, chunk: int):
+        self.layout, self.chunk = layout, chunk
+        self._index: dict[int, torch.Tensor] = {}
+
+    def index(self, heads: int) -> torch.Tensor:
+        if heads not in self._index:  # row (f, h, c) reads token gather_index[f*C + c], head h
+            tok = self.layout.gather_index.view(-1, 1, self.chunk)
+            head = torch.arange(heads, device=tok.device).view(1, -1, 1)
+            self._index[heads] = (tok * heads + head).reshape(-1)
+        return self._index[heads]
+
+    def __call__(self, x: torch.Tensor, lo: int, hi: int, out: torch.Tensor | None = None,
+                 zero_padding: bool = False) -> torch.Tensor:
+        C, (T, H), tail = self.chunk, x.shape[:2], tuple(x.shape[2:])
+        Fb = hi - lo
+        if out is None:
+            out = torch.empty((Fb, H, C) + tail, dtype=torch.float32, device=x.device)
+        if self.layout.dense:  # flat chunk i holds tokens [i*C, (i+1)*C): a plain relayout
+            out.transpose(1, 2).copy_(x[lo * C:hi * C].view((Fb, C, H) + tail))
+            return out
+        idx = self.index(H)[lo * C * H:hi * C * H]
+        src = x.reshape((T * H,) + tail)
+        if src.dtype == torch.float32:
+            torch.index_select(src, 0, idx, out=out.view((-1,) + tail))
+        else:
+            out.view((-1,) + tail).copy_(src.index_select(0, idx))
+        if zero_padding and self.layout.has_padding:
+            pad = ~self.layout.valid[lo * C:hi * C].view((Fb, 1, C) + (1,) * len(tail))
+            out.masked_fill_(pad, 0.0)
         return out
-    head = torch.arange(H, device=x.device)
-    tok = layout.gather_index[lo * chunk:hi * chunk].view(Fb, 1, chunk)
-    idx = (tok * H + head.view(1, -1, 1)).reshape(-1)
-    src = x.reshape((T * H,) + tail)
-    if src.dtype == torch.float32:
-        torch.index_select(src, 0, idx, out=out.view((-1,) + tail))
-    else:
-        out.view((-1,) + tail).copy_(src.index_select(0, idx))
-    if zero_padding and layout.has_padding:
-        pad = ~layout.valid[lo * chunk:hi * chunk].view((Fb, 1, chunk) + (1,) * len(tail))
-        out.masked_fill_(pad, 0.0)
-    return out
 
 
 _INV_BASE = 16  # diagonal block size of the blocked unit-lower-triangular inverse
 _DECAY_PRODUCT_RANGE = 60.0  # |G| bound inside a chunk for decay as exp(G_r) * exp(-G_j)
-_BLOCK_HEAD_CHUNKS = 64  # (chunk, value head) pairs whose intra-chunk factors are batched together
+# (chunk, value head) pairs whose intra-chunk factors are batched together (a group):
+# 128 is 8 chunks at Hv = 16.  Larger groups mean fewer ops per call (the group's fixed
+# cost, about 125 ATen ops, is paid once per group: 1,320 ops at T = 4096, Hv = 16; 845
+# with 256 pairs); the group's temporaries (about 4.5 MB per chunk at Hv = 16,
+# K = V = 128) live in workspaces reused by every group.  On CPU, 48 to 256 pairs run
+# within about 5% of each other at T = 4096 and on a varlen batch (smaller groups slightly
+# faster, at 2-3x the ops); 128 keeps the workspace CPU calls keep (below) at about 35 MB.
+_BLOCK_HEAD_CHUNKS = 128
+
+# On CPU the group workspaces are also kept from call to call (per thread): a fresh buffer of
+# several MB is fresh pages, and first-touch page faults cost about as much as the matmuls
+# that fill them (some 30 MB per call at Hv = 16, K = V = 128).  Their size is bounded by
+# _BLOCK_HEAD_CHUNKS (chunk, head) pairs, whatever T; nothing returned aliases them.  Other
+# devices have caching allocators: a dict per call.
+_CPU_WORKSPACE = threading.local()
+_STATE_WORKSPACE_MAX = 1 << 23  # fp32 elements (32 MB): running states up to this size are workspace too
+
+
+def _workspace(device: torch.device) -> dict[str, torch.Tensor]:
+    if torch.device(device).type != "cpu":
+        return {}
+    if not hasattr(_CPU_WORKSPACE, "buffers"):
+        _CPU_WORKSPACE.buffers = {}
+    return _CPU_WORKSPACE.buffers
 
 
 def _unit_lower_inverse(a: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -193,14 +224,16 @@ def _unit_lower_inverse(a: torch.Tensor, out: torch.Tensor | None = None) -> tor
 
     ``out`` (optional, same shape as ``a``) receives the result.
 
-    Blocked: the ``_INV_BASE``-sized diagonal blocks ``I + D`` (``D`` strictly lower, so
-    nilpotent) are inverted all at once as ``(I - D)(I + D^2)(I + D^4)...``; then pairs
-    of inverted blocks are merged level by level, ``[[X0, 0], [L10, X1]]^-1 = [[X0, 0], [-X1 L10 X0, X1]]``, with batched matmuls.
+    Blocked, with ``_INV_BASE``-sized blocks: the diagonal blocks ``I + D`` (``D`` strictly
+    lower, so nilpotent) are inverted all at once as ``(I - D)(I + D^2)(I + D^4)...``; then
+    block row by block row (forward substitution on blocks: block row ``i`` of
+    ``(I + a) X = I`` below the diagonal), ``X[i, :i] = -X[i, i] (a[i, :i] X[:i, :i])``:
+    two batched matmuls per block row, whatever the batch.
     """
     C = a.shape[-1]
     b = _INV_BASE
     nb = C // b if C % b == 0 else 0
-    if C <= b or nb == 0 or nb & (nb - 1) or a.numel() == 0:
+    if C <= b or nb == 0 or a.numel() == 0:
         lower = a.clone()
         lower.diagonal(dim1=-2, dim2=-1).fill_(1.0)
         eye = torch.eye(C, dtype=a.dtype, device=a.device).expand_as(lower)
@@ -210,22 +243,23 @@ def _unit_lower_inverse(a: torch.Tensor, out: torch.Tensor | None = None) -> tor
     x = a.reshape(-1, C, C)
     N = x.shape[0]
     out = torch.empty_like(x) if out is None else out.view(N, C, C)
+    out.zero_()                                                     # the blocks above the diagonal
     # diagonal blocks D (nilpotent, D^b = 0): (I + D)^-1 = (I - D)(I + D^2)(I + D^4)...
     d = x.view(N, nb, b, nb, b).diagonal(dim1=1, dim2=3).permute(0, 3, 1, 2).reshape(-1, b, b)
     inv = torch.eye(b, dtype=x.dtype, device=x.device).sub(d)
     power, span = d, 2
     while span < b:
-        power = power @ power
+        power = torch.bmm(power, power)
         inv = torch.baddbmm(inv, inv, power)
         span *= 2
     out.view(N, nb, b, nb, b).diagonal(dim1=1, dim2=3).copy_(inv.view(N, nb, b, b).permute(0, 2, 3, 1))
-    while b < C:
-        P = C // (2 * b)
-        ov = out.view(N, P, 2, b, P, 2, b).diagonal(dim1=1, dim2=4).permute(0, 5, 1, 2, 3, 4)
-        av = x.view(N, P, 2, b, P, 2, b).diagonal(dim1=1, dim2=4).permute(0, 5, 1, 2, 3, 4)
-        ov[:, :, 0, :, 1] = 0.0
-        ov[:, :, 1, :, 0] = (ov[:, :, 1, :, 1] @ (av[:, :, 1, :, 0] @ ov[:, :, 0, :, 0])).neg_()
-        b *= 2
+    # block rows below: X[i, :i] = -X[i, i] (a[i, :i] X[:i, :i])  (X[:i, :i] is already final)
+    a_rows, x_rows = x.split(b, dim=1), out.split(b, dim=1)         # [N, b, C] block rows
+    for i in range(1, nb):
+        r0 = i * b
+        left = torch.bmm(a_rows[i][..., :r0], out[:, :r0, :r0])       # a[i, :i] X[:i, :i]
+        # into a contiguous temporary, then copied: a strided in-place target is slower
+        x_rows[i][..., :r0] = torch.bmm(x_rows[i][..., r0:r0 + b], left).neg_()
     return out.view(*lead, C, C)
 
 
@@ -237,166 +271,206 @@ def chunk_gdn_torch(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=N
     ``h`` is None unless ``chunk_states``: then the state at the start of every chunk of
     ``chunk_size`` tokens, sequence-major, ``[num_chunks, Hv, V, K]`` fp32 (the layout
     of SGLang's Ascend ``chunk_state``).
+
+    The maths, per value head, for a chunk of ``C`` tokens with start state ``S`` (key-first
+    ``[K, V]`` in the maths; stored value-first), in-chunk cumulative log-decay ``G_r`` and
+    total decay ``gamma = exp(G_{C-1})``:
+
+    * ``A[r, j] = beta_r exp(G_r - G_j) k_r.k_j`` (``j < r``), ``T = (I + A)^-1`` (WY form);
+    * ``u0 = T diag(beta) v`` and ``w = T diag(beta exp(G)) k``: the in-chunk delta-rule
+      corrections, independent of ``S``;
+    * the chunk's corrected values ``u = u0 - w S`` (the only part that needs ``S``);
+    * ``o = scale (diag(exp(G)) q S + P u)`` with the causal decayed scores
+      ``P[r, j] = exp(G_r - G_j) q_r.k_j`` (``j <= r``);
+    * the next chunk's start state ``gamma S + k_end^T u``, ``k_end[j] = exp(G_{C-1} - G_j) k_j``.
+
+    Everything but ``u`` and the next state is batched over a group of chunks (of every
+    sequence and head); the hand-over walks the group's chunk positions in order and per
+    position issues four batched matmul-class ops (``q S``, ``u``, the decay, the update),
+    all sequences that have a chunk at that position together; ``P u`` is one batched matmul
+    per group afterwards (it needs every ``u`` of the group, nothing else sequential).
+    ATen ops per call: about 120 per group of ``_BLOCK_HEAD_CHUNKS // Hv`` chunks plus 4 per
+    chunk position (5 with ``chunk_states``).  Exactness: ``g = -inf`` resets by reset
+    counts (exact zeros across a reset), chunks decaying below ``-_DECAY_PRODUCT_RANGE`` by
+    exact exps of differences, padding rows carry ``g = beta = 0`` (they never reach a
+    state or a kept output), sequences without tokens keep their initial state.
     """
     T, Hk, Hv, V, K = q.shape[1], q.shape[2], v.shape[2], v.shape[3], q.shape[3]
     r = Hv // Hk
     C = chunk_size
     dev = q.device
+    f32 = torch.float32
     scale = K ** -0.5 if scale is None else scale
     bounds = _seq_bounds(cu_seqlens)
     n = len(bounds) - 1
     layout = _chunk_layout(bounds, C, dev)
-
-    f32 = torch.float32
     F = len(layout.chunk_seq)
-    lower_incl = torch.ones(C, C, dtype=torch.bool, device=dev).tril()
+    steps, offsets = len(layout.active), layout.offsets
+    gather = _Gather(layout, C)
 
-    # The state between chunks, value-first [*, Hv, V, K] (the output layout), one row per
-    # sequence in layout order, updated in place.
-    order_is_identity = layout.order_is_identity
-    if initial_state is not None and n:
-        S = initial_state.to(f32).index_select(0, layout.order)   # a copy: never the caller's
+    workspace = _workspace(dev)
+    views: dict[tuple, torch.Tensor] = {}  # this call's views (groups of one size share them: no ops)
+
+    def buf(name, *shape):  # a view of a reused fp32 buffer
+        if (name, shape) not in views:
+            size = 1
+            for d in shape:
+                size *= d
+            if name not in workspace or workspace[name].numel() < size:
+                # a normal tensor even under inference_mode: kept buffers are written in place by
+                # later calls, which may run outside it
+                with torch.inference_mode(False):
+                    workspace[name] = torch.empty(size, dtype=f32, device=dev)
+            views[name, shape] = workspace[name][:size].view(shape)
+        return views[name, shape]
+
+    # The state between chunks, one per sequence in layout order, value-first [n, Hv, V, K]
+    # (the output layout; the matmuls read it transposed, S^T = [K, V]), updated in place.
+    # A workspace too while small (the final states are then a copy).
+    state_in_workspace = n * Hv * V * K <= _STATE_WORKSPACE_MAX
+    S = buf("S", n, Hv, V, K) if state_in_workspace else torch.empty(n, Hv, V, K, dtype=f32, device=dev)
+    if initial_state is not None and n:                                 # a copy: never the caller's
+        if initial_state.dtype == f32:
+            torch.index_select(initial_state, 0, layout.order, out=S)
+        else:
+            S.copy_(initial_state.index_select(0, layout.order))
     else:  # zero start states: written outright by each sequence's first chunk
-        S = torch.empty(n, Hv, V, K, dtype=f32, device=dev)
-        S[len(layout.active) and layout.active[0]:].zero_()          # sequences without tokens
-    o_rows = torch.empty(T, Hv, V, dtype=f32, device=dev)
-    h_flat = torch.empty(F, Hv, V, K, dtype=f32, device=dev) if chunk_states else None
+        S[steps and layout.active[0]:].zero_()                          # sequences without tokens
+    S_rows = S.view(n * Hv, V, K)
+    # outputs, token-major; with padding, row T is a sink for the padding rows (dropped)
+    o_rows = torch.empty(T + (0 if layout.dense else 1), Hv, V, dtype=f32, device=dev)
+    h_rows = torch.empty(F * Hv, V, K, dtype=f32, device=dev) if chunk_states else None
 
-    # The flat chunks are processed in groups of _BLOCK_HEAD_CHUNKS (chunk, value head)
-    # pairs: the intra-chunk factors of a group are batched, then the group's chunks are
-    # handed the state position by position.  Small groups keep the temporaries cache-sized
-    # and in one workspace reused by every group (fresh multi-MB tensors page-fault).
-    per_group = max(1, _BLOCK_HEAD_CHUNKS // max(Hv, 1))
-    max_fb = min(per_group, F)
-    workspace: dict[str, torch.Tensor] = {}
-
-    def buf(name, *shape):  # [Fb, ...] view of a reused fp32 buffer
-        per = 1
-        for d in shape[1:]:
-            per *= d
-        if name not in workspace:
-            workspace[name] = torch.empty(max_fb * per, dtype=f32, device=dev)
-        return workspace[name][: shape[0] * per].view(shape)
-
-    offsets = layout.offsets
-    pos = 0  # first chunk position that overlaps the current group
-    has_reset = bool(torch.isneginf(g).any()) if g.numel() else False  # prefill: host reads are allowed
-    for lo in range(0, F, per_group):
-        hi = min(F, lo + per_group)
-        Fb = hi - lo
-
-        def per_key_head(x):  # [Fb, Hv, ...] -> [Fb, Hk, r, ...]: value head h = key head h // r
-            return x.view((Fb, Hk, r) + tuple(x.shape[2:]))
-
-        # Padding rows of q, k, v need not be zero: with beta = 0 there, T's padding rows
-        # are unit rows and its padding columns are scaled by beta, so they never reach
-        # u0, w or the state, and padded outputs land in the dropped row T.
-        qc = _to_chunks(q[0], layout, C, lo, hi, buf("q", Fb, Hk, C, K), False)   # [Fb, Hk, C, K]
-        kc = _to_chunks(k[0], layout, C, lo, hi, buf("k", Fb, Hk, C, K), False)   # [Fb, Hk, C, K]
-        vc = _to_chunks(v[0], layout, C, lo, hi, buf("v", Fb, Hv, C, V), False)   # [Fb, Hv, C, V]
-        gc = _to_chunks(g[0], layout, C, lo, hi, buf("g", Fb, Hv, C))
+    if F:
+        # Per-token gate factors of every chunk, for the whole call at once ([F, Hv, C] each).
+        gc = gather(g[0], 0, F, zero_padding=True)                     # padding: g = 0, beta = 0
         resets = None
-        if has_reset:  # g = -inf is a full reset: cumulative sums of the finite gates, plus a
-            # reset count, so exp(G_r - G_j) is exact (0 across a reset) instead of -inf - -inf
+        if bool(torch.isneginf(gc).any()):  # g = -inf is a full reset: cumulative sums of the
+            # finite gates plus a reset count, so exp(G_r - G_j) is exact (0 across a reset)
+            # instead of -inf - -inf
             neg = torch.isneginf(gc)
-            resets = neg.to(torch.int32).cumsum(-1)                     # [Fb, Hv, C]
+            resets = neg.to(torch.int32).cumsum(-1)                     # [F, Hv, C]
             gc.masked_fill_(neg, 0.0)
         gc.cumsum_(-1)                                                  # G_r
-        bc = _to_chunks(beta[0], layout, C, lo, hi, buf("b", Fb, Hv, C))  # [Fb, Hv, C]
-
-        # Intra-chunk factors.  k.k^T and q.k^T are the same for the r value heads of a
-        # key head: computed once per key head, broadcast over the group.
-        # decay[r, j] = exp(G_r - G_j) for j <= r, else 0.  While exp(-G) stays well inside
-        # fp32 range it is the outer product exp(G_r) exp(-G_j) (no C x C exp); else exact.
-        gexp = gc.exp()
-        decay = buf("decay", Fb, Hv, C, C)
-        if Fb and resets is None and float(gc.min()) > -_DECAY_PRODUCT_RANGE:
-            torch.mul(gexp.unsqueeze(-1), torch.exp(gc.neg()).unsqueeze(-2), out=decay)
-            decay.masked_fill_(~lower_incl, 0.0)
-        else:
-            torch.sub(gc.unsqueeze(-1), gc.unsqueeze(-2), out=decay)
-            decay.masked_fill_(~lower_incl, float("-inf")).exp_()
+        bc = gather(beta[0], 0, F, zero_padding=True)                  # beta_r
+        gexp = gc.exp()                                                 # exp(G_r): from the chunk start
+        last = gc[..., -1:]
+        to_end = (last - gc).exp_()                                     # exp(G_{C-1} - G_r): to the chunk end
+        last_exp = last.exp()                                           # gamma
         if resets is not None:
-            decay.masked_fill_(resets.unsqueeze(-1) != resets.unsqueeze(-2), 0.0)
-            gexp.masked_fill_(resets > 0, 0.0)                          # exp(G_r) from the chunk start
-        kk = torch.matmul(kc, kc.transpose(-1, -2), out=buf("kk", Fb, Hk, C, C)).unsqueeze(2)
-        qk = torch.matmul(qc, kc.transpose(-1, -2), out=buf("qk0", Fb, Hk, C, C)).mul_(scale).unsqueeze(2)
-        qk = torch.mul(per_key_head(decay), qk, out=per_key_head(buf("qk", Fb, Hv, C, C))) \
-            .view(Fb, Hv, C, C)                                         # causal, decayed scores
-        # A[r, j] = beta_r exp(G_r - G_j) k_r.k_j for j < r;  T = (I + A)^-1
-        a = per_key_head(decay).mul_(kk).view(Fb, Hv, C, C).mul_(bc.unsqueeze(-1))
-        a.diagonal(dim1=-2, dim2=-1).zero_()
-        t_inv = _unit_lower_inverse(a, out=buf("t", Fb, Hv, C, C))
-        # u0 = T diag(beta) v,  w = T diag(beta exp(G)) k: the diagonal factors scale T's
-        # columns; w's keys are shared by the r value heads of a key head, so their r
-        # matrices T are stacked into one [r*C, C] operand against the key head's k.
-        tb = t_inv.mul_(bc.unsqueeze(-2))
-        u0 = torch.matmul(tb, vc, out=buf("u", Fb, Hv, C, V))          # [Fb, Hv, C, V]
-        w = torch.matmul(tb.mul_(gexp.unsqueeze(-2)).view(Fb, Hk, r * C, C), kc,
-                         out=buf("w", Fb, Hk, r * C, K)).view(Fb, Hv, C, K)
-        qg = torch.mul(qc.unsqueeze(2), per_key_head(gexp * scale).unsqueeze(-1),
-                       out=buf("qg", Fb, Hk, r, C, K)).view(Fb, Hv, C, K)
-        last = gc[..., -1:]                                             # total decay of each chunk
-        to_end = (last - gc).exp()
-        last_exp = last.exp()
-        if resets is not None:
+            gexp.masked_fill_(resets > 0, 0.0)
             to_end.masked_fill_(resets != resets[..., -1:], 0.0)
             last_exp.masked_fill_(resets[..., -1:] > 0, 0.0)
-        k_end = torch.mul(kc.unsqueeze(2), per_key_head(to_end).unsqueeze(-1),
-                          out=buf("ke", Fb, Hk, r, C, K)).view(Fb, Hv, C, K)
-        last_exp = last_exp.unsqueeze(-1)                               # [Fb, Hv, 1, 1]
+            exact = [True] * F
+        else:
+            # decay[r, j] = exp(G_r - G_j) is the outer product exp(G_r) exp(-G_j) (no C x C
+            # exp) while exp(-G) stays well inside fp32 range; chunks decaying further take
+            # the exact exp of differences.
+            exact = (gc.amin(dim=(1, 2)) <= -_DECAY_PRODUCT_RANGE).tolist()
+        gneg = gc.neg().exp_() if not all(exact) else None              # exp(-G_j) (inf where exact)
+        upper = torch.ones(C, C, dtype=torch.bool, device=dev).triu_(1) if any(exact) else None
+        q_gain = gexp * scale                                           # q's row factor
+        last_exp = last_exp.view(F * Hv, 1, 1)
+
+    # The flat chunks are processed in groups of _BLOCK_HEAD_CHUNKS (chunk, value head) pairs.
+    per_group = max(1, _BLOCK_HEAD_CHUNKS // max(Hv, 1))
+    pos = 0  # first chunk position that overlaps the current group
+    q0, k0, v0 = q[0], k[0], v[0]
+    for lo in range(0, F, per_group):
+        hi = min(F, lo + per_group)
+        Fb, P = hi - lo, (hi - lo) * Hv
+
+        qc = gather(q0, lo, hi, buf("q", Fb, Hk, C, K)).view(Fb * Hk, C, K)
+        kc = gather(k0, lo, hi, buf("k", Fb, Hk, C, K)).view(Fb * Hk, C, K)
+        vc = gather(v0, lo, hi, buf("v", Fb, Hv, C, V)).view(P, C, V)
+
+        # Intra-chunk factors.  k.k^T and q.k^T are the same for the r value heads of a key
+        # head: computed once per key head, broadcast over its value heads.
+        kT = kc.transpose(1, 2)
+        kk = torch.bmm(kc, kT, out=buf("kk", Fb * Hk, C, C)).view(Fb, Hk, 1, C, C)
+        qk = torch.bmm(qc, kT, out=buf("qk0", Fb * Hk, C, C)).view(Fb, Hk, 1, C, C)
+        decay = buf("decay", Fb, Hv, C, C)                              # exp(G_r - G_j)
+        if not any(exact[lo:hi]):  # entries above the diagonal are dropped by the tril_ below
+            torch.mul(gexp[lo:hi].unsqueeze(-1), gneg[lo:hi].unsqueeze(-2), out=decay)
+        else:
+            G = gc[lo:hi]
+            torch.sub(G.unsqueeze(-1), G.unsqueeze(-2), out=decay).masked_fill_(upper, float("-inf")).exp_()
+            if resets is not None:
+                rs = resets[lo:hi]
+                decay.masked_fill_(rs.unsqueeze(-1) != rs.unsqueeze(-2), 0.0)
+        dk = decay.view(Fb, Hk, r, C, C)
+        # P[r, j] = exp(G_r - G_j) q_r.k_j for j <= r (scale is applied with P u below)
+        scores = torch.mul(dk, qk, out=buf("qk", Fb, Hk, r, C, C)).view(P, C, C).tril_()
+        # A[r, j] = beta_r exp(G_r - G_j) k_r.k_j for j < r;  T = (I + A)^-1
+        a = dk.mul_(kk).view(Fb, Hv, C, C).mul_(bc[lo:hi].unsqueeze(-1)).tril_(-1)
+        t_inv = _unit_lower_inverse(a, out=buf("t", Fb, Hv, C, C))
+        # u0 = T diag(beta) v, w = T diag(beta exp(G)) k: the diagonal factors scale T's
+        # columns; w's keys are shared by the r value heads of a key head, so their r
+        # matrices T are stacked into one [r*C, C] operand against the key head's k.
+        u = torch.bmm(t_inv.mul_(bc[lo:hi].unsqueeze(-2)).view(P, C, C), vc, out=buf("u", P, C, V))
+        t_inv.mul_(gexp[lo:hi].unsqueeze(-2))
+        w = torch.bmm(t_inv.view(Fb * Hk, r * C, C), kc, out=buf("w", Fb * Hk, r * C, K)).view(P, C, K)
+        qg = torch.mul(qc.view(Fb, Hk, 1, C, K), q_gain[lo:hi].view(Fb, Hk, r, C, 1),
+                       out=buf("qg", Fb, Hk, r, C, K)).view(P, C, K)     # scale exp(G_r) q_r
+        k_end = torch.mul(kc.view(Fb, Hk, 1, C, K), to_end[lo:hi].view(Fb, Hk, r, C, 1),
+                          out=buf("ke", Fb, Hk, r, C, K)).view(P, C, K)  # exp(G_{C-1} - G_j) k_j
         out = vc                                                        # vc is spent: outputs go there
 
-        # Hand-over, position by position over the part of each position inside the group;
-        # u0 becomes the corrected values v_new = u0 - w S.
-        while pos < len(layout.active) and offsets[pos] < hi:
+        # Hand-over, position by position over the part of each position inside the group
+        # (all sequences with a chunk there at once): the group's tensors are split once
+        # into per-position pieces, so a position costs its four matmul-class ops and one
+        # slice of the running states.
+        pieces = []  # (sequence slots j0:j1, first chunk of a zero state)
+        while pos < steps and offsets[pos] < hi:
             a0, a1 = max(lo, offsets[pos]), min(hi, offsets[pos + 1])
-            j0, j1 = a0 - offsets[pos], a1 - offsets[pos]               # sequence slots in S
-            cl, ch = a0 - lo, a1 - lo                                   # chunks in the group
-            S_m = S[j0:j1]
-            S_a = S_m.view(-1, V, K)
-            o_c = out[cl:ch].view(-1, C, V)
-            if pos == 0 and initial_state is None:  # S = 0: v_new = u0, o = qk v_new, S = k_end^T v_new
-                if h_flat is not None:
-                    h_flat[a0:a1] = 0.0
-                u = u0[cl:ch].view(-1, C, V)
-                torch.bmm(qk[cl:ch].view(-1, C, C), u, out=o_c)
-                torch.bmm(u.transpose(1, 2), k_end[cl:ch].view(-1, C, K), out=S_a)
-            else:
-                if h_flat is not None:
-                    h_flat[a0:a1] = S_m
-                u = u0[cl:ch].view(-1, C, V).baddbmm_(w[cl:ch].view(-1, C, K), S_a.transpose(1, 2),
-                                                       alpha=-1.0)
-                torch.bmm(qg[cl:ch].view(-1, C, K), S_a.transpose(1, 2), out=o_c)
-                o_c.baddbmm_(qk[cl:ch].view(-1, C, C), u)
-                S_m.mul_(last_exp[cl:ch])
-                S_a.baddbmm_(u.transpose(1, 2), k_end[cl:ch].view(-1, C, K))
+            pieces.append((a0 - offsets[pos], a1 - offsets[pos], pos == 0 and initial_state is None))
             if offsets[pos + 1] > hi:
                 break                                                   # continues in the next group
             pos += 1
+        sizes = [(j1 - j0) * Hv for j0, j1, _ in pieces]
+        parts = zip(pieces, u.split(sizes), u.transpose(1, 2).split(sizes), w.split(sizes), qg.split(sizes),
+                    k_end.split(sizes), out.split(sizes), last_exp[lo * Hv:hi * Hv].split(sizes),
+                    h_rows[lo * Hv:hi * Hv].split(sizes) if chunk_states else [None] * len(pieces))
+        for (j0, j1, first), u_c, uT_c, w_c, qg_c, ke_c, o_c, gamma, h_c in parts:
+            if (j0, j1) not in views:  # states of sequence slots j0:j1 and their transposes S^T
+                S_c = S_rows[j0 * Hv:j1 * Hv]                           # [pieces, V, K]
+                views[j0, j1] = S_c, S_c.transpose(1, 2)
+            S_c, ST_c = views[j0, j1]
+            if first:  # S = 0: u = u0, no inter-chunk output, next S^T = k_end^T u
+                if h_c is not None:
+                    h_c.zero_()
+                o_c.zero_()
+                torch.bmm(uT_c, ke_c, out=S_c)
+                continue
+            if h_c is not None:
+                h_c.copy_(S_c)
+            torch.bmm(qg_c, ST_c, out=o_c)                              # scale exp(G) q S
+            u_c.baddbmm_(w_c, ST_c, alpha=-1.0)                         # u = u0 - w S
+            S_c.mul_(gamma)                                             # gamma S
+            S_c.baddbmm_(uT_c, ke_c)                                    #   + (k_end^T u)^T
+        out.baddbmm_(scores, u, alpha=scale)                            # + scale P u
+        if layout.dense:  # flat chunk i holds tokens [i*C, (i+1)*C)
+            o_rows.view(F, C, Hv, V)[lo:hi] = out.view(Fb, Hv, C, V).transpose(1, 2)
+        else:  # token-major in a workspace, then whole rows to their tokens (2-D: row copies)
+            rows = buf("rows", Fb, C, Hv, V)
+            rows.copy_(out.view(Fb, Hv, C, V).transpose(1, 2))
+            o_rows.view(-1, Hv * V).index_copy_(0, layout.out_row[lo * C:hi * C], rows.view(Fb * C, Hv * V))
 
-        rows = out.transpose(1, 2)                                      # [Fb, C, Hv, V]
-        if layout.dense:
-            o_rows.view(F, C, Hv, V)[lo:hi] = rows
-        else:  # each chunk's real tokens are one contiguous run
-            for i in range(lo, hi):
-                t0, t1 = layout.chunk_tokens[i]
-                o_rows[t0:t1] = rows[i - lo, : t1 - t0]
-
-    o = o_rows.unsqueeze(0).to(q.dtype)
+    o = o_rows[:T].unsqueeze(0).to(q.dtype)
 
     final = None
-    if output_final_state:
-        if order_is_identity:
-            final = S
+    if output_final_state:  # in sequence order
+        if layout.order_is_identity:
+            final = S.clone() if state_in_workspace else S
         else:
-            final = torch.empty_like(S).index_copy_(0, layout.order, S)
+            final = S.view(n, -1).index_select(0, layout.order.argsort()).view(n, Hv, V, K)
 
     h = None
     if chunk_states:
         # flat (position-major) -> sequence-major, value-first
         key = [(s, p) for s, p in zip(layout.chunk_seq, layout.chunk_pos)]
         seq_major = sorted(range(len(key)), key=lambda i: key[i])
-        h = h_flat if seq_major == list(range(len(key))) else \
-            h_flat[torch.tensor(seq_major, dtype=torch.long, device=dev)]
+        h = h_rows.view(F, Hv, V, K)
+        if seq_major != list(range(F)):
+            h = h.view(F, -1).index_select(0, torch.tensor(seq_major, dtype=torch.long, device=dev)).view(F, Hv, V, K)
     return o, final, h

@@ -1,0 +1,81 @@
+"""ATen op counts of the pure-torch chunked GDN (issue 15): the op count is the launch count
+an NPU would pay, so it must not grow back to many small ops per chunk.
+
+The count does not depend on the head dimensions (every op is batched over them), so the
+issue's shape (Hv = 16, Hk = 8, T = 4096) is counted with K = V = 32 to stay fast; one test
+checks that K = V = 128 counts the same.  Design: per group of ``_BLOCK_HEAD_CHUNKS // Hv``
+chunks a fixed number of ops (intra-chunk factors, inverse, output; about 120), plus four
+matmul-class ops per chunk position (the hand-over; one more with ``chunk_states``).
+Counts are of a call whose CPU workspaces are already allocated (a first call also counts
+their ``empty``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from sglang_ascend_hybrid.ops.gdn import reference as ref_mod
+from sglang_ascend_hybrid.ops.gdn.reference import chunk_gdn_torch
+from tests.conftest import REPO_ROOT
+
+_spec = importlib.util.spec_from_file_location("_bench_harness", REPO_ROOT / "benchmarks" / "harness.py")
+harness = sys.modules.setdefault("_bench_harness", importlib.util.module_from_spec(_spec))
+if not hasattr(harness, "count_torch_ops"):
+    _spec.loader.exec_module(harness)
+
+HV, HK, C = 16, 8, 64
+OP_GOAL = 5000                # issue 15: ATen ops per call at T = 4096, Hv = 16, Hk = 8
+PER_POSITION = 4              # hand-over ops per chunk position: q S, u = u0 - w S, gamma S, + k_end^T u
+PER_GROUP = 150               # fixed ops per group of chunks (measured about 120)
+
+
+def _count(lens, d=32, seed=0, **kw):
+    gen = torch.Generator().manual_seed(seed)
+    T = sum(lens)
+    q = F.normalize(torch.randn(1, T, HK, d, generator=gen), dim=-1)
+    k = F.normalize(torch.randn(1, T, HK, d, generator=gen), dim=-1)
+    v = torch.randn(1, T, HV, d, generator=gen)
+    g = F.logsigmoid(torch.randn(1, T, HV, generator=gen) + 2.0)
+    beta = torch.rand(1, T, HV, generator=gen)
+    cu = torch.tensor([0] + list(lens)).cumsum(0)
+    call = lambda: chunk_gdn_torch(q, k, v, g, beta, cu_seqlens=cu, **kw)  # noqa: E731
+    call()  # workspaces allocated
+    return harness.count_torch_ops(call)[0]
+
+
+def test_t4096_single_sequence_meets_the_op_goal():
+    assert _count([4096]) <= OP_GOAL
+
+
+def test_ops_grow_with_positions_no_faster_than_the_design():
+    """Doubling the chunk positions adds at most PER_POSITION ops per position plus the fixed
+    cost of the added groups; a hand-over of many ops per position (or a per-chunk loop)
+    fails."""
+    per_group_chunks = ref_mod._BLOCK_HEAD_CHUNKS // HV
+    small, large = _count([2048]), _count([4096])
+    positions = (4096 - 2048) // C
+    groups = positions // per_group_chunks
+    assert 0 < large - small <= positions * PER_POSITION + groups * PER_GROUP, (small, large)
+    assert small >= (2048 // C) * PER_POSITION  # the count sees the hand-over (not a mode that saw nothing)
+
+
+def test_head_dims_do_not_change_the_count():
+    assert _count([512], d=128) == _count([512], d=32)
+
+
+def test_varlen_batch_and_chunk_states_stay_within_the_design():
+    lens = torch.randint(1, 512, (16,), generator=torch.Generator().manual_seed(1)).tolist()
+    chunks = sum((n + C - 1) // C for n in lens)
+    positions = max((n + C - 1) // C for n in lens)
+    groups = -(-chunks // (ref_mod._BLOCK_HEAD_CHUNKS // HV))
+    # no per-chunk or per-sequence loop of ops: a position split by a group boundary is two
+    # pieces (each with at most two new views of the running states), plus the fixed costs
+    pieces = positions + groups
+    assert _count(lens) <= 100 + pieces * (PER_POSITION + 2) + groups * PER_GROUP
+    # per-chunk states: one copy per position piece (and a split per group), not a per-chunk loop
+    groups = 4096 // C // (ref_mod._BLOCK_HEAD_CHUNKS // HV)
+    assert _count([4096], chunk_states=True) - _count([4096]) <= (4096 // C) + 2 * groups + 10
