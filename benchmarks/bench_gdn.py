@@ -38,13 +38,12 @@ printed as a note, not as a goal.
 
 Allocators
 ----------
-Every table is measured twice: first with the plain CPU allocator (PyTorch hands multi-MB
-blocks back to the OS, so every fresh one page-faults, about 0.5 ms per MB here, as any CPU
-run of these methods pays), then with freed memory kept for reuse
-(``harness.keep_freed_memory``, process-wide), as an NPU's caching allocator does.  The
-competitors allocate far more fresh memory per call than the subject (whose CPU workspaces
-persist), so their times and the ratios differ between the two; every goal is checked under
-both.
+``--allocator caching`` (default) keeps freed memory for reuse (``harness.keep_freed_memory``,
+process-wide), as an NPU's caching allocator does; ``--allocator plain`` leaves PyTorch's CPU
+allocator as it is (it hands multi-MB blocks back to the OS, so every fresh one page-faults,
+about 0.5 ms per MB here, as any CPU run of these methods pays).  The competitors allocate far
+more fresh memory per call than the subject (whose CPU workspaces persist), so their times and
+the ratios differ between the two: run both.
 
 The ATen op count of one subject call (``harness.count_torch_ops``) is printed with its goal
 (at most 5,000 at T = 4096), with the competitors' counts for information.  Before timing,
@@ -66,7 +65,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, _HERE)                    # the shared harness
 sys.path.insert(0, os.path.dirname(_HERE))   # this checkout's package, ahead of any installed copy
-from harness import (Goal, arguments, count_torch_ops, keep_freed_memory, measure, report, summary,  # noqa: E402
+from harness import (Goal, arguments, count_torch_ops, measure, report, setup_allocator, summary,  # noqa: E402
                      thread_counts, write_json)
 
 from fla.ops.gated_delta_rule.naive import naive_chunk_gated_delta_rule  # noqa: E402
@@ -322,29 +321,29 @@ def main(argv=None):
                 "heads": (16, 8, 128, 128)}
         reps = args.reps
     ops_ok, ops_info = op_counts(size)
+    # --allocator caching (default): freed memory kept for reuse (harness.keep_freed_memory), as an
+    # NPU's caching allocator does; --allocator plain: PyTorch's CPU allocator hands multi-MB blocks
+    # back to the OS, so every fresh one page-faults, as a CPU run of these methods does.  The
+    # competitors allocate much more fresh memory per call than the subject, so the two differ:
+    # run both (README shows both).
+    line = setup_allocator(args)
+    print(line)
+    allocator = KEPT if line.startswith("allocator: caching") else PLAIN
     tables = []
-    # Every table twice: with the plain CPU allocator (PyTorch hands multi-MB blocks back to the
-    # OS, so every fresh one page-faults, as a CPU run of these methods does), then with freed
-    # memory kept for reuse (harness.keep_freed_memory), as an NPU's caching allocator does.
-    # The competitors allocate much more fresh memory per call than the subject, so the two
-    # differ; the goals are checked (and reported) under both.
-    for allocator in (PLAIN, KEPT):
-        if allocator == KEPT and not keep_freed_memory():
-            print("\ncould not make glibc keep freed memory: skipping the kept-memory tables")
-            break
-        for i, t in enumerate(threads):
-            tables.append(single_table(size, t, reps, check=i == 0 and allocator == PLAIN, allocator=allocator))
-            report(tables[-1])
-            tables.append(varlen_table(size, t, reps, check=i == 0 and allocator == PLAIN, allocator=allocator))
-            report(tables[-1])
-    summary(tables)
+    for i, t in enumerate(threads):
+        tables.append(single_table(size, t, reps, check=i == 0, allocator=allocator))
+        report(tables[-1])
+        tables.append(varlen_table(size, t, reps, check=i == 0, allocator=allocator))
+        report(tables[-1])
+    ok = summary(tables)
     print(f"   {'MEETS' if ops_ok else 'BELOW'}  op count: {ops_info['subject']} ATen ops per call "
           f"(bar <= {OP_GOAL})")
     if args.json:
         write_json(args.json, tables, {"op_counts": ops_info, "op_goal": OP_GOAL, "op_goal_met": ops_ok,
                                        "sizes": size, "smoke": args.smoke})
     planner_table()
+    return 0 if (ok and ops_ok) or args.smoke else 1
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

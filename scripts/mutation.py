@@ -53,7 +53,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
              "tests/ops/test_gdn_strength.py", "tests/ops/test_gdn_edges.py", "tests/emulators/test_gdn_contract.py",
              "tests/backends/test_gdn_hooks.py", "tests/backends/test_hooks_strength.py",
              "tests/ops/test_gdn_fuzz.py", "tests/ops/test_late_strength.py", "tests/ops/test_gdn_pool_step.py",
-             "tests/ops/test_gdn_verify_strength.py"]),
+             "tests/ops/test_gdn_verify_strength.py", "tests/ops/test_gdn_op_count.py", "tests/ops/test_gdn_workspace.py"]),
     # the decode / verify state paths alone (a quick run after changing them)
     "gdn-state": (["sglang_ascend_hybrid/ops/gdn/pool_step.py", "sglang_ascend_hybrid/ops/gdn/scatter.py",
                    "sglang_ascend_hybrid/ops/gdn/verify.py"],
