@@ -201,3 +201,22 @@ def test_decode_fp32_tokens_into_a_bf16_pool():
     assert_close_to_oracle(out, expect, scale, torch.float32, "decode fp32 x, bf16 pool")
     assert torch.equal(view, expect_view)
     assert not torch.equal(x.bfloat16().float(), x)       # the rounding is real
+
+
+@pytest.mark.parametrize("total", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("width", [2, 4])
+def test_prefill_streams_as_short_as_the_filter(total, width):
+    """One sequence of 1..W+1 tokens resuming a state: every tap of the stream is needed at the
+    last tokens (the stream's tap loop must not stop early when the stream is this short)."""
+    gen = torch.Generator().manual_seed(total * 10 + width)
+    dim = 6
+    x = torch.randn(dim, total, generator=gen)
+    weight = torch.randn(dim, width, generator=gen) * 0.5
+    bias = torch.randn(dim, generator=gen) * 0.1
+    qsl = torch.tensor([0, total], dtype=torch.int32)
+    idx, his = torch.tensor([1], dtype=torch.int32), torch.tensor([True])
+    states = torch.randn(3, dim, width - 1, generator=gen)
+    expect, scale, expect_states = oracle_fn(x, weight, bias, qsl, idx, his, states.clone(), False)
+    out = ref.causal_conv1d_fn_torch(x, weight, bias, qsl, idx, his, states, None, check_values=False)
+    assert_close_to_oracle(out, expect, scale, torch.float32, "prefill")
+    assert torch.equal(states, expect_states)
