@@ -505,3 +505,16 @@ def test_compaction_takes_non_contiguous_key_values():
     ref_out, ref_lse = pa.packed_attention_reference(case.q, case.k, case.v, case.q_bounds, case.k_bounds,
                                                      case.scale)
     assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
+
+
+def test_an_lse_of_the_wrong_shape_from_the_op_is_reported_with_both_shapes():
+    case = packed_case([3, 2], [2, 4], dtype=torch.bfloat16)
+
+    def wrong_lse(*args, **kwargs):
+        out, lse = emu.npu_fused_infer_attention_score(*args, **kwargs)
+        return out, lse[:, :, 0]                                   # [T, N] instead of [T, N, 1]
+
+    with seam.install_emulators({emu.OP_NAME: wrong_lse}):
+        with pytest.raises(RuntimeError, match=r"Unexpected Ascend TND softmax LSE shape: expected "
+                                               r"\(5, 4, 1\), got \(5, 4\)"):
+            fused_infer_attention_varlen(*case.args(), **case.kwargs())
