@@ -12,7 +12,14 @@ Every benchmark of this directory measures *ratios* of methods run in one proces
 * the CPU time *other* processes used while a table was measured is printed with it
   (machine busy time from ``/proc/stat`` minus this process's own CPU time, in cores): above
   :data:`QUIET_LOAD` cores the table is LOADED (its ratios are not a result), and an A/A
-  ratio off by more than :data:`AA_TOLERANCE` marks it NOISY.
+  ratio off by more than :data:`AA_TOLERANCE` marks it NOISY;
+* at more than one thread a sync probe runs before and after the table (:func:`sync_probe`): a
+  small parallel op (an in-place multiply of 1 MiB) timed at the table's thread count against 1
+  thread.  On this VM the second vCPU goes through phases in which waking it for every parallel
+  region costs much more (seen: 2-thread / 1-thread time of that op 0.58 in a good phase, 0.81 in
+  a bad one); a method made of many mid-sized ops then runs up to 2.5x slower at 2 threads while
+  big streaming ops do not, and other processes' CPU time does not show it.  Above
+  :data:`SYNC_LIMIT` the table is marked SLOW-SYNC (its ratios are not a result).
 
 A goal is ``Goal(label, numerator, denominator, bar, at_least)``: the ratio is
 ``time(numerator) / time(denominator)`` and it must be ``>= bar`` (``at_least``) or
@@ -36,6 +43,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 QUIET_LOAD = 0.25     # cores used by other processes during a table above which it is not a result
+SYNC_LIMIT = 0.70     # small parallel op at n threads / at 1 thread above which threads wake up slowly
 AA_TOLERANCE = 0.05   # |A/A - 1| above which a table is marked noisy
 MIN_REPS = 7
 
@@ -66,6 +74,7 @@ class Table:
     goals: list[Goal]
     subject: str
     notes: list[str] = field(default_factory=list)
+    sync_ratio: float = 0.0   # worst sync_probe of the table (0: one thread, not probed)
 
     def median(self, name: str) -> float:
         return statistics.median(self.times[name])
@@ -85,6 +94,10 @@ class Table:
         return any(abs(r - 1.0) > AA_TOLERANCE for r in self.aa)
 
     @property
+    def slow_sync(self) -> bool:
+        return self.sync_ratio > SYNC_LIMIT
+
+    @property
     def loaded(self) -> bool:
         return not self.others_load <= QUIET_LOAD   # nan (no /proc/stat) counts as loaded
 
@@ -98,6 +111,27 @@ class Table:
 
 def aa_name(subject: str) -> str:
     return f"{subject} (A/A)"
+
+
+def sync_probe(threads: int, ops: int = 400) -> float:
+    """Time of a small parallel op at ``threads`` threads / at 1 thread (minimum of 3 tries each)."""
+    x = torch.ones(256, 1024)
+    previous = torch.get_num_threads()
+
+    def per_op(n: int) -> float:
+        torch.set_num_threads(n)
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            for _ in range(ops):
+                x.mul_(1.0)
+            best = min(best, time.perf_counter() - t0)
+        return best
+
+    try:
+        return per_op(threads) / per_op(1)
+    finally:
+        torch.set_num_threads(previous)
 
 
 def _busy_seconds() -> float:
@@ -141,6 +175,7 @@ def measure(title: str, methods: Sequence[tuple[str, Callable[[], object]]], sub
         raise ValueError(f"subject={subject!r}: expected one of {names}")
     fns = dict(methods)
     runs = list(methods) + [(aa_name(subject), fns[subject])]
+    sync = sync_probe(threads) if threads > 1 else 0.0
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -161,7 +196,9 @@ def measure(title: str, methods: Sequence[tuple[str, Callable[[], object]]], sub
         load = others.cores()
     finally:
         torch.set_num_threads(previous)
-    return Table(title, threads, reps, load, times, list(goals), subject, list(notes))
+    if threads > 1:
+        sync = max(sync, sync_probe(threads))
+    return Table(title, threads, reps, load, times, list(goals), subject, list(notes), sync)
 
 
 def report(table: Table, unit: float = 1e-3, unit_name: str = "ms") -> None:
@@ -171,8 +208,12 @@ def report(table: Table, unit: float = 1e-3, unit_name: str = "ms") -> None:
                      "not a result)")
     if table.noisy:
         flags.append(f"NOISY (A/A off by more than {AA_TOLERANCE:.0%})")
+    if table.slow_sync:
+        flags.append(f"SLOW-SYNC (a small parallel op at {table.threads} threads took {table.sync_ratio:.2f} of its "
+                     f"1-thread time > {SYNC_LIMIT}: threads wake up slowly, not a result)")
     print(f"\n== {table.title} | {table.threads} thread(s), {table.reps} interleaved reps, "
-          f"other processes {table.others_load:.2f} cores" + (" | " + "; ".join(flags) if flags else ""))
+          f"other processes {table.others_load:.2f} cores" +
+          (f", sync probe {table.sync_ratio:.2f}" if table.threads > 1 else "") + (" | " + "; ".join(flags) if flags else ""))
     for note in table.notes:
         print(f"   {note}")
     width = max(len(n) for n in table.times)
@@ -194,13 +235,14 @@ def summary(tables: Sequence[Table]) -> bool:
     for t in tables:
         for goal, med, mn, ok in t.goal_results():
             all_ok &= ok
-            tag = " [loaded]" if t.loaded else (" [noisy]" if t.noisy else "")
+            tag = (" [loaded]" if t.loaded else " [slow-sync]" if t.slow_sync else
+                   " [noisy]" if t.noisy else "")
             print(f"   {'MEETS' if ok else 'BELOW'}  {t.threads}t  {goal.label}: "
                   f"{med:.3f} / {mn:.3f} (median / min; bar {'>=' if goal.at_least else '<='} "
                   f"{goal.bar:g}){tag}")
-    quiet = not any(t.loaded for t in tables)
+    quiet = not any(t.loaded or t.slow_sync for t in tables)
     print(f"   overall: {'all goals met' if all_ok else 'some goals not met'}"
-          f"{'' if quiet else ' (LOADED run: not a result)'}")
+          f"{'' if quiet else ' (LOADED or SLOW-SYNC tables: not a result)'}")
     return all_ok
 
 

@@ -25,7 +25,7 @@ def rows(path: Path):
             if label not in by_goal:
                 by_goal[label] = {}
                 order.append(label)
-            by_goal[label][table["threads"]] = (goal, table["aa"], table["others_load"])
+            by_goal[label][table["threads"]] = (goal, table["aa"], table["others_load"], table.get("sync_ratio", 0.0))
     if "op_counts" in data:
         n, bar = data["op_counts"]["subject"], data["op_goal"]
         yield (f"| `{bench}` | ATen ops per call of the subject | {allocator} | ≤ {bar} | {n} "
@@ -37,10 +37,10 @@ def rows(path: Path):
             if threads not in by_goal[label]:
                 cells.append("-")
                 continue
-            goal, aa, load = by_goal[label][threads]
+            goal, aa, load, sync = by_goal[label][threads]
             met_all &= goal["met"]
             cells.append(f"{goal['median']:.2f} / {goal['min']:.2f} {'✅' if goal['met'] else '❌'} "
-                         f"(A/A {aa[0]:.2f}, others {load:.2f})")
+                         f"(A/A {aa[0]:.2f}, others {load:.2f}" + (f", sync {sync:.2f}" if threads > 1 else "") + ")")
         bar = f"{'≥' if goal['at_least'] else '≤'} {goal['bar']:g}"
         yield f"| `{bench}` | {label} | {allocator} | {bar} | {cells[0]} | {cells[1]} | {'met' if met_all else 'not met'} |"
 

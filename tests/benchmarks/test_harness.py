@@ -66,3 +66,14 @@ def test_others_load_sees_a_busy_neighbour():
     busy = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<1.0: pass"])
     busy.wait()
     assert probe.cores() > 0.3
+
+
+def test_slow_sync_flag_and_probe():
+    t = harness.Table("t", 2, 2, 0.0, {"s": [1.0, 1.0], "s (A/A)": [1.0, 1.0]}, [], "s", sync_ratio=0.81)
+    assert t.slow_sync and not t.loaded
+    t.sync_ratio = 0.58
+    assert not t.slow_sync
+    ratio = harness.sync_probe(1, ops=20)
+    assert 0.3 < ratio < 3.0                     # the same op at the same thread count
+    table = harness.measure("t", [("a", lambda: None)], "a", reps=1, threads=2, warmup=0)
+    assert table.sync_ratio > 0.0
