@@ -62,11 +62,10 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, _HERE)                    # the shared harness
-sys.path.insert(0, os.path.dirname(_HERE))   # this checkout's package, ahead of any installed copy
-from harness import (Goal, arguments, count_torch_ops, measure, report, setup_allocator, summary,  # noqa: E402
-                     thread_counts, write_json)
+# this checkout's package and benchmarks, ahead of any installed copy
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.harness import (Goal, arguments, count_torch_ops, measure, report,  # noqa: E402
+                                setup_allocator, summary, thread_counts, write_json)
 
 from fla.ops.gated_delta_rule.naive import naive_chunk_gated_delta_rule  # noqa: E402
 from transformers.models.qwen3_next.modeling_qwen3_next import torch_chunk_gated_delta_rule as _tr_entry  # noqa: E402
@@ -277,7 +276,7 @@ def op_counts(size):
     print(f"\n== ATen op count (harness.count_torch_ops), T={sum(lens)} one sequence")
     print(f"   VERDICT {'MEETS' if ok else 'BELOW'}: op count: {SUBJECT} issues {count} ATen ops per call "
           f"(goal <= {OP_GOAL})")
-    print(f"   most frequent: " + ", ".join(f"{k} {v}" for k, v in list(by_op.items())[:6]))
+    print("   most frequent: " + ", ".join(f"{k} {v}" for k, v in list(by_op.items())[:6]))
     bounds = [0, sum(lens)]
     info = {"subject": count}
     for name, fn in (("transformers chunk", per_sequence(transformers_chunk, bounds)),

@@ -26,12 +26,11 @@ from pathlib import Path
 
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-import harness  # noqa: E402
+from benchmarks import harness  # noqa: E402
 from sglang_ascend_hybrid.ops.gdn.api import recurrent_gated_delta_rule  # noqa: E402
 from sglang_ascend_hybrid.ops.gdn.reference import l2norm, recurrent_step  # noqa: E402
 
@@ -125,21 +124,13 @@ def table(batch: int, pool_dtype: torch.dtype, threads: int, reps: int) -> harne
     return t
 
 
+def tables_at(args, threads, reps):
+    for pool_dtype in (torch.float32, torch.bfloat16):
+        yield table(8 if args.smoke else 256, pool_dtype, threads, reps)
+
+
 def main(argv=None) -> int:
-    args = harness.arguments(__doc__.splitlines()[0]).parse_args(argv)
-    batch = 8 if args.smoke else 256
-    reps = args.reps if not args.smoke else min(args.reps, 2)
-    print(harness.setup_allocator(args))
-    tables = []
-    for threads in harness.thread_counts(args.threads):
-        for pool_dtype in (torch.float32, torch.bfloat16):
-            t = table(batch, pool_dtype, threads, reps)
-            harness.report(t)
-            tables.append(t)
-    ok = harness.summary(tables)
-    if args.json:
-        harness.write_json(args.json, tables)
-    return 0 if ok or args.smoke else 1
+    return harness.run(__doc__.splitlines()[0], tables_at, argv)
 
 
 if __name__ == "__main__":

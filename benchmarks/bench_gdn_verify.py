@@ -21,12 +21,11 @@ from pathlib import Path
 
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-import harness  # noqa: E402
+from benchmarks import harness  # noqa: E402
 from sglang_ascend_hybrid.ops.gdn import verify as gv  # noqa: E402
 from sglang_ascend_hybrid.ops.gdn.reference import l2norm, recurrent_step  # noqa: E402
 
@@ -104,18 +103,8 @@ def table(threads: int, reps: int, batch: int) -> harness.Table:
 
 
 def main(argv=None) -> int:
-    args = harness.arguments(__doc__.splitlines()[0]).parse_args(argv)
-    reps = args.reps if not args.smoke else min(args.reps, 2)
-    print(harness.setup_allocator(args))
-    tables = []
-    for threads in harness.thread_counts(args.threads):
-        t = table(threads, reps, 2 if args.smoke else 32)
-        harness.report(t)
-        tables.append(t)
-    ok = harness.summary(tables)
-    if args.json:
-        harness.write_json(args.json, tables)
-    return 0 if ok or args.smoke else 1
+    return harness.run(__doc__.splitlines()[0],
+                       lambda args, threads, reps: [table(threads, reps, 2 if args.smoke else 32)], argv)
 
 
 if __name__ == "__main__":

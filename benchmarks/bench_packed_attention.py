@@ -25,11 +25,10 @@ from pathlib import Path
 
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
-import harness  # noqa: E402
+from benchmarks import harness  # noqa: E402
 from sglang_ascend_hybrid.emulators.fused_infer_attention import (  # noqa: E402
     OP_NAME,
     emulators,
@@ -121,20 +120,13 @@ def reference_table(threads, reps, smoke):
         reps=reps, threads=threads)
 
 
+def tables_at(args, threads, reps):
+    for make_table in (compaction_table, fast_path_table, reference_table):
+        yield make_table(threads, reps, args.smoke)
+
+
 def main(argv=None) -> int:
-    args = harness.arguments(__doc__.splitlines()[0]).parse_args(argv)
-    reps = args.reps if not args.smoke else min(args.reps, 2)
-    print(harness.setup_allocator(args))
-    tables = []
-    for threads in harness.thread_counts(args.threads):
-        for make_table in (compaction_table, fast_path_table, reference_table):
-            t = make_table(threads, reps, args.smoke)
-            harness.report(t)
-            tables.append(t)
-    ok = harness.summary(tables)
-    if args.json:
-        harness.write_json(args.json, tables)
-    return 0 if ok or args.smoke else 1
+    return harness.run(__doc__.splitlines()[0], tables_at, argv)
 
 
 if __name__ == "__main__":

@@ -49,16 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from benchmarks.harness import (  # noqa: E402
-    Goal,
-    arguments,
-    measure,
-    report,
-    setup_allocator,
-    summary,
-    thread_counts,
-    write_json,
-)
+from benchmarks.harness import Goal, measure, run  # noqa: E402
 from sglang_ascend_hybrid.backends.conv_state_layout import cuda_layout_view  # noqa: E402
 from sglang_ascend_hybrid.ops.causal_conv1d import causal_conv1d_fn, causal_conv1d_update  # noqa: E402
 
@@ -214,27 +205,22 @@ def _name(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def main(argv=None) -> int:
-    args = arguments(__doc__.splitlines()[0]).parse_args(argv)
+def tables_at(args, threads, reps):
     cfg = SMOKE if args.smoke else FULL
-    reps = min(args.reps, 2) if args.smoke else args.reps
-    print(setup_allocator(args))
-    tables = []
-    for threads in thread_counts(args.threads):
-        for dtype in DTYPES:
-            gen = torch.Generator().manual_seed(0)
-            tables.append(prefill_table(cfg, dtype, threads, reps, gen))
-            report(tables[-1])
-        for dtype in DTYPES:
-            for batch in cfg["decode_batches"]:
-                gen = torch.Generator().manual_seed(1)
-                tables.append(decode_table(cfg, dtype, batch, threads, reps, gen))
-                report(tables[-1], unit=1e-6, unit_name="us")
-    ok = summary(tables)
-    if args.json:
-        write_json(args.json, tables, {"config": {k: list(v) if isinstance(v, tuple) else v
-                                                  for k, v in cfg.items()}, "smoke": args.smoke})
-    return 0 if ok or args.smoke else 1
+    for dtype in DTYPES:
+        yield prefill_table(cfg, dtype, threads, reps, torch.Generator().manual_seed(0))
+    for dtype in DTYPES:
+        for batch in cfg["decode_batches"]:
+            yield decode_table(cfg, dtype, batch, threads, reps, torch.Generator().manual_seed(1))
+
+
+def json_extra(args) -> dict:
+    cfg = SMOKE if args.smoke else FULL
+    return {"config": {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}, "smoke": args.smoke}
+
+
+def main(argv=None) -> int:
+    return run(__doc__.splitlines()[0], tables_at, argv, json_extra)
 
 
 if __name__ == "__main__":

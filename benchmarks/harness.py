@@ -201,7 +201,10 @@ def measure(title: str, methods: Sequence[tuple[str, Callable[[], object]]], sub
     return Table(title, threads, reps, load, times, list(goals), subject, list(notes), sync)
 
 
-def report(table: Table, unit: float = 1e-3, unit_name: str = "ms") -> None:
+def report(table: Table, unit: float | None = None, unit_name: str | None = None) -> None:
+    """Print a table; times in ms, or in us when the subject's median is under 1 ms."""
+    if unit is None:
+        unit, unit_name = (1e-3, "ms") if table.median(table.subject) >= 1e-3 else (1e-6, "us")
     flags = []
     if table.loaded:
         flags.append(f"LOADED (other processes used {table.others_load:.2f} cores > {QUIET_LOAD}: "
@@ -326,3 +329,22 @@ def count_torch_ops(fn: Callable[[], object]) -> tuple[int, dict[str, int]]:
     with _OpCounter() as counter:
         fn()
     return counter.count, dict(sorted(counter.by_op.items(), key=lambda kv: -kv[1]))
+
+
+def run(description: str, tables_at: Callable, argv=None, json_extra: Callable | None = None) -> int:
+    """The common main of a benchmark: parse the arguments, set the allocator, then per thread
+    count report every table ``tables_at(args, threads, reps)`` yields, as it comes; the summary,
+    the JSON (``json_extra(args)`` adds to it) and the exit status (1 when a goal is missed,
+    never for ``--smoke``)."""
+    args = arguments(description).parse_args(argv)
+    reps = min(args.reps, 2) if args.smoke else args.reps
+    print(setup_allocator(args))
+    tables = []
+    for threads in thread_counts(args.threads):
+        for table in tables_at(args, threads, reps):
+            report(table)
+            tables.append(table)
+    ok = summary(tables)
+    if args.json:
+        write_json(args.json, tables, json_extra(args) if json_extra else None)
+    return 0 if ok or args.smoke else 1

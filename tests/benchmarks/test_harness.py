@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import harness  # noqa: E402
+from benchmarks import harness
 
 
 def test_measure_runs_every_method_and_an_aa_copy_interleaved():

@@ -12,20 +12,12 @@ their ``empty``).
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import torch
 import torch.nn.functional as F
 
+from benchmarks import harness
 from sglang_ascend_hybrid.ops.gdn import reference as ref_mod
 from sglang_ascend_hybrid.ops.gdn.reference import chunk_gdn_torch
-from tests.conftest import REPO_ROOT
-
-_spec = importlib.util.spec_from_file_location("_bench_harness", REPO_ROOT / "benchmarks" / "harness.py")
-harness = sys.modules.setdefault("_bench_harness", importlib.util.module_from_spec(_spec))
-if not hasattr(harness, "count_torch_ops"):
-    _spec.loader.exec_module(harness)
 
 HV, HK, C = 16, 8, 64
 OP_GOAL = 5000                # issue 15: ATen ops per call at T = 4096, Hv = 16, Hk = 8
