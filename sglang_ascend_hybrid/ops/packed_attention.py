@@ -15,10 +15,10 @@ Dispatch, for inputs that pass upstream's argument checks:
    installed emulator) and no sequence is one-sided: the op is called exactly as
    upstream calls it, with no extra copies (fast path);
 2. the op serves them and some sequences are one-sided: only the KV side is
-   rebuilt (one ``index_select`` per K / V tensor, index built on the host from
-   the boundaries): KV-only sequences are dropped and each query-only sequence
-   gets one zero key / value row, so the op sees only sequences non-empty on
-   both sides; ``q`` and the output are used in place, and the query-only rows
+   rebuilt (one ``torch.cat`` per K / V tensor of the row runs it keeps, planned on
+   the host from the boundaries): KV-only sequences are dropped and each query-only
+   sequence gets one zero key / value row, so the op sees only sequences non-empty
+   on both sides; ``q`` and the output are used in place, and the query-only rows
    are then set to 0 / ``-inf`` (``index_fill_`` over those rows only);
 3. otherwise (CPU tensors, no emulator): the pure-torch reference.
 
@@ -249,16 +249,39 @@ def _gather_index(runs: list[tuple[int, int]], device: torch.device) -> torch.Te
     return index.to(device)
 
 
-def _gather_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """``x[index]`` along dim 0 as one ``index_select`` of whole rows: a ``[T, N * D]`` view
-    (on CPU the 3-D kernel copies element by element, about 6x slower than row copies)."""
-    return x.reshape(x.shape[0], -1).index_select(0, index).view(index.shape[0], *x.shape[1:])
+def _concat_runs(x: torch.Tensor, runs: list[tuple[int, int] | None]) -> torch.Tensor:
+    """The rows of ``x`` covered by ``runs`` in order, ``None`` standing for one zero row, as
+    one ``torch.cat`` of row slices (adjacent runs merged first): whole runs are block copies,
+    about 1.3x faster on CPU than an ``index_select`` of the same rows, and no index tensor is
+    built or copied to the device."""
+    pieces: list[torch.Tensor] = []
+    merged: list[list[int]] = []  # (start, stop) of the current run of source rows
+
+    def flush():
+        if merged:
+            pieces.append(x[merged[0][0]:merged[0][1]])
+            merged.clear()
+
+    zero = None
+    for run in runs:
+        if run is None:
+            flush()
+            if zero is None:
+                zero = x.new_zeros((1,) + tuple(x.shape[1:]))
+            pieces.append(zero)
+        elif merged and merged[0][1] == run[0]:
+            merged[0][1] = run[1]
+        else:
+            flush()
+            merged.append(list(run))
+    flush()
+    return torch.cat(pieces) if len(pieces) > 1 else pieces[0].contiguous()
 
 
 def _compacting_path(q, k, v, q_bounds, k_bounds, scale, want_lse, n_kv_only, n_q_only):
     """Some sequences are one-sided: the op sees only sequences non-empty on both sides.
 
-    Only the KV side is rebuilt (one ``index_select`` per K / V tensor; K / V are the smaller
+    Only the KV side is rebuilt (one ``torch.cat`` of row runs per K / V tensor; K / V are the smaller
     side under GQA and no larger under MHA): KV-only sequences are dropped (they have no query
     rows), and each query-only sequence gets one zero KV row, so its queries attend to a zero
     value.  ``q`` goes to the op as it is and the output needs no scatter; afterwards the
@@ -270,8 +293,7 @@ def _compacting_path(q, k, v, q_bounds, k_bounds, scale, want_lse, n_kv_only, n_
              "(first seen: %d KV-only, %d query-only); compacting them for the NPU kernel: "
              "KV-only sequences dropped, one zero key per query-only sequence (query-only rows "
              "get output 0, LSE -inf)", n_kv_only, n_q_only)
-    k_runs: list[tuple[int, int]] = []   # source KV rows of the op's KV side, in order
-    dummy_at: list[int] = []             # positions of the zero rows in the op's KV side
+    k_runs: list[tuple[int, int] | None] = []  # source KV rows of the op's KV side (None: a zero row)
     q_only_runs: list[tuple[int, int]] = []
     q_ends, k_ends = [], []
     k_total = two_sided = 0
@@ -283,8 +305,7 @@ def _compacting_path(q, k, v, q_bounds, k_bounds, scale, want_lse, n_kv_only, n_
             k_total += ke - ks
             two_sided += 1
         else:                 # query-only: one zero KV row
-            k_runs.append((0, 1))
-            dummy_at.append(k_total)
+            k_runs.append(None)
             q_only_runs.append((qs, qe))
             k_total += 1
         q_ends.append(qe)     # q keeps every row: its ends are the original ones
@@ -293,12 +314,7 @@ def _compacting_path(q, k, v, q_bounds, k_bounds, scale, want_lse, n_kv_only, n_
         return _empty_result(q, v)
 
     # (a one-sided sequence exists, so the KV side always differs from k / v)
-    k_index = _gather_index(k_runs, k.device)
-    kc, vc = _gather_rows(k, k_index), _gather_rows(v, k_index)
-    if dummy_at:
-        dummies = torch.tensor(dummy_at, dtype=torch.int64).to(k.device)
-        kc.index_fill_(0, dummies, 0.0)
-        vc.index_fill_(0, dummies, 0.0)
+    kc, vc = _concat_runs(k, k_runs), _concat_runs(v, k_runs)
 
     out, lse = _call_op(q.contiguous(), kc, vc, q_ends, k_ends, scale, want_lse)
     if q_only_runs:

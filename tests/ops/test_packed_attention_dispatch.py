@@ -142,10 +142,11 @@ def test_compaction_rebuilds_only_the_kv_side(recorder, q_lens, k_lens):
     want_v = torch.stack([case.v[r] if r is not None else torch.zeros_like(case.v[0]) for r in k_rows])
     assert torch.equal(args[1], want_k) and torch.equal(args[2], want_v)
     assert kwargs["actual_seq_lengths"] == ends_q and kwargs["actual_seq_lengths_kv"] == ends_k
-    assert log.names.count("index_select") == 2                      # one per K / V tensor
+    assert log.names.count("cat") == 2                               # one per K / V tensor
+    assert "index_select" not in log.names                           # no per-row gather
     assert log.names.count("index_copy_") == 0                       # no scatter of the output
-    # zero K / V rows, then the query-only rows of the output and of the LSE
-    assert log.names.count("index_fill_") == (4 if dummies else 0)
+    # the query-only rows of the output and of the LSE (the zero K / V rows are cat pieces)
+    assert log.names.count("index_fill_") == (2 if dummies else 0)
     ref_out, ref_lse = pa.packed_attention_reference(case.q, case.k, case.v, case.q_bounds,
                                                      case.k_bounds, case.scale)
     assert torch.equal(out, ref_out)
@@ -518,3 +519,19 @@ def test_an_lse_of_the_wrong_shape_from_the_op_is_reported_with_both_shapes():
         with pytest.raises(RuntimeError, match=r"Unexpected Ascend TND softmax LSE shape: expected "
                                                r"\(5, 4, 1\), got \(5, 4\)"):
             fused_infer_attention_varlen(*case.args(), **case.kwargs())
+
+
+def test_kv_only_sequences_at_the_edges_cost_no_copy(recorder):
+    """KV-only sequences only before and after the rest: the op's KV side is one run of rows of
+    k / v, passed as a view (no copy), with the right ends; non-contiguous k / v still arrive
+    contiguous."""
+    case = packed_case([0, 3, 2, 0], [2, 3, 1, 4], num_heads=4, num_kv_heads=2, dtype=torch.bfloat16, seed=5)
+    fused_infer_attention_varlen(*case.args(), **case.kwargs())
+    args, kwargs = recorder.calls[0]
+    assert args[1].data_ptr() == case.k[2:].data_ptr() and args[2].data_ptr() == case.v[2:].data_ptr()
+    assert torch.equal(args[1], case.k[2:6]) and torch.equal(args[2], case.v[2:6])
+    assert kwargs["actual_seq_lengths"] == [3, 5] and kwargs["actual_seq_lengths_kv"] == [3, 4]
+    k_strided = case.k.transpose(0, 1).contiguous().transpose(0, 1)
+    fused_infer_attention_varlen(case.q, k_strided, case.v, case.cu_seqlens_q, case.cu_seqlens_k, **case.kwargs())
+    args, _ = recorder.calls[1]
+    assert args[1].is_contiguous() and torch.equal(args[1], case.k[2:6])
