@@ -21,7 +21,8 @@ batched matmuls), for groups of chunks of all sequences and heads at once, with
 state between consecutive chunks is a loop, over chunk positions (not tokens),
 with all sequences that still have a chunk at that position advanced together by
 four batched matmul-class ops.  The op count matters (on an NPU every op is a
-launch): about 1,300 ATen ops at T = 4096, Hv = 16 (tests/ops/test_gdn_op_count.py).
+launch): about 1,300 ATen ops at T = 4096, Hv = 16 off CPU; on CPU, shorter compute chunks
+(fewer FLOPs) in about 3,900 (tests/ops/test_gdn_op_count.py; see ``_compute_chunk``).
 """
 
 from __future__ import annotations
@@ -201,6 +202,26 @@ _DECAY_PRODUCT_RANGE = 60.0  # |G| bound inside a chunk for decay as exp(G_r) * 
 # faster, at 2-3x the ops); 128 keeps the workspace CPU calls keep (below) at about 35 MB.
 _BLOCK_HEAD_CHUNKS = 128
 
+# The chunk length the maths runs at, which need not be the ``chunk_size`` of the states it
+# reports (those are recorded every ``chunk_size // C`` compute chunks).  Per token and head
+# the hand-over costs about 6 K V FLOPs whatever C, the intra-chunk factors about 10 C K: a
+# shorter chunk does fewer FLOPs (T = 4096, K = V = 128: 9.1 GFLOP at C = 32 against 12.1 at
+# 64) in twice the ops.  On CPU, where an op costs microseconds, C = 32 with groups of 64
+# (chunk, head) pairs (about 4 MB of group temporaries, cache-resident) measured fastest at 1
+# and 2 threads, on one sequence and on a varlen batch (145 / 75 ms against 180 / 94 ms for
+# C = 64 with 128 pairs at T = 4096, 1 / 2 threads; benchmarks/bench_gdn.py): about 3,900 ATen
+# ops per call.  On other devices every op is a launch: the chunk is ``chunk_size`` and
+# groups are _BLOCK_HEAD_CHUNKS pairs (about 1,300 ops).
+_CPU_CHUNK = 32
+_CPU_BLOCK_HEAD_CHUNKS = 64
+
+
+def _compute_chunk(chunk_size: int, device: torch.device) -> tuple[int, int]:
+    """(chunk length the maths runs at, (chunk, head) pairs per group) for ``device``."""
+    if torch.device(device).type == "cpu" and chunk_size % _CPU_CHUNK == 0:
+        return _CPU_CHUNK, _CPU_BLOCK_HEAD_CHUNKS
+    return chunk_size, _BLOCK_HEAD_CHUNKS
+
 # On CPU the group workspaces are also kept from call to call (per thread): a fresh buffer of
 # several MB is fresh pages, and first-touch page faults cost about as much as the matmuls
 # that fill them (some 30 MB per call at Hv = 16, K = V = 128).  Their size is bounded by
@@ -233,7 +254,7 @@ def _unit_lower_inverse(a: torch.Tensor, out: torch.Tensor | None = None) -> tor
     C = a.shape[-1]
     b = _INV_BASE
     nb = C // b if C % b == 0 else 0
-    if C <= b or nb == 0 or a.numel() == 0:
+    if C < b or nb == 0 or a.numel() == 0:
         lower = a.clone()
         lower.diagonal(dim1=-2, dim2=-1).fill_(1.0)
         eye = torch.eye(C, dtype=a.dtype, device=a.device).expand_as(lower)
@@ -289,16 +310,20 @@ def chunk_gdn_torch(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=N
     position issues four batched matmul-class ops (``q S``, ``u``, the decay, the update),
     all sequences that have a chunk at that position together; ``P u`` is one batched matmul
     per group afterwards (it needs every ``u`` of the group, nothing else sequential).
-    ATen ops per call: about 120 per group of ``_BLOCK_HEAD_CHUNKS // Hv`` chunks plus 4 per
-    chunk position (5 with ``chunk_states``).  Exactness: ``g = -inf`` resets by reset
+    ``C`` is the compute chunk (:func:`_compute_chunk`: 32 on CPU, ``chunk_size`` elsewhere);
+    with ``chunk_states`` the start state of every ``chunk_size // C``-th compute chunk is
+    written straight to its sequence-major row (one ``index_copy_`` per position piece).
+    ATen ops per call: about 120 per group of ``pairs // Hv`` chunks plus 4 per chunk
+    position (one more at a reported chunk state).  Exactness: ``g = -inf`` resets by reset
     counts (exact zeros across a reset), chunks decaying below ``-_DECAY_PRODUCT_RANGE`` by
     exact exps of differences, padding rows carry ``g = beta = 0`` (they never reach a
     state or a kept output), sequences without tokens keep their initial state.
     """
     T, Hk, Hv, V, K = q.shape[1], q.shape[2], v.shape[2], v.shape[3], q.shape[3]
     r = Hv // Hk
-    C = chunk_size
     dev = q.device
+    C, pairs_per_group = _compute_chunk(chunk_size, dev)
+    record_every = chunk_size // C  # compute chunks per reported chunk state
     f32 = torch.float32
     scale = K ** -0.5 if scale is None else scale
     bounds = _seq_bounds(cu_seqlens)
@@ -339,7 +364,19 @@ def chunk_gdn_torch(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=N
     S_rows = S.view(n * Hv, V, K)
     # outputs, token-major; with padding, row T is a sink for the padding rows (dropped)
     o_rows = torch.empty(T + (0 if layout.dense else 1), Hv, V, dtype=f32, device=dev)
-    h_rows = torch.empty(F * Hv, V, K, dtype=f32, device=dev) if chunk_states else None
+    h = h_dest = None
+    if chunk_states:
+        # the reported states, sequence-major, one per chunk of chunk_size tokens; h_dest[i] is
+        # the row of flat compute chunk i's start state when it starts a reported chunk (-1 else)
+        counts = [(b - a + chunk_size - 1) // chunk_size for a, b in zip(bounds, bounds[1:])]
+        first_row = [0]
+        for c in counts:
+            first_row.append(first_row[-1] + c)
+        h = torch.empty(first_row[-1], Hv, V, K, dtype=f32, device=dev)
+        h_dest = torch.tensor([first_row[s_] + p // record_every if p % record_every == 0 else -1
+                               for s_, p in zip(layout.chunk_seq, layout.chunk_pos)],
+                              dtype=torch.long, device=dev)
+        h_flat = h.view(h.shape[0], -1)
 
     if F:
         # Per-token gate factors of every chunk, for the whole call at once ([F, Hv, C] each).
@@ -373,7 +410,7 @@ def chunk_gdn_torch(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=N
         last_exp = last_exp.view(F * Hv, 1, 1)
 
     # The flat chunks are processed in groups of _BLOCK_HEAD_CHUNKS (chunk, value head) pairs.
-    per_group = max(1, _BLOCK_HEAD_CHUNKS // max(Hv, 1))
+    per_group = max(1, pairs_per_group // max(Hv, 1))
     pos = 0  # first chunk position that overlaps the current group
     q0, k0, v0 = q[0], k[0], v[0]
     for lo in range(0, F, per_group):
@@ -420,30 +457,30 @@ def chunk_gdn_torch(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=N
         # (all sequences with a chunk there at once): the group's tensors are split once
         # into per-position pieces, so a position costs its four matmul-class ops and one
         # slice of the running states.
-        pieces = []  # (sequence slots j0:j1, first chunk of a zero state)
+        pieces = []  # (sequence slots j0:j1, first chunk of a zero state, reported state rows or None)
         while pos < steps and offsets[pos] < hi:
             a0, a1 = max(lo, offsets[pos]), min(hi, offsets[pos + 1])
-            pieces.append((a0 - offsets[pos], a1 - offsets[pos], pos == 0 and initial_state is None))
+            rows_h = h_dest[a0:a1] if chunk_states and pos % record_every == 0 else None
+            pieces.append((a0 - offsets[pos], a1 - offsets[pos], pos == 0 and initial_state is None, rows_h))
             if offsets[pos + 1] > hi:
                 break                                                   # continues in the next group
             pos += 1
-        sizes = [(j1 - j0) * Hv for j0, j1, _ in pieces]
+        sizes = [(j1 - j0) * Hv for j0, j1, _, _ in pieces]
         parts = zip(pieces, u.split(sizes), u.transpose(1, 2).split(sizes), w.split(sizes), qg.split(sizes),
-                    k_end.split(sizes), out.split(sizes), last_exp[lo * Hv:hi * Hv].split(sizes),
-                    h_rows[lo * Hv:hi * Hv].split(sizes) if chunk_states else [None] * len(pieces))
-        for (j0, j1, first), u_c, uT_c, w_c, qg_c, ke_c, o_c, gamma, h_c in parts:
+                    k_end.split(sizes), out.split(sizes), last_exp[lo * Hv:hi * Hv].split(sizes))
+        for (j0, j1, first, rows_h), u_c, uT_c, w_c, qg_c, ke_c, o_c, gamma in parts:
             if (j0, j1) not in views:  # states of sequence slots j0:j1 and their transposes S^T
                 S_c = S_rows[j0 * Hv:j1 * Hv]                           # [pieces, V, K]
                 views[j0, j1] = S_c, S_c.transpose(1, 2)
             S_c, ST_c = views[j0, j1]
             if first:  # S = 0: u = u0, no inter-chunk output, next S^T = k_end^T u
-                if h_c is not None:
-                    h_c.zero_()
+                if rows_h is not None:
+                    h_flat.index_fill_(0, rows_h, 0.0)
                 o_c.zero_()
                 torch.bmm(uT_c, ke_c, out=S_c)
                 continue
-            if h_c is not None:
-                h_c.copy_(S_c)
+            if rows_h is not None:
+                h_flat.index_copy_(0, rows_h, S_c.reshape(j1 - j0, -1))
             torch.bmm(qg_c, ST_c, out=o_c)                              # scale exp(G) q S
             u_c.baddbmm_(w_c, ST_c, alpha=-1.0)                         # u = u0 - w S
             S_c.mul_(gamma)                                             # gamma S
@@ -465,12 +502,4 @@ def chunk_gdn_torch(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=N
         else:
             final = S.view(n, -1).index_select(0, layout.order.argsort()).view(n, Hv, V, K)
 
-    h = None
-    if chunk_states:
-        # flat (position-major) -> sequence-major, value-first
-        key = [(s, p) for s, p in zip(layout.chunk_seq, layout.chunk_pos)]
-        seq_major = sorted(range(len(key)), key=lambda i: key[i])
-        h = h_rows.view(F, Hv, V, K)
-        if seq_major != list(range(F)):
-            h = h.view(F, -1).index_select(0, torch.tensor(seq_major, dtype=torch.long, device=dev)).view(F, Hv, V, K)
     return o, final, h
