@@ -65,7 +65,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 # this checkout's package and benchmarks, ahead of any installed copy
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.harness import (Goal, arguments, count_torch_ops, measure, report,  # noqa: E402
-                                setup_allocator, summary, thread_counts, write_json)
+                                setup, summary, thread_counts, write_json)
 
 from fla.ops.gated_delta_rule.naive import naive_chunk_gated_delta_rule  # noqa: E402
 from transformers.models.qwen3_next.modeling_qwen3_next import torch_chunk_gated_delta_rule as _tr_entry  # noqa: E402
@@ -325,7 +325,7 @@ def main(argv=None):
     # back to the OS, so every fresh one page-faults, as a CPU run of these methods does.  The
     # competitors allocate much more fresh memory per call than the subject, so the two differ:
     # run both (README shows both).
-    line = setup_allocator(args)
+    line = setup(args)
     print(line)
     allocator = KEPT if line.startswith("allocator: caching") else PLAIN
     tables = []

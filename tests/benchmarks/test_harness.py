@@ -75,3 +75,35 @@ def test_slow_sync_flag_and_probe():
     assert 0.3 < ratio < 3.0                     # the same op at the same thread count
     table = harness.measure("t", [("a", lambda: None)], "a", reps=1, threads=2, warmup=0)
     assert table.sync_ratio > 0.0
+
+
+def test_slow_sync_phase_is_waited_out_and_a_slow_table_measured_again(monkeypatch):
+    """Within the sync wait, a table waits for a good probe before measuring and is measured again
+    when its closing probe is slow; its notes say so.  Without a wait it is measured as found."""
+    probes = iter([0.9, 0.9, 0.6, 0.85, 0.6, 0.6])   # bad, bad, good -> measure; closing bad -> again
+    monkeypatch.setattr(harness, "sync_probe", lambda threads: next(probes))
+    monkeypatch.setattr(harness.time, "sleep", lambda s: None)
+    monkeypatch.setattr(harness, "_sync_wait", [1e6])
+    calls = []
+    table = harness.measure("t", [("a", lambda: calls.append(1))], "a", reps=1, threads=2, warmup=0)
+    assert not table.slow_sync and table.sync_ratio == 0.6
+    assert len(calls) == 4                                   # measured twice (subject + A/A each time)
+    assert any("waited 20 s" in n and "measured 2 time(s)" in n for n in table.notes)
+    assert next(probes, None) is None                        # every probe was used
+
+    monkeypatch.setattr(harness, "sync_probe", lambda threads: 0.9)
+    monkeypatch.setattr(harness, "_sync_wait", [0.0])
+    table = harness.measure("t", [("a", lambda: None)], "a", reps=1, threads=2, warmup=0)
+    assert table.slow_sync and not any("slow-sync phase" in n for n in table.notes)
+
+
+def test_sync_wait_argument_is_validated_and_applied(monkeypatch):
+    monkeypatch.setattr(harness, "_sync_wait", [0.0])
+    monkeypatch.setattr(harness, "keep_freed_memory", lambda: True)
+    args = harness.arguments("x").parse_args(["--sync-wait", "30"])
+    assert "sync wait 30 s" in harness.setup(args) and harness._sync_wait[0] == 30.0
+    with pytest.raises(SystemExit, match="--sync-wait=-1"):
+        harness.setup(harness.arguments("x").parse_args(["--sync-wait", "-1"]))
+    assert harness.arguments("x").parse_args([]).sync_wait == harness.SYNC_WAIT_S
+    harness.setup(harness.arguments("x").parse_args(["--smoke"]))
+    assert harness._sync_wait[0] == 0.0                      # smoke runs never wait
