@@ -80,7 +80,7 @@ from sglang_ascend_hybrid.ops.causal_conv1d_reference import (
     PAD_SLOT_ID,
     activation_is_silu,
     causal_conv1d_fn_torch,
-    causal_conv1d_update_torch,
+    update_rows_torch,
     check_fn_inputs,
     check_fn_values,
     check_slot_values,
@@ -208,9 +208,11 @@ def _fn_device_ok(c: _FnCall) -> bool:
             and _one_half_dtype(c.x, c.weight, c.conv_states))
 
 
+# The capability predicates ask the seam first: off the NPU (no emulator) that answers no at
+# once, before any shape or layout work (the decode step pays these predicates every call).
 def _fn_v2_ok(c: _FnCall) -> bool:
-    return (_fn_device_ok(c) and _pool_is_state(c.conv_states, c.width, exact=True)
-            and seam.serves(OP_FN_V2, c.x, c.conv_states))
+    return (seam.serves(OP_FN_V2, c.x, c.conv_states) and _fn_device_ok(c)
+            and _pool_is_state(c.conv_states, c.width, exact=True))
 
 
 def _fn_v2(c: _FnCall) -> torch.Tensor:
@@ -226,8 +228,8 @@ def _fn_v2(c: _FnCall) -> torch.Tensor:
 
 
 def _fn_aclnn_ok(c: _FnCall) -> bool:
-    return (_fn_device_ok(c) and _pool_is_state(c.conv_states, c.width, exact=False)
-            and seam.serves(OP_ACLNN, c.x, c.conv_states) and _tiling_free(c.aclnn_key(), c.x.dtype))
+    return (seam.serves(OP_ACLNN, c.x, c.conv_states) and _fn_device_ok(c)
+            and _pool_is_state(c.conv_states, c.width, exact=False) and _tiling_free(c.aclnn_key(), c.x.dtype))
 
 
 def _fn_aclnn(c: _FnCall) -> torch.Tensor:
@@ -302,8 +304,8 @@ def _update_device_ok(c: _UpdateCall) -> bool:
 
 
 def _update_v2_ok(c: _UpdateCall) -> bool:
-    return (_update_device_ok(c) and _pool_is_state(c.conv_state, c.width, exact=True)
-            and seam.serves(OP_UPDATE_V2, c.x, c.conv_state))
+    return (seam.serves(OP_UPDATE_V2, c.x, c.conv_state) and _update_device_ok(c)
+            and _pool_is_state(c.conv_state, c.width, exact=True))
 
 
 def _indices(c: _UpdateCall) -> torch.Tensor:
@@ -320,8 +322,8 @@ def _update_v2(c: _UpdateCall) -> torch.Tensor:
 
 
 def _update_aclnn_ok(c: _UpdateCall) -> bool:
-    return (_update_device_ok(c) and _pool_is_state(c.conv_state, c.width, exact=False)
-            and seam.serves(OP_ACLNN, c.x, c.conv_state) and _tiling_free(c.aclnn_key(), c.x.dtype))
+    return (seam.serves(OP_ACLNN, c.x, c.conv_state) and _update_device_ok(c)
+            and _pool_is_state(c.conv_state, c.width, exact=False) and _tiling_free(c.aclnn_key(), c.x.dtype))
 
 
 def _update_aclnn(c: _UpdateCall) -> torch.Tensor:
@@ -337,8 +339,8 @@ def _update_aclnn(c: _UpdateCall) -> torch.Tensor:
 
 
 def _update_v2_main_ok(c: _UpdateCall) -> bool:
-    return (2 <= c.width <= 4 and c.x.dtype == torch.float16 and c.conv_state.dtype == torch.float16
-            and is_window_major(c.conv_state) and seam.serves(OP_UPDATE_V2_MAIN, c.x, c.conv_state))
+    return (seam.serves(OP_UPDATE_V2_MAIN, c.x, c.conv_state) and 2 <= c.width <= 4
+            and c.x.dtype == torch.float16 and c.conv_state.dtype == torch.float16 and is_window_major(c.conv_state))
 
 
 def _update_v2_main(c: _UpdateCall) -> torch.Tensor:
@@ -351,8 +353,9 @@ def _update_v2_main(c: _UpdateCall) -> torch.Tensor:
 
 
 def _update_torch(c: _UpdateCall) -> torch.Tensor:
-    return causal_conv1d_update_torch(c.x, c.conv_state, c.weight, c.bias, c.activation,
-                                      c.conv_state_indices, c.pad_slot_id, check_values=False)
+    # the public op checked the inputs already: the rung's body without its checks
+    return update_rows_torch(c.x, c.conv_state, c.weight, c.bias, activation_is_silu(c.activation),
+                             c.conv_state_indices, c.pad_slot_id, c.width)
 
 
 UPDATE_LADDER = Ladder("causal_conv1d_update", [

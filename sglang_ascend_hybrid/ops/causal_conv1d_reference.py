@@ -356,7 +356,15 @@ def causal_conv1d_update_torch(
     silu = activation_is_silu(activation)
     if check_values:
         check_slot_values(conv_state_indices, "conv_state_indices", conv_state.shape[0], pad_slot_id)
+    return update_rows_torch(x, conv_state, weight, bias, silu, conv_state_indices, pad_slot_id, width)
 
+
+@torch.no_grad()
+def update_rows_torch(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor,
+                      bias: Optional[torch.Tensor], silu: bool, conv_state_indices: Optional[torch.Tensor],
+                      pad_slot_id: int, width: int) -> torch.Tensor:
+    """:func:`causal_conv1d_update_torch` after its checks (inputs already validated by the
+    caller, ``width`` the filter width, ``silu`` the resolved activation)."""
     x3 = x.unsqueeze(-1) if x.dim() == 2 else x
     batch, dim, length = x3.shape
     s = width - 1
