@@ -54,6 +54,11 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
              "tests/backends/test_gdn_hooks.py", "tests/backends/test_hooks_strength.py",
              "tests/ops/test_gdn_fuzz.py", "tests/ops/test_late_strength.py", "tests/ops/test_gdn_pool_step.py",
              "tests/ops/test_gdn_verify_strength.py", "tests/ops/test_gdn_op_count.py", "tests/ops/test_gdn_workspace.py"]),
+    # the pure-torch GDN paths alone (a quick run after changing the chunked path)
+    "gdn-chunk": (["sglang_ascend_hybrid/ops/gdn/reference.py"],
+                  ["tests/ops/test_gdn_reference.py", "tests/ops/test_gdn_strength.py", "tests/ops/test_gdn_edges.py",
+                   "tests/ops/test_gdn_fuzz.py", "tests/ops/test_gdn_op_count.py", "tests/ops/test_gdn_workspace.py",
+                   "tests/ops/test_gdn_dispatch.py"]),
     # the decode / verify state paths alone (a quick run after changing them)
     "gdn-state": (["sglang_ascend_hybrid/ops/gdn/pool_step.py", "sglang_ascend_hybrid/ops/gdn/scatter.py",
                    "sglang_ascend_hybrid/ops/gdn/verify.py"],
@@ -61,6 +66,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                    "tests/ops/test_gdn_fuzz.py", "tests/ops/test_late_strength.py", "tests/ops/test_gdn_verify_strength.py"]),
     "conv": (["sglang_ascend_hybrid/ops/causal_conv1d.py", "sglang_ascend_hybrid/ops/causal_conv1d_reference.py"],
              ["tests/ops/test_causal_conv1d.py", "tests/ops/test_causal_conv1d_dispatch.py",
+              "tests/ops/test_causal_conv1d_torch_rungs.py",
               "tests/ops/test_causal_conv1d_fuzz.py", "tests/ops/test_causal_conv1d_ladder.py",
               "tests/ops/test_conv_hooks_strength.py", "tests/emulators/test_conv_contract.py",
               "tests/backends/test_short_conv_backend.py"]),

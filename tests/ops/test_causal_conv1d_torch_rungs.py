@@ -220,3 +220,19 @@ def test_prefill_streams_as_short_as_the_filter(total, width):
     out = ref.causal_conv1d_fn_torch(x, weight, bias, qsl, idx, his, states, None, check_values=False)
     assert_close_to_oracle(out, expect, scale, torch.float32, "prefill")
     assert torch.equal(states, expect_states)
+
+
+@pytest.mark.parametrize("total", [1, 2, 3, 4, 5])
+def test_prefill_streams_up_to_one_past_the_width_match_the_definition(total):
+    """One sequence of 1..W+1 tokens, fp64 definition: every tap of the stream counts, also the
+    last one when the stream is exactly W tokens long (its last column is not a head column)."""
+    gen = torch.Generator().manual_seed(total)
+    dim, width = 5, 4
+    x = torch.randn(dim, total, generator=gen, dtype=torch.float64)
+    weight = torch.randn(dim, width, generator=gen, dtype=torch.float64)
+    bias = torch.randn(dim, generator=gen, dtype=torch.float64)
+    out = ref.causal_conv1d_fn_torch(x, weight, bias, torch.tensor([0, total], dtype=torch.int32),
+                                     check_values=False)
+    padded = torch.nn.functional.pad(x, (width - 1, 0))
+    expect = torch.stack([(padded[:, t:t + width] * weight).sum(1) + bias for t in range(total)], 1)
+    torch.testing.assert_close(out, expect, rtol=1e-12, atol=1e-12)

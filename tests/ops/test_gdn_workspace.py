@@ -87,3 +87,15 @@ def test_workspaces_made_under_inference_mode_serve_later_calls_outside_it():
     assert "error" not in state, state.get("error")
     for a, b, c in zip(state["inside"], state["outside"], state["again"]):
         assert torch.equal(a, b) and torch.equal(a, c)
+
+
+def test_final_states_outside_the_workspace_survive_later_calls(monkeypatch):
+    """States too large for the state workspace are their own tensor and returned as they are;
+    states inside it are returned as a copy.  Either way a later call leaves them alone."""
+    for limit in (0, 1 << 30):                      # every state outside / inside the workspace
+        monkeypatch.setattr(ref_mod, "_STATE_WORKSPACE_MAX", limit)
+        for lens in ([70], [40, 70]):               # final states in running order / reordered
+            first = _run(_case(lens, seed=4))
+            kept = first[1].clone()
+            _run(_case(lens, seed=5))
+            assert torch.equal(first[1], kept), (limit, lens)

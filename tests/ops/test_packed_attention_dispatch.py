@@ -117,6 +117,7 @@ def test_fast_path_non_contiguous_same_shapes_stacks_once_like_upstream(recorder
     ([3, 0, 4, 2], [5, 2, 1, 3]),    # KV-only only: its KV rows dropped
     ([3, 2, 4, 2], [5, 0, 1, 0]),    # query-only only: one zero KV row each
     ([0, 3, 2, 0, 4], [3, 0, 2, 1, 2]),
+    ([2, 3, 4, 1], [0, 0, 3, 2]),    # adjacent query-only sequences: one run of rows to fill
 ])
 def test_compaction_rebuilds_only_the_kv_side(recorder, q_lens, k_lens):
     case = packed_case(q_lens, k_lens, num_heads=4, num_kv_heads=2, dtype=torch.bfloat16, seed=4)
