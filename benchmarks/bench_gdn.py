@@ -29,7 +29,8 @@ The dense matmul FLOPs the subject itself issues are counted per call by a dispa
 over ``mm``/``bmm``/``baddbmm``/``addmm`` (``2 M N K`` per matrix product; the elementwise
 work and the small inverse are not counted beyond their matmuls).  The probe is one
 ``torch.bmm`` over ``[n, 64, 128] x [n, 128, 128]`` blocks (the shape of the hand-over's
-``q S`` and ``w S``) with ``n`` chosen for the same FLOP count; goal: ``probe time / subject
+``q S`` and ``w S`` at 64-token chunks; on CPU the subject computes at 32-token chunks, fewer FLOPs
+in smaller matmuls than the probe's, which run slower per FLOP) with ``n`` chosen for the same FLOP count; goal: ``probe time / subject
 time >= 0.70``.  Note honestly: at T = 4096 that probe is about 5,000 blocks (about 700 MB of
 operands), so it streams from memory and runs below the in-cache matmul speed.  The table
 therefore also has an informational **cache-resident probe** (the same FLOPs as a loop of

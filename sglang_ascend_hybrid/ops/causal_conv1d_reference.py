@@ -36,6 +36,8 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from sglang_ascend_hybrid.ops import cpu_workspace
+
 PAD_SLOT_ID = -1
 _INT_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
 
@@ -282,7 +284,8 @@ def causal_conv1d_fn_torch(
             resumed = (valid & has_initial_state.to(dev).bool()).nonzero().squeeze(1)
 
     # History of every segment, [dim, W-1, nseg]: the cached state where resumed, else zeros.
-    hist = torch.zeros(dim, s, nseg, dtype=cd, device=dev)
+    # (hist, new and the per-block fp32 buffers never leave the call: kept per thread on CPU)
+    hist = cpu_workspace.kept("conv.hist", (dim, s, nseg), cd, dev).zero_()
     if resumed.numel():
         cached = conv_states[:, :, :s].index_select(0, slots.index_select(0, resumed).to(conv_states.device))
         hist.index_copy_(2, resumed + 1, cached.to(device=dev, dtype=cd).permute(1, 2, 0))
@@ -297,12 +300,12 @@ def causal_conv1d_fn_torch(
     g = writers[:, None] + 1
     virt = lens.index_select(0, writers.reshape(-1) + 1)[:, None] + r
     state_at = torch.where(virt < s, (s + virt) * nseg + g, r * nseg + g + 1).reshape(-1)
-    new = torch.empty(dim, writers.numel() * s, dtype=cd, device=dev)  # [dim, writer, W-1]
+    new = cpu_workspace.kept("conv.new", (dim, writers.numel() * s), cd, dev)  # [dim, writer, W-1]
 
     out = torch.empty(dim, total, dtype=x.dtype, device=dev)
     step = max(1, min(dim, _BLOCK_ELEMS // total))
-    widened = None if x.dtype == cd else torch.empty(step, total, dtype=cd, device=dev)
-    acc = None if x.dtype == cd else torch.empty(step, total, dtype=cd, device=dev)
+    widened = None if x.dtype == cd else cpu_workspace.kept("conv.widened", (step, total), cd, dev)
+    acc = None if x.dtype == cd else cpu_workspace.kept("conv.acc", (step, total), cd, dev)
     for c0 in range(0, dim, step):
         c1 = min(c0 + step, dim)
         wb, bb = w[c0:c1], (b[c0:c1] if b is not None else None)

@@ -8,6 +8,7 @@ import threading
 import torch
 import torch.nn.functional as F
 
+from sglang_ascend_hybrid.ops import cpu_workspace
 from sglang_ascend_hybrid.ops.gdn import reference as ref_mod
 from sglang_ascend_hybrid.ops.gdn.reference import chunk_gdn_torch
 
@@ -40,7 +41,7 @@ def test_results_survive_later_calls():
             _run(_case([64, 1, 300], seed=seed, with_state=False))
         for got, want in zip(first, kept):
             assert torch.equal(got, want)
-        storages = {ws.untyped_storage().data_ptr() for ws in ref_mod._CPU_WORKSPACE.buffers.values()}
+        storages = {ws.untyped_storage().data_ptr() for ws in cpu_workspace.buffers("cpu").values()}
         assert not any(t.untyped_storage().data_ptr() in storages for t in first)
 
 

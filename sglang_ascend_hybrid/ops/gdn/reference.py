@@ -27,10 +27,11 @@ launch): about 1,300 ATen ops at T = 4096, Hv = 16 off CPU; on CPU, shorter comp
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 import torch
+
+from sglang_ascend_hybrid.ops import cpu_workspace
 
 CHUNK_SIZE = 64  # chunk length of the per-chunk states ``h`` SGLang's Ascend path keeps
 
@@ -222,21 +223,13 @@ def _compute_chunk(chunk_size: int, device: torch.device) -> tuple[int, int]:
         return _CPU_CHUNK, _CPU_BLOCK_HEAD_CHUNKS
     return chunk_size, _BLOCK_HEAD_CHUNKS
 
-# On CPU the group workspaces are also kept from call to call (per thread): a fresh buffer of
-# several MB is fresh pages, and first-touch page faults cost about as much as the matmuls
-# that fill them (some 30 MB per call at Hv = 16, K = V = 128).  Their size is bounded by
-# _BLOCK_HEAD_CHUNKS (chunk, head) pairs, whatever T; nothing returned aliases them.  Other
-# devices have caching allocators: a dict per call.
-_CPU_WORKSPACE = threading.local()
+
+# On CPU the group workspaces are also kept from call to call (per thread, ``ops.cpu_workspace``):
+# a fresh buffer of several MB is fresh pages, and first-touch page faults cost about as much as
+# the matmuls that fill them (some 30 MB per call at Hv = 16, K = V = 128).  Their size is bounded
+# by the (chunk, head) pairs of a group, whatever T; nothing returned aliases them.  Other devices
+# have caching allocators: a dict per call.
 _STATE_WORKSPACE_MAX = 1 << 23  # fp32 elements (32 MB): running states up to this size are workspace too
-
-
-def _workspace(device: torch.device) -> dict[str, torch.Tensor]:
-    if torch.device(device).type != "cpu":
-        return {}
-    if not hasattr(_CPU_WORKSPACE, "buffers"):
-        _CPU_WORKSPACE.buffers = {}
-    return _CPU_WORKSPACE.buffers
 
 
 def _unit_lower_inverse(a: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -333,7 +326,7 @@ def chunk_gdn_torch(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=N
     steps, offsets = len(layout.active), layout.offsets
     gather = _Gather(layout, C)
 
-    workspace = _workspace(dev)
+    workspace = cpu_workspace.buffers(dev)
     views: dict[tuple, torch.Tensor] = {}  # this call's views (groups of one size share them: no ops)
 
     def buf(name, *shape):  # a view of a reused fp32 buffer
