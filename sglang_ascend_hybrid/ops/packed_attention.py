@@ -232,15 +232,22 @@ def _fast_path(q, k, v, q_bounds, k_bounds, scale, want_lse):
     return _call_op(q, k, v, q_ends, k_ends, scale, want_lse)
 
 
+def _merged_runs(runs: list[tuple[int, int] | None]) -> list[tuple[int, int] | None]:
+    """Half-open row ``runs`` with each run that starts where the previous one stops joined to
+    it; ``None`` entries (zero rows of :func:`_concat_runs`) stay, and are never joined."""
+    merged: list[tuple[int, int] | None] = []
+    for run in runs:
+        if run is not None and merged and merged[-1] is not None and merged[-1][1] == run[0]:
+            merged[-1] = (merged[-1][0], run[1])
+        else:
+            merged.append(run)
+    return merged
+
+
 def _gather_index(runs: list[tuple[int, int]], device: torch.device) -> torch.Tensor:
     """Row index covering the half-open ``runs`` in order, built on the host and
     copied to ``device`` (a host-to-device copy, never a sync)."""
-    merged: list[list[int]] = []
-    for start, stop in runs:
-        if merged and merged[-1][1] == start:
-            merged[-1][1] = stop
-        else:
-            merged.append([start, stop])
+    merged = _merged_runs(runs)
     starts = torch.tensor([s for s, _ in merged], dtype=torch.int64)
     lens = torch.tensor([e - s for s, e in merged], dtype=torch.int64)
     total = int(sum(e - s for s, e in merged))
@@ -253,28 +260,9 @@ def _concat_runs(x: torch.Tensor, runs: list[tuple[int, int] | None]) -> torch.T
     """The rows of ``x`` covered by ``runs`` in order, ``None`` standing for one zero row, as
     one ``torch.cat`` of row slices (adjacent runs merged first): whole runs are block copies,
     about 1.3x faster on CPU than an ``index_select`` of the same rows, and no index tensor is
-    built or copied to the device."""
-    pieces: list[torch.Tensor] = []
-    merged: list[list[int]] = []  # (start, stop) of the current run of source rows
-
-    def flush():
-        if merged:
-            pieces.append(x[merged[0][0]:merged[0][1]])
-            merged.clear()
-
-    zero = None
-    for run in runs:
-        if run is None:
-            flush()
-            if zero is None:
-                zero = x.new_zeros((1,) + tuple(x.shape[1:]))
-            pieces.append(zero)
-        elif merged and merged[0][1] == run[0]:
-            merged[0][1] = run[1]
-        else:
-            flush()
-            merged.append(list(run))
-    flush()
+    built or copied to the device.  A single run is returned as a view when ``x`` is contiguous."""
+    zero = x.new_zeros((1,) + tuple(x.shape[1:])) if None in runs else None
+    pieces = [zero if run is None else x[run[0]:run[1]] for run in _merged_runs(runs)]
     return torch.cat(pieces) if len(pieces) > 1 else pieces[0].contiguous()
 
 
@@ -313,7 +301,7 @@ def _compacting_path(q, k, v, q_bounds, k_bounds, scale, want_lse, n_kv_only, n_
     if not two_sided:         # no sequence has both queries and keys: no work for the op
         return _empty_result(q, v)
 
-    # (a one-sided sequence exists, so the KV side always differs from k / v)
+    # (a one-sided sequence exists, so the KV side is never all of k / v: a copy, or a slice)
     kc, vc = _concat_runs(k, k_runs), _concat_runs(v, k_runs)
 
     out, lse = _call_op(q.contiguous(), kc, vc, q_ends, k_ends, scale, want_lse)
