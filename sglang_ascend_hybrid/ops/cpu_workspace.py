@@ -28,13 +28,17 @@ def buffers(device) -> dict:
     return _LOCAL.buffers
 
 
-def kept(name: str, shape: tuple[int, ...], dtype: torch.dtype, device) -> torch.Tensor:
-    """An uninitialised ``shape`` tensor: on CPU a view of the thread's kept buffer ``(name,
-    dtype)`` (grown when too small), elsewhere or above :data:`KEEP_MAX_ELEMENTS` a new one."""
+def kept(name: str, shape: tuple[int, ...], dtype: torch.dtype, device, store: dict | None = None) -> torch.Tensor:
+    """An uninitialised ``shape`` tensor, a view of the buffer ``(name, dtype)`` of ``store``
+    (grown when too small).  Without ``store``: the thread's kept buffers on CPU, and a new
+    tensor elsewhere or above :data:`KEEP_MAX_ELEMENTS`.  A caller that passes its own
+    ``store`` (``buffers(device)``: on other devices a dict for one call) bounds its sizes
+    itself, and its temporaries of one name share memory on every device."""
     numel = math.prod(shape)
-    if torch.device(device).type != "cpu" or numel > KEEP_MAX_ELEMENTS:
-        return torch.empty(shape, dtype=dtype, device=device)
-    store = buffers(device)
+    if store is None:
+        if torch.device(device).type != "cpu" or numel > KEEP_MAX_ELEMENTS:
+            return torch.empty(shape, dtype=dtype, device=device)
+        store = buffers(device)
     buf = store.get((name, dtype))
     if buf is None or buf.numel() < numel:
         # a normal tensor even under inference_mode: later calls may run outside it

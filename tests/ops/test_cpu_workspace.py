@@ -60,3 +60,19 @@ def test_short_conv_prefill_results_survive_later_calls():
     run(2)
     run(3, dim=24, total=90)
     assert torch.equal(out, kept[0]) and torch.equal(states, kept[1])
+
+
+def test_a_callers_store_is_used_on_any_device_without_the_limit(monkeypatch):
+    """With ``store`` (the chunked GDN path's per-call dict off CPU), buffers of one name share
+    memory on every device and the caller bounds their size."""
+    monkeypatch.setattr(cpu_workspace, "KEEP_MAX_ELEMENTS", 4)
+    store: dict = {}
+    a = cpu_workspace.kept("test.s", (4, 4), torch.float32, "meta", store=store)
+    first = store[("test.s", torch.float32)]
+    assert first.numel() == 16 and a.device.type == "meta"          # above the limit, kept anyway
+    b = cpu_workspace.kept("test.s", (2, 4), torch.float32, "meta", store=store)
+    assert b.shape == (2, 4) and store[("test.s", torch.float32)] is first and len(store) == 1
+    cpu_store: dict = {}
+    c = cpu_workspace.kept("test.s", (3, 3), torch.float32, "cpu", store=cpu_store)
+    d = cpu_workspace.kept("test.s", (2, 3), torch.float32, "cpu", store=cpu_store)
+    assert d.data_ptr() == c.data_ptr() and ("test.s", torch.float32) not in cpu_workspace.buffers("cpu")

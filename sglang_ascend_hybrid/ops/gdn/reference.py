@@ -329,17 +329,9 @@ def chunk_gdn_torch(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=N
     workspace = cpu_workspace.buffers(dev)
     views: dict[tuple, torch.Tensor] = {}  # this call's views (groups of one size share them: no ops)
 
-    def buf(name, *shape):  # a view of a reused fp32 buffer
+    def buf(name, *shape):  # a view of a reused fp32 buffer (bounded by the group size)
         if (name, shape) not in views:
-            size = 1
-            for d in shape:
-                size *= d
-            if name not in workspace or workspace[name].numel() < size:
-                # a normal tensor even under inference_mode: kept buffers are written in place by
-                # later calls, which may run outside it
-                with torch.inference_mode(False):
-                    workspace[name] = torch.empty(size, dtype=f32, device=dev)
-            views[name, shape] = workspace[name][:size].view(shape)
+            views[name, shape] = cpu_workspace.kept(name, shape, f32, dev, store=workspace)
         return views[name, shape]
 
     # The state between chunks, one per sequence in layout order, value-first [n, Hv, V, K]
