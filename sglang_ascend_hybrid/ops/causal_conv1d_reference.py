@@ -331,7 +331,6 @@ def causal_conv1d_fn_torch(
     return out
 
 
-@torch.no_grad()   # an inference op, like the kernels it stands in for
 def causal_conv1d_update_torch(
     x: torch.Tensor,
     conv_state: torch.Tensor,
@@ -362,7 +361,7 @@ def causal_conv1d_update_torch(
     return update_rows_torch(x, conv_state, weight, bias, silu, conv_state_indices, pad_slot_id, width)
 
 
-@torch.no_grad()
+@torch.no_grad()   # an inference op, like the kernels it stands in for
 def update_rows_torch(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor,
                       bias: Optional[torch.Tensor], silu: bool, conv_state_indices: Optional[torch.Tensor],
                       pad_slot_id: int, width: int) -> torch.Tensor:
