@@ -14,11 +14,11 @@ their ``empty``).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from benchmarks import harness
 from sglang_ascend_hybrid.ops.gdn import reference as ref_mod
 from sglang_ascend_hybrid.ops.gdn.reference import chunk_gdn_torch
+from tests.ops.gdn_inputs import random_case
 
 HV, HK = 16, 8
 C, PAIRS = ref_mod._compute_chunk(ref_mod.CHUNK_SIZE, torch.device("cpu"))  # compute chunk, pairs per group
@@ -28,15 +28,8 @@ PER_GROUP = 150               # fixed ops per group of chunks (measured about 12
 
 
 def _count(lens, d=32, seed=0, **kw):
-    gen = torch.Generator().manual_seed(seed)
-    T = sum(lens)
-    q = F.normalize(torch.randn(1, T, HK, d, generator=gen), dim=-1)
-    k = F.normalize(torch.randn(1, T, HK, d, generator=gen), dim=-1)
-    v = torch.randn(1, T, HV, d, generator=gen)
-    g = F.logsigmoid(torch.randn(1, T, HV, generator=gen) + 2.0)
-    beta = torch.rand(1, T, HV, generator=gen)
-    cu = torch.tensor([0] + list(lens)).cumsum(0)
-    call = lambda: chunk_gdn_torch(q, k, v, g, beta, cu_seqlens=cu, **kw)  # noqa: E731
+    args, call_kw = random_case(lens, seed, hv=HV, hk=HK, d=d, with_state=False)
+    call = lambda: chunk_gdn_torch(*args, cu_seqlens=call_kw["cu_seqlens"], **kw)  # noqa: E731
     call()  # workspaces allocated
     return harness.count_torch_ops(call)[0]
 

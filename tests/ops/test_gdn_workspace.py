@@ -6,23 +6,15 @@ from __future__ import annotations
 import threading
 
 import torch
-import torch.nn.functional as F
 
 from sglang_ascend_hybrid.ops import cpu_workspace
 from sglang_ascend_hybrid.ops.gdn import reference as ref_mod
 from sglang_ascend_hybrid.ops.gdn.reference import chunk_gdn_torch
+from tests.ops.gdn_inputs import random_case
 
 
-def _case(lens, seed, with_state=True, hv=4, hk=2, d=16):
-    gen = torch.Generator().manual_seed(seed)
-    T = sum(lens)
-    q = F.normalize(torch.randn(1, T, hk, d, generator=gen), dim=-1)
-    k = F.normalize(torch.randn(1, T, hk, d, generator=gen), dim=-1)
-    v = torch.randn(1, T, hv, d, generator=gen)
-    g = F.logsigmoid(torch.randn(1, T, hv, generator=gen) + 2.0)
-    beta = torch.rand(1, T, hv, generator=gen)
-    h0 = torch.randn(len(lens), hv, d, d, generator=gen) if with_state else None
-    return (q, k, v, g, beta), dict(cu_seqlens=torch.tensor([0] + lens).cumsum(0), initial_state=h0)
+def _case(lens, seed, with_state=True):
+    return random_case(lens, seed, hv=4, hk=2, d=16, with_state=with_state)
 
 
 def _run(case):
