@@ -43,6 +43,26 @@ def block_rows(batch: int, row_bytes: int, device: torch.device, budget: int | N
     return max(1, min(batch, budget // max(row_bytes, 1)))
 
 
+def advance(S: torch.Tensor, S_next: torch.Tensor, kq: torch.Tensor, k: torch.Tensor, kdotq: torch.Tensor,
+            a: torch.Tensor, beta: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> None:
+    """One token for ``n`` requests, fp32: ``S_next`` (may be ``S`` itself) receives
+    ``a S + u k^T`` and ``o`` receives ``a (S q') + u (k . q')``, ``u = beta (v - a S k)``.
+
+    ``S [n, Hv, V, K]`` value-first; ``kq [n, Hk, 2, K]`` (rows ``k``, ``q'``); ``k [n, Hk, K]``;
+    ``kdotq``, ``a``, ``beta [n, Hv, 1]``; ``v``, ``o [n, Hv, V]``.  The decode step and the verify
+    rung's per-token step."""
+    n, Hv, V, K = S.shape
+    Hk = kq.shape[1]
+    r = Hv // Hk
+    # S k and S q' in one matmul; [k, q'] as a column-major operand (much faster than a
+    # row-major [K, 2] one on CPU BLAS)
+    P = torch.matmul(S.view(n, Hk, r * V, K), kq.transpose(-1, -2)).view(n, Hv, V, 2)
+    u = beta * (v - a * P[..., 0])                                      # [n, Hv, V]
+    torch.addcmul(a * P[..., 1], u, kdotq, out=o)
+    torch.mul(S, a.unsqueeze(-1), out=S_next)                           # a * S
+    S_next.view(n * Hk, r * V, K).baddbmm_(u.view(n * Hk, r * V, 1), k.reshape(n * Hk, 1, K))
+
+
 def step_on_pool(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
                  pool: torch.Tensor, slots: torch.Tensor, live: torch.Tensor, *, scale: float) -> torch.Tensor:
     """Advance ``pool[slots[i]]`` by one token for every live row; return ``o [B, Hv, V]`` fp32.
@@ -63,7 +83,7 @@ def step_on_pool(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Ten
     qs = q.to(f32) * scale
     kq = torch.stack([kf, qs], dim=-2)                                  # [B, Hk, 2, K]: rows k, q'
     kdotq = (kf * qs).sum(-1).repeat_interleave(r, 1).unsqueeze(-1)     # [B, Hv, 1]: k . q'
-    a = g.to(f32).exp()                                                 # [B, Hv]
+    a = g.to(f32).exp().unsqueeze(-1)                                   # [B, Hv, 1]
     bv = beta.to(f32).unsqueeze(-1)                                     # [B, Hv, 1]
     vf = v.to(f32)
     n_max = block_rows(B, Hv * V * K * 4, dev)
@@ -77,13 +97,6 @@ def step_on_pool(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Ten
             torch.index_select(pool, 0, rows, out=S)
         else:
             S.copy_(pool.index_select(0, rows))
-        # S k and S q' in one matmul; [k, q'] as a column-major operand (much faster than a
-        # row-major [K, 2] one on CPU BLAS)
-        P = torch.matmul(S.view(n, Hk, r * V, K), kq[b0:b1].transpose(-1, -2)).view(n, Hv, V, 2)
-        ab = a[b0:b1].unsqueeze(-1)                                     # [n, Hv, 1]
-        u = bv[b0:b1] * (vf[b0:b1] - ab * P[..., 0])                    # [n, Hv, V]
-        torch.addcmul(ab * P[..., 1], u, kdotq[b0:b1], out=o[b0:b1])
-        S.mul_(ab.unsqueeze(-1))                                        # a * S
-        S.view(n * Hk, r * V, K).baddbmm_(u.view(n * Hk, r * V, 1), kf[b0:b1].reshape(n * Hk, 1, K))
+        advance(S, S, kq[b0:b1], kf[b0:b1], kdotq[b0:b1], a[b0:b1], bv[b0:b1], vf[b0:b1], o[b0:b1])
         scatter_live_rows(pool, rows, live[b0:b1], S)
     return o

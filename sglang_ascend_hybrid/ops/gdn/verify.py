@@ -38,7 +38,7 @@ from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.host import host_list
 from sglang_ascend_hybrid.ops.gdn import capabilities as caps
 from sglang_ascend_hybrid.ops.gdn.dispatch import GdnSignature
-from sglang_ascend_hybrid.ops.gdn.pool_step import block_rows
+from sglang_ascend_hybrid.ops.gdn.pool_step import advance, block_rows
 from sglang_ascend_hybrid.ops.gdn.reference import l2norm
 from sglang_ascend_hybrid.ops.gdn.scatter import scatter_live_rows
 from sglang_ascend_hybrid.ops.ladder import Ladder, Rung
@@ -217,14 +217,8 @@ def verify_torch(call: VerifyCall) -> torch.Tensor:
         state = _gather_initial(call, init_rows, b0, b1, init[:n])
         for t in range(S):
             cur = steps[t, :n]
-            P = torch.matmul(state.view(n, nk, ratio * dv, dk),
-                             kq[b0:b1, t].transpose(-1, -2)).view(n, nv, dv, 2)      # S k, S q'
-            a = alpha[b0:b1, t]
-            u = beta[b0:b1, t] * (v[b0:b1, t] - a * P[..., 0])     # [n, nv, dv]
-            torch.addcmul(a * P[..., 1], u, kdotq[b0:b1, t], out=out[b0:b1, t])
-            torch.mul(state, a.unsqueeze(-1), out=cur)             # a S
-            cur.view(n * nk, ratio * dv, dk).baddbmm_(u.reshape(n * nk, ratio * dv, 1),
-                                                      k[b0:b1, t].reshape(n * nk, 1, dk))
+            advance(state, cur, kq[b0:b1, t], k[b0:b1, t], kdotq[b0:b1, t], alpha[b0:b1, t], beta[b0:b1, t],
+                    v[b0:b1, t], out[b0:b1, t])
             state = cur
         scatter_live_rows(target, rows[:, b0:b1].reshape(S * n), valid[:, b0:b1].reshape(S * n),
                          steps[:, :n].reshape(S * n, nv, dv, dk))
