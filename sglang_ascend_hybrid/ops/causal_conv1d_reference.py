@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from sglang_ascend_hybrid.ops import cpu_workspace
+from sglang_ascend_hybrid.ops.row_copy import index_copy_rows_
 
 PAD_SLOT_ID = -1
 _INT_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
@@ -347,13 +348,14 @@ def causal_conv1d_update_torch(
     shapes, no Python decision on tensor values.
 
     How: the work happens in the window-major layout ``[slots, W-1, dim]`` (the NPU pool's
-    own, so gathers and writes move whole rows): one gather of the batch's states, ``W``
-    multiply-adds over ``[B, L, dim]`` rows reading the states and the tokens where they
-    are (no concatenated window), accumulating in fp32 for fp16 / bf16 (only the gathered
-    rows are widened), and the rolled state written back with two ``index_copy_`` (the
-    surviving state rows, the new tokens).  Pad rows read and write the slot of the first
-    real row with that row's values (an identical duplicate write); with no real row at
-    all, every row rewrites that slot with its own old state."""
+    own, so gathers and writes move whole rows): one gather of the batch's states, one window
+    ``[B, W-1+L, dim]`` (the state rows, then the tokens) in the pool's dtype, ``W``
+    multiply-adds over its rows by the fp32 weights (fp32 arithmetic and accumulation for
+    fp16 / bf16, without an fp32 copy of the window), and the rolled state (window rows
+    ``L .. L+W-2``) written back with one row copy (:func:`~sglang_ascend_hybrid.ops.row_copy.
+    index_copy_rows_`).  Pad rows read and write the slot of the first real row with that
+    row's values (an identical duplicate write); with no real row at all, every row rewrites
+    that slot with its own old state (the roll's shift is then 0)."""
     width = check_update_inputs(x, conv_state, weight, bias, conv_state_indices)
     silu = activation_is_silu(activation)
     if check_values:
@@ -387,32 +389,27 @@ def update_rows_torch(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.T
     state = pool.index_select(0, gather).to(dev)                       # [B, W-1, dim], pool dtype
     tokens = x3.index_select(0, rows.to(dev)).transpose(1, 2)          # [B, L, dim]
 
-    # Window row i of [state, tokens] is state row i (i < W-1) or token i - (W-1); output t
-    # is bias + sum_k w[:, k] row(t + k).  Per tap, the rows split into a state slice and a
-    # token slice (no concatenated copy), accumulated in fp32 for fp16 / bf16.
-    st = state if state.dtype == cd else state.to(cd)
-    tk = tokens if tokens.dtype == cd else tokens.to(cd)
+    # Window row i is state row i (i < W-1) or token i - (W-1); output t is bias +
+    # sum_k w[:, k] row(t + k).  The window is built in the pool's dtype (the rolled state is
+    # cut from it; with x and pool of different dtypes in fp32, exact for both).  The taps
+    # multiply its fp16 / bf16 rows by the fp32 weights: PyTorch computes in fp32 (exactly as
+    # widening first) and accumulates in fp32, without an fp32 copy of the window.
+    if state.dtype == x.dtype:
+        window = torch.cat([state, tokens], 1)
+    else:
+        window = torch.cat([state.to(cd), tokens.to(cd)], 1)
     wt = weight.t().contiguous().to(device=dev, dtype=cd)              # [W, dim]
-    out = tk * wt[s]                                                   # tap W-1 reads tokens only
+    out = window[:, s:] * wt[s]                                        # fp32 for fp16 / bf16
     if bias is not None:
         out.add_(bias.to(device=dev, dtype=cd))
     for k in range(s):
-        from_state = min(s - k, length)                                # outputs t < s - k read state
-        out[:, :from_state].addcmul_(st[:, k:k + from_state], wt[k])
-        if length > from_state:
-            out[:, from_state:].addcmul_(tk[:, :length - from_state], wt[k])
+        out.addcmul_(window[:, k:k + length], wt[k])
     if silu:
         F.silu(out, inplace=True)
 
-    # Roll: the new state is rows [L, L + W-1) of the window: state rows L.. then the last
-    # min(L, W-1) tokens.  With no real row in the batch the old state is written back: the
-    # shift of the state rows becomes 0 and the token rows are replaced by the old ones.
-    kept, fresh = max(s - length, 0), min(length, s)
-    if kept:
-        shift = torch.arange(kept, device=dev) + length * any_valid.to(dev)
-        pool[:, :kept].index_copy_(0, gather, state.index_select(1, shift).to(pool.device))
-    last = torch.where(any_valid.to(dev)[:, None, None], tokens[:, length - fresh:].to(state.dtype),
-                       state[:, kept:])
-    pool[:, kept:].index_copy_(0, gather, last.to(pool.device))
+    # Roll: the new state is window rows [L, L + W-1); with no real row in the batch the shift is
+    # 0 and the old state is written back.
+    shift = torch.arange(s, device=dev) + length * any_valid.to(dev)
+    index_copy_rows_(pool, gather, window.index_select(1, shift).to(device=pool.device, dtype=pool.dtype))
     out = out.to(x.dtype).transpose(1, 2)                              # [B, dim, L]
     return out[..., 0] if x.dim() == 2 else out.contiguous()

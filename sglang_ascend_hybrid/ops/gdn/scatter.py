@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from sglang_ascend_hybrid.ops.row_copy import index_copy_rows_
+
 
 def scatter_live_rows(target: torch.Tensor, rows: torch.Tensor, live: torch.Tensor, values: torch.Tensor) -> None:
     """``target[rows[i]] = values[i]`` for the live entries, with static shapes only.
@@ -19,6 +21,6 @@ def scatter_live_rows(target: torch.Tensor, rows: torch.Tensor, live: torch.Tens
     owns0 = live & (rows == 0)
     owner = owns0.to(torch.int32).argmax().view(1)
     keep = torch.where(owns0.any(), values.index_select(0, owner).to(target.dtype), target[:1])  # a copy
-    target.index_copy_(0, torch.where(live, rows, torch.zeros_like(rows)),
-                       values if values.dtype == target.dtype else values.to(target.dtype))
+    index_copy_rows_(target, torch.where(live, rows, torch.zeros_like(rows)),
+                     values if values.dtype == target.dtype else values.to(target.dtype))
     target[:1] = keep
