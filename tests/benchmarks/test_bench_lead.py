@@ -1,4 +1,5 @@
-"""Smoke runs of the GDN decode, GDN verify and packed-attention benchmarks (tiny sizes, 1 thread):
+"""Smoke runs of the GDN decode, GDN verify, packed-attention and bf16 conv-forms benchmarks (tiny
+sizes, 1 thread):
 each runs, checks its methods agree, and prints one verdict per goal and the summary."""
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ def _run(script: str) -> str:
     ("bench_gdn_decode.py", 2),        # fp32 and bf16 pools
     ("bench_gdn_verify.py", 2),        # per-request loop and batched loop
     ("bench_packed_attention.py", 3),  # compaction, device fast path, reference path
+    ("bench_conv_bf16_forms.py", 4),   # rung, block loop, Toeplitz bmm, bf16 taps against the probe
 ])
 def test_benchmark_prints_a_verdict_per_goal(script, goals):
     out = _run(script)
