@@ -67,10 +67,11 @@ def test_plain_index_copy_where_rows_are_not_whole_words(case):
         target = _bits((4, 16, 8), torch.bfloat16, gen).transpose(1, 2)
         source = _bits((2, 8, 16), torch.bfloat16, gen)
     elif case == "one dim":             # dim 0 is the last dim: a view would change the rows
-        target, source = _bits((16,), torch.bfloat16, gen), _bits((2,), torch.bfloat16, gen)
-    else:                               # source of another dtype: index_copy_'s own error
-        target = torch.zeros(4, 8)
-        source = torch.ones(2, 8, dtype=torch.float64)
+        index = torch.tensor([9, 0, 63, 17, 5, 40, 2, 33])     # 8 bf16 = one 16-byte word
+        target, source = _bits((64,), torch.bfloat16, gen), _bits((8,), torch.bfloat16, gen)
+    else:                               # int32 rows into float32 ones: index_copy_'s own dtype
+        target = torch.zeros(4, 8)      # error, never the same-sized words copied bit for bit
+        source = torch.ones(2, 8, dtype=torch.int32)
         with pytest.raises(RuntimeError):
             index_copy_rows_(target, index, source)
         return
