@@ -13,7 +13,8 @@ One sequence of 8192 tokens, dim 2048, width 4, bf16, no bias (LFM2's short conv
 * ``Toeplitz bmm``: the stream cut into 16-token chunks, each chunk's 19 inputs (3 carried in) copied
   into a window buffer (one overlapping copy), then one batched bf16 matmul per block against a
   per-channel ``[19, 16]`` banded matrix of the taps: oneDNN multiplies bf16 exactly, accumulates in
-  fp32 and rounds once, so the result is bit-identical to the block loop (checked before timing);
+  fp32 and rounds once, the kernels' arithmetic with the sum in another order (checked before timing:
+  within one bf16 unit of the rung; the notes say how many outputs differ at all);
 * ``bf16 taps``: the four multiply-adds in bf16 (each rounds: *not* the kernels' arithmetic, shown as
   the floor of what elementwise ops cost);
 * ``bandwidth probe``: a copy of x's bytes into an existing buffer (read x, write out), the bar.
@@ -110,8 +111,12 @@ def forms_table(cfg, threads, reps):
     loop = block_loop(x, w32, outs["loop"], wide, acc)
     bmm = toeplitz_bmm(x, mats, outs["bmm"], win)
     s = width - 1   # the first W-1 outputs are segment-start outputs (the rung overwrites them)
-    if not (torch.equal(loop[:, s:], rung[:, s:]) and torch.equal(bmm[:, s:], rung[:, s:])):
-        raise SystemExit("block loop / Toeplitz bmm differ from the rung: the forms are not comparable")
+    if not torch.equal(loop[:, s:], rung[:, s:]):
+        raise SystemExit("the block loop differs from the rung: the forms are not comparable")
+    ulp = rung[:, s:].float().abs() * 2.0 ** -7 + 1e-30                   # one bf16 unit, at most
+    if not bool(((bmm[:, s:].float() - rung[:, s:].float()).abs() <= ulp).all()):
+        raise SystemExit("the Toeplitz bmm is more than one bf16 unit from the rung")
+    differ = int((bmm[:, s:] != rung[:, s:]).sum())
 
     methods = [
         ("rung", lambda: causal_conv1d_fn_torch(x, weight, None, qsl, check_values=False)),
@@ -123,8 +128,10 @@ def forms_table(cfg, threads, reps):
     goals = [Goal(f"{name}: bandwidth", "bandwidth probe", name, 0.25)
              for name in ("rung", "block loop", "Toeplitz bmm", "bf16 taps")]
     notes = [f"one sequence of {total} tokens, dim {dim}, width {width}, bf16, no bias; the forms leave out "
-             "the rung's segment-start outputs and states", "block loop and Toeplitz bmm checked bit-identical "
-             "to the rung past the first W-1 tokens; bf16 taps round every tap (not the kernels' arithmetic)"]
+             "the rung's segment-start outputs and states",
+             "past the first W-1 tokens: block loop bit-identical to the rung; Toeplitz bmm within one bf16 unit, "
+             f"{differ} of {rung[:, s:].numel()} outputs differ (sum order); bf16 taps round every tap "
+             "(not the kernels' arithmetic)"]
     return measure("bf16 short-conv stream, by form", methods, "rung", goals, reps, threads, notes=notes)
 
 
