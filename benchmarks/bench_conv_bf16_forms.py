@@ -35,7 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from benchmarks.harness import Goal, measure, run  # noqa: E402
-from sglang_ascend_hybrid.ops.causal_conv1d_reference import _BLOCK_ELEMS, causal_conv1d_fn_torch  # noqa: E402
+from sglang_ascend_hybrid.ops.causal_conv1d_reference import (  # noqa: E402
+    _BLOCK_ELEMS,
+    _stream_taps,
+    causal_conv1d_fn_torch,
+)
 
 FULL = dict(dim=2048, total=8192, width=4)
 SMOKE = dict(dim=32, total=256, width=4)
@@ -43,17 +47,13 @@ CHUNK = 16
 
 
 def block_loop(x, w32, out, wide, acc):
-    """Widen a block, four shifted multiply-adds in fp32, round once (the rung's core)."""
+    """Widen a block, the rung's four shifted multiply-adds (``_stream_taps``) in fp32, round once."""
     dim, total = x.shape
-    s = w32.shape[1] - 1
     step = max(1, min(dim, _BLOCK_ELEMS // total))
     for c0 in range(0, dim, step):
         c1 = min(c0 + step, dim)
-        xb = wide[:c1 - c0].copy_(x[c0:c1])
         ab = acc[:c1 - c0]
-        torch.mul(xb, w32[c0:c1, s:s + 1], out=ab)
-        for k in range(1, s + 1):
-            ab[:, k:].addcmul_(xb[:, :total - k], w32[c0:c1, s - k:s - k + 1])
+        _stream_taps(ab, wide[:c1 - c0].copy_(x[c0:c1]), w32[c0:c1], None)
         out[c0:c1].copy_(ab)
     return out
 
@@ -81,15 +81,6 @@ def toeplitz_bmm(x, mats, out, win):
         wb[:, 0, :s].zero_()
         wb[:, 0, s:].copy_(x[c0:c1, :CHUNK])
         torch.bmm(wb, mats[c0:c1], out=out[c0:c1].view(c1 - c0, chunks, CHUNK))
-    return out
-
-
-def bf16_taps(x, w16, out):
-    s = w16.shape[1] - 1
-    total = x.shape[1]
-    torch.mul(x, w16[:, s:s + 1], out=out)
-    for k in range(1, s + 1):
-        out[:, k:].addcmul_(x[:, :total - k], w16[:, s - k:s - k + 1])
     return out
 
 
@@ -122,7 +113,7 @@ def forms_table(cfg, threads, reps):
         ("rung", lambda: causal_conv1d_fn_torch(x, weight, None, qsl, check_values=False)),
         ("block loop", lambda: block_loop(x, w32, outs["loop"], wide, acc)),
         ("Toeplitz bmm", lambda: toeplitz_bmm(x, mats, outs["bmm"], win)),
-        ("bf16 taps", lambda: bf16_taps(x, weight, outs["bf16"])),
+        ("bf16 taps", lambda: _stream_taps(outs["bf16"], x, weight, None)),
         ("bandwidth probe", lambda: dst.copy_(src)),
     ]
     goals = [Goal(f"{name}: bandwidth", "bandwidth probe", name, 0.25)
