@@ -31,7 +31,7 @@ T = TypeVar("T")
 # validating the environment needs no op module (and no torch) import;
 # ``tests/test_envs.py`` checks they equal the ladders' names.
 GDN_PREFILL_RUNGS = ("npu_chunk", "mega", "triton", "torch")
-GDN_DECODE_RUNGS = ("npu_recurrent", "torch")
+GDN_DECODE_RUNGS = ("triton_decode", "npu_recurrent", "torch")  # triton_decode: serving decode only
 GDN_RUNGS = tuple(dict.fromkeys(GDN_PREFILL_RUNGS + GDN_DECODE_RUNGS))
 CONV_RUNGS = ("npu_v2", "npu_aclnn", "npu_update_v2", "torch")  # npu_update_v2: decode only
 
@@ -120,7 +120,8 @@ class _Registry:
     GDN_BACKEND = EnvVar(
         "SGLANG_ASCEND_HYBRID_GDN_BACKEND", "auto", _choice(("auto",) + GDN_RUNGS),
         "auto (default) walks the GDN kernel ladders; a rung name forces that rung "
-        "(prefill: npu_chunk, mega, triton, torch; decode: npu_recurrent, torch).",
+        "(prefill: npu_chunk, mega, triton, torch; decode: triton_decode (serving decode only), "
+        "npu_recurrent, torch).",
     )
     GDN_MAX_OVERHEAD = EnvVar(
         "SGLANG_ASCEND_HYBRID_GDN_MAX_OVERHEAD", 1.5, _parse_overhead,

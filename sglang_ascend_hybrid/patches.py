@@ -272,6 +272,30 @@ PATCHES: tuple[Patch, ...] = (
         removal="when upstream fixes sglang issue #40419 (the verify path honours the SSM state dtype)",
     ),
     Patch(
+        name="gdn-decode-ladder",
+        target="sglang.srt.layers.attention.linear.kernels.gdn_triton.TritonGDNKernel.decode",
+        kind="hook",
+        hook_type="around",
+        requires=("sgl_kernel_npu",),
+        hook="sglang_ascend_hybrid.backends.gdn_hooks:ascend_gdn_decode",
+        why="plain GDN decode on NPU (AscendGDNAttnBackend.forward_decode -> GDNKernelDispatcher.decode -> "
+            "this method) calls sgl-kernel-npu's Triton decode kernel on the SSM pool, and that kernel's "
+            "readable source (fla/fused_sigmoid_gating_recurrent.py, fla/fused_sigmoid_gating_recurrent_"
+            "decode_optimized.py) addresses the pool key first [slots, Hv, K, V] while SGLang's pool and "
+            "every other GDN kernel are value first: with K == V nothing raises and every decode step after "
+            "a prefill or a verify reads the transposed state (wrong tokens, silently); this method is the "
+            "narrowest symbol around that call on every supported release",
+        how="AROUND, replacing the body (the original is not called): the serving decode ladder -- the "
+            "installed Triton decode kernel only where the probe gdn-decode-layout found it value-first for "
+            "the pool's dtype, then torch.ops.npu.recurrent_gated_delta_rule on a gathered copy of the live "
+            "rows (bf16 only; it takes the raw b), then the plugin's torch decode step; requests with slot -1 "
+            "or length 0 (graph-replay padding) change no slot and get output 0; capture-safe (no host sync, "
+            "static shapes, the probe runs at backend construction)",
+        removal="when sgl-kernel-npu's decode kernels address the pool value first in every build SGLang "
+                "pairs with (then the probe says value-first and the hook only adds the probe), or SGLang's "
+                "pool and kernels agree on one layout",
+    ),
+    Patch(
         name="gdn-sgl-kernel-npu-chunk",
         target="sgl_kernel_npu.fla.chunk.chunk_gated_delta_rule_npu",
         kind="hook",

@@ -81,7 +81,7 @@ def test_messages_say_what_is_accepted(monkeypatch):
     assert "expected a number >= 1 (or inf for no limit)" in envs.ENV.GDN_MAX_OVERHEAD.problem()
     monkeypatch.setenv("SGLANG_ASCEND_HYBRID_GDN_BACKEND", "bogus")
     assert envs.ENV.GDN_BACKEND.problem().endswith(
-        "expected one of auto, npu_chunk, mega, triton, torch, npu_recurrent")
+        "expected one of auto, npu_chunk, mega, triton, torch, triton_decode, npu_recurrent")
     monkeypatch.setenv("SGLANG_ASCEND_HYBRID_CONV_BACKEND", "mega")
     assert envs.ENV.CONV_BACKEND.problem().endswith("expected one of auto, npu_v2, npu_aclnn, npu_update_v2, torch")
     monkeypatch.setenv("SGLANG_ASCEND_HYBRID_DISABLE", "maybe")
@@ -125,13 +125,14 @@ def test_choice_values_are_stripped_and_valid_rungs_accepted(monkeypatch):
 def test_rung_names_equal_the_ladders_names():
     """envs lists the rung names (so validating needs no op import): they must be the ladders'."""
     from sglang_ascend_hybrid.ops import causal_conv1d
-    from sglang_ascend_hybrid.ops.gdn import dispatch
+    from sglang_ascend_hybrid.ops.gdn import decode, dispatch
 
     assert envs.GDN_PREFILL_RUNGS == dispatch.PREFILL.names
-    assert envs.GDN_DECODE_RUNGS == dispatch.DECODE.names
+    assert envs.GDN_DECODE_RUNGS == decode.SERVING_DECODE.names
+    assert set(dispatch.DECODE.names) <= set(envs.GDN_DECODE_RUNGS)
     assert envs.CONV_RUNGS == causal_conv1d.UPDATE_LADDER.names
     assert set(causal_conv1d.FN_LADDER.names) <= set(envs.CONV_RUNGS)
-    assert set(envs.ENV.GDN_BACKEND.choices) == {"auto", *dispatch.PREFILL.names, *dispatch.DECODE.names}
+    assert set(envs.ENV.GDN_BACKEND.choices) == {"auto", *dispatch.PREFILL.names, *decode.SERVING_DECODE.names}
     assert set(envs.ENV.CONV_BACKEND.choices) == {"auto", *causal_conv1d.FN_LADDER.names,
                                                   *causal_conv1d.UPDATE_LADDER.names}
 

@@ -24,6 +24,13 @@ ascend_gdn_backend.AscendGDNAttnBackend.chunk_gdn``, SGLang 0.5.21-0.5.23)
     tensors) go through the verify ladder of :mod:`sglang_ascend_hybrid.ops.gdn.verify`
     (the op where its bf16 contract holds, else an exact torch path keeping the
     pool's dtype).  Capture-safe; the original is never called.
+``ascend_gdn_decode`` (AROUND ``sglang.srt.layers.attention.linear.kernels.gdn_triton.TritonGDNKernel.decode``)
+    Plain decode: SGLang's Ascend GDN backend (``forward_decode`` -> ``GDNKernelDispatcher.decode``)
+    calls the sgl-kernel-npu Triton decode kernel on the pool, and that kernel's readable source
+    addresses the pool key first while the pool is value first.  The hook runs the serving decode
+    ladder of :mod:`sglang_ascend_hybrid.ops.gdn.decode` instead: the installed kernel only where
+    the probe found it value-first, then ``torch.ops.npu.recurrent_gated_delta_rule`` (bf16), then
+    torch.  Capture-safe; the original is never called.
 ``sgl_chunk_gated_delta_rule_npu`` (AROUND ``sgl_kernel_npu.fla.chunk.
 chunk_gated_delta_rule_npu``, older SGLang releases' prefill entry)
     Calls the original; when the mega kernel inside refuses the head pair
@@ -43,7 +50,7 @@ import torch
 
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.logutil import log_once
-from sglang_ascend_hybrid.ops.gdn import dispatch
+from sglang_ascend_hybrid.ops.gdn import decode_contract, dispatch
 from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states
 
 logger = logging.getLogger(__name__)
@@ -111,6 +118,40 @@ def ascend_verify_update(original, self, mix_qkv, num_heads, num_value_heads, he
                       num_heads, num_value_heads, intermediate_state=intermediate_state,
                       cache_indices=cache_indices, num_accepted_tokens=num_accepted)
     return recurrent_verify(call, check_values=ENV.DEBUG_CHECKS.get())
+
+
+def ascend_gdn_decode(original, self, q, k, v, a, b, *, A_log, dt_bias, ssm_states, cache_indices,
+                      query_start_loc=None, **kwargs):
+    """AROUND hook of ``TritonGDNKernel.decode`` (see module docstring); ``original`` is not called."""
+    del original, self, kwargs
+    from sglang_ascend_hybrid.ops.gdn import decode
+
+    call = decode.GatedDecodeCall(q, k, v, a, b, A_log, dt_bias, ssm_states, cache_indices, query_start_loc,
+                                  entry=decode_contract.installed_decode_entry())
+    return decode.run_serving_decode(call, backend=_decode_backend())
+
+
+def _decode_backend() -> str:
+    from sglang_ascend_hybrid.ops.gdn import decode
+
+    forced = ENV.GDN_BACKEND.get()
+    if forced != "auto" and forced in decode.serving_rungs():
+        return forced
+    return "auto"
+
+
+def probe_gdn_backend(runner, backend) -> None:
+    """Run the GDN probes for a model at backend construction (on NPU, before any graph capture):
+    only when the backend SGLang built serves GDN layers (``AscendGDNAttnBackend``)."""
+    from sglang_ascend_hybrid.ops.gdn import decode
+
+    linear = getattr(backend, "linear_attn_backend", None)
+    if not any(c.__name__ == "AscendGDNAttnBackend" for c in type(linear).__mro__):
+        return
+    layer = runner.req_to_token_pool.mamba_pool.mamba_cache.temporal  # [layers, slots, Hv, V, K]
+    _, _, Hv, V, K = layer.shape
+    decode.probe_before_serving(decode_contract.installed_decode_entry(), runner.dtype, layer.dtype, K, V,
+                                layer.device)
 
 
 def sgl_chunk_gated_delta_rule_npu(original, q, k, v, g, beta, scale=None, initial_state=None,
