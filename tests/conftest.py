@@ -19,10 +19,15 @@ REPO_ROOT = Path(__file__).parent.parent
 
 @pytest.fixture(autouse=True)
 def _fresh_log_once():
+    """Every test starts with no log-once keys and no probe verdicts (a verdict is a fact about
+    the kernel a test installed, not about the next test's)."""
     from sglang_ascend_hybrid.logutil import reset_log_once
+    from sglang_ascend_hybrid.ops import probes
 
     reset_log_once()
+    probes.reset()
     yield
+    probes.reset()
 
 
 @pytest.fixture

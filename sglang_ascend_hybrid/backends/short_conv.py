@@ -163,15 +163,25 @@ def build_short_conv_backend(runner, full_attn_backend, cfg):
 def attn_backend_wrapper_around(original, runner, full_attn_backend, *args, **kwargs):
     """AROUND hook for ``attention_registry.attn_backend_wrapper`` (see module docstring).
 
-    On NPU it first applies the plugin's deferred patches (targets in modules that
+    On NPU it first checks that the installed sgl_kernel_npu provides what the model's
+    family imports (:func:`sglang_ascend_hybrid.pairing.enforce_for_model`: under
+    ascend_hybrid a missing one stops startup by name instead of an ImportError from
+    SGLang), then applies the plugin's deferred patches (targets in modules that
     import NPU packages, e.g. the Ascend GDN backend), which must not be touched at
     plugin discovery."""
     if npu_detected():
+        from sglang_ascend_hybrid.pairing import enforce_for_model
         from sglang_ascend_hybrid.plugin import apply_deferred
 
+        enforce_for_model(runner.model_config)
         apply_deferred()
         cfg = short_conv_config(runner.model_config)
         if cfg is not None:
             return build_short_conv_backend(runner, full_attn_backend, cfg)
+        backend = original(runner, full_attn_backend, *args, **kwargs)
+        from sglang_ascend_hybrid.backends.gdn_hooks import probe_gdn_backend
+
+        probe_gdn_backend(runner, backend)  # before any graph capture
+        return backend
     return original(runner, full_attn_backend, *args, **kwargs)
 

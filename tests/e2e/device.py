@@ -13,17 +13,27 @@ import torch
 
 from sglang_ascend_hybrid.emulators import causal_conv1d as conv_emu
 from sglang_ascend_hybrid.emulators import gdn as gdn_emu
+from sglang_ascend_hybrid.emulators import gdn_decode as decode_emu
+from sglang_ascend_hybrid.ops.gdn import decode_contract
 from sglang_ascend_hybrid.ops import seam
 
 
 CHIP = "A3"  # Atlas A3: the sgl-kernel-npu build with every op; fp32 GDN states refused by the chunk op
 
 
+DECODE_ENTRY = decode_contract.installed_decode_entry()  # what the installed SGLang's gdn_triton imports
+OP_GDN_DECODE = decode_contract.DECODE_ENTRIES[DECODE_ENTRY]
+
+
 def gdn_emulators(*, npu_chunk_refuse: Optional[Callable] = None, mega_predicate: Optional[Callable] = None,
-                  npu_chunk: bool = True) -> dict:
+                  npu_chunk: bool = True, decode_layout: str = "key_first") -> dict:
     """``npu_chunk=False``: an sgl-kernel-npu build without ``torch.ops.npu.chunk_gated_delta_rule``
-    (every tag up to 2026.08.21: the op is sgl-kernel-npu PR #747)."""
-    return gdn_emu.emulators(mega_predicate, npu_chunk_refuse, chip=CHIP, npu_chunk=npu_chunk)
+    (every tag up to 2026.08.21: the op is sgl-kernel-npu PR #747).  ``decode_layout``: how the
+    build's Triton decode kernel addresses the SSM pool (key first as its readable source does,
+    or value first)."""
+    ops = gdn_emu.emulators(mega_predicate, npu_chunk_refuse, chip=CHIP, npu_chunk=npu_chunk)
+    ops.update(decode_emu.emulators(DECODE_ENTRY, layout=decode_layout))
+    return ops
 
 
 @contextlib.contextmanager
@@ -34,27 +44,29 @@ def machine():
 
 
 @contextlib.contextmanager
-def gdn_fp32():
+def gdn_fp32(decode_layout: str = "key_first"):
     """fp32 GDN runs: the GDN emulators behind the seam on the emulated machine; their
     contracts (bf16 / fp16 only) rule every device rung out, so the plugin's ladder
     predicts the refusals and serves the model on its torch rung.  SGLang's direct conv
     call stays on the fp32 stand-in of :mod:`tests.e2e.npu_standins`."""
     calls: dict = {}
-    ops = {name: _counted(name, fn, calls) for name, fn in gdn_emulators().items()}
+    ops = {name: _counted(name, fn, calls) for name, fn in gdn_emulators(decode_layout=decode_layout).items()}
     with machine(), seam.install_emulators(ops):
         yield calls
 
 
 @contextlib.contextmanager
 def npu_emulators(*, npu_chunk_refuse: Optional[Callable] = None, mega_predicate: Optional[Callable] = None,
-                  wrap_chunk: Optional[Callable] = None, npu_chunk: bool = True, conv_variant: str = "all"):
+                  wrap_chunk: Optional[Callable] = None, npu_chunk: bool = True, conv_variant: str = "all",
+                  decode_layout: str = "key_first"):
     """bf16 runs: every emulator behind the seam; SGLang's direct NPU calls bound to the
     same emulators.  ``wrap_chunk(op)`` may wrap the chunk op SGLang calls (a refusal
     mid-model).  ``conv_variant``: which sgl-kernel-npu conv entry points the build has
     (``conv_emu.VARIANTS``: ``"all"``, or ``"release"`` -- the released ops without the
     unmerged window-major v2 branch)."""
     ops = dict(conv_emu.emulators(**conv_emu.VARIANTS[conv_variant]))
-    ops.update(gdn_emulators(npu_chunk_refuse=npu_chunk_refuse, mega_predicate=mega_predicate, npu_chunk=npu_chunk))
+    ops.update(gdn_emulators(npu_chunk_refuse=npu_chunk_refuse, mega_predicate=mega_predicate, npu_chunk=npu_chunk,
+                             decode_layout=decode_layout))
     if wrap_chunk is not None:
         ops[gdn_emu.OP_NPU_CHUNK] = wrap_chunk(ops[gdn_emu.OP_NPU_CHUNK])
     calls: dict = {}

@@ -2,9 +2,9 @@
 through the plugin): what ``sgl_kernel_npu`` / ``torch.ops.npu`` provide on a device.
 
 They are plain torch, written from SGLang's own CUDA/Triton counterparts' semantics
-(``sglang/kernels/ops/attention/linear/fused_gdn_gating.py``, the Triton
-``fused_sigmoid_gating_delta_rule_update`` decode kernel, ``l2norm_fwd``) and from
-``/work/shared/NPU_CONTRACTS.md`` section 4 for ``torch.ops.npu.causal_conv1d``.  The
+(``sglang/kernels/ops/attention/linear/fused_gdn_gating.py``, ``l2norm_fwd``) and from
+sgl-project/sgl-kernel-npu ``csrc/causal_conv1d/op_host/causal_conv1d.cpp`` at f425bdf1 for
+``torch.ops.npu.causal_conv1d``.  The
 ops the plugin itself calls (the GDN chunk op, the mega kernel, the conv ops of the
 short-conv ladder) are never replaced here: they are the plugin's emulators behind
 the seam, or the plugin's torch rung.
@@ -65,33 +65,16 @@ def causal_conv1d(x, weight, conv_states, bias=None, query_start_loc=None, cache
     return out
 
 
-def sigmoid_gating_delta_rule_decode(A_log, dt_bias, q, k, v, a, b, initial_state_source,
-                                     initial_state_indices, cu_seqlens=None, use_qk_l2norm_in_kernel=True,
-                                     softplus_beta=1.0, softplus_threshold=20.0, scale=None, **_):
-    """The GDN decode kernel (one token per sequence): gating, q/k l2norm, one recurrence
-    step on the pool rows ``initial_state_indices`` (value-first states), in place."""
-    B, Hk, K = q.shape[1], q.shape[2], q.shape[3]
-    Hv, V = v.shape[2], v.shape[3]
-    scale = K ** -0.5 if scale is None else scale
-    qf, kf = q[0].float(), k[0].float()
-    if use_qk_l2norm_in_kernel:
-        qf, kf = l2norm_fwd(qf), l2norm_fwd(kf)
-    qf = qf.repeat_interleave(Hv // Hk, dim=1)
-    kf = kf.repeat_interleave(Hv // Hk, dim=1)
-    g, beta = fused_gdn_gating(A_log, a.reshape(B, Hv), b.reshape(B, Hv), dt_bias, softplus_beta,
-                               softplus_threshold)
-    g, beta = g[0], beta[0].float()
-    out = torch.zeros(1, B, Hv, V, dtype=q.dtype)
-    for i in range(B):
-        slot = int(initial_state_indices[i])
-        if slot < 0:
-            continue
-        S = initial_state_source[slot].float() * g[i].exp()[:, None, None]
-        u = beta[i][:, None] * (v[0, i].float() - torch.einsum("hvk,hk->hv", S, kf[i]))
-        S = S + u[:, :, None] * kf[i][:, None, :]
-        out[0, i] = torch.einsum("hvk,hk->hv", S, qf[i] * scale).to(q.dtype)
-        initial_state_source[slot] = S.to(initial_state_source.dtype)
-    return out
+def sigmoid_gating_delta_rule_decode(**kwargs):
+    """What SGLang's ``gdn_triton`` binds on NPU as ``fused_sigmoid_gating_delta_rule_update``: the
+    sgl-kernel-npu decode entry the installed SGLang imports, here the decode emulator behind the
+    seam (``sglang_ascend_hybrid.emulators.gdn_decode``, key first by default, as the kernel's
+    readable source addresses the pool).  The plugin's decode hook replaces the call that reaches
+    it; without the hook, SGLang's own route would run it on the pool."""
+    from sglang_ascend_hybrid.ops import seam
+    from sglang_ascend_hybrid.ops.gdn import decode_contract
+
+    return seam.call(decode_contract.DECODE_ENTRIES[decode_contract.installed_decode_entry()], **kwargs)
 
 
 def layer_norm_fwd(x, weight, bias, eps, z=None, out=None, group_size=None, norm_before_gate=True,

@@ -33,8 +33,8 @@ from sglang_ascend_hybrid.ops.gdn import decode_contract as dc
 from sglang_ascend_hybrid.ops.gdn import decode_probe
 from sglang_ascend_hybrid.ops.gdn.dispatch import OP_NPU_RECURRENT, GdnSignature
 from sglang_ascend_hybrid.ops.gdn.pool_step import step_on_pool
+from sglang_ascend_hybrid.ops.gdn.recurrent_rows import recurrent_on_rows
 from sglang_ascend_hybrid.ops.gdn.reference import l2norm
-from sglang_ascend_hybrid.ops.gdn.scatter import scatter_live_rows
 from sglang_ascend_hybrid.ops.ladder import Ladder, Rung
 
 logger = logging.getLogger(__name__)
@@ -149,24 +149,6 @@ def _recurrent_supports(sig, call: GatedDecodeCall) -> bool:
     return reason is None
 
 
-def recurrent_on_rows(q, k, v, beta_logit, g, pool, slots, live, scale: float) -> torch.Tensor:
-    """``torch.ops.npu.recurrent_gated_delta_rule`` for one token per request on a gathered copy of
-    the pool rows ``slots``, written back for the live requests only after the op succeeded.
-
-    q, k ``[B, Hk, K]`` raw (the op l2-normalises them); v ``[B, Hv, V]``; ``beta_logit`` ``[B, Hv]``
-    (the op applies the sigmoid); g ``[B, Hv]`` fp32.  Returns ``o [B, Hv, V]``."""
-    B, Hk, K = q.shape
-    Hv, V = v.shape[1], v.shape[2]
-    mix = torch.cat([q.reshape(B, 1, -1), k.reshape(B, 1, -1), v.reshape(B, 1, -1)], -1)
-    states = pool.index_select(0, slots)   # the kernel updates in place: a gathered copy
-    idx = torch.arange(B, dtype=torch.int32, device=q.device)
-    ones = torch.ones(B, dtype=torch.int32, device=q.device)
-    o = seam.call(OP_NPU_RECURRENT, mix.contiguous(), states, beta_logit.reshape(B, 1, Hv).contiguous(), scale,
-                  ones, idx.view(B, 1), Hk, Hv, g=g.reshape(B, 1, Hv).float().contiguous())
-    scatter_live_rows(pool, slots, live, states)
-    return o.reshape(B, Hv, V)
-
-
 def _recurrent_run(call: GatedDecodeCall) -> torch.Tensor:
     slots, live = call.slots_and_live()
     g, _ = call.gates()
@@ -183,7 +165,8 @@ def _torch_run(call: GatedDecodeCall) -> torch.Tensor:
     slots, live = call.slots_and_live()
     g, beta = call.gates()
     K = call.heads[1]
-    o = step_on_pool(l2norm(call.q[0]), l2norm(call.k[0]), call.v[0], g, beta, call.pool, slots, live,
+    # normalised in fp32, as the device kernels do (a bf16 round of the unit vectors costs ~2e-3)
+    o = step_on_pool(l2norm(call.q[0].float()), l2norm(call.k[0].float()), call.v[0], g, beta, call.pool, slots, live,
                      scale=K ** -0.5)
     _ran("torch", call.signature())
     return o

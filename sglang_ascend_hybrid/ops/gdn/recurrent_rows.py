@@ -1,0 +1,39 @@
+"""``torch.ops.npu.recurrent_gated_delta_rule`` as a one-token decode step on rows of a state pool
+(shared by the public decode op's ladder and the serving decode ladder)."""
+
+from __future__ import annotations
+
+import torch
+
+from sglang_ascend_hybrid.ops import seam
+from sglang_ascend_hybrid.ops.gdn.scatter import scatter_live_rows
+
+OP_NPU_RECURRENT = "recurrent_gated_delta_rule"
+# The op applies the sigmoid to beta itself (sgl-project/sgl-kernel-npu csrc/recurrent_gated_delta_rule/
+# op_kernel/recurrent_gated_delta_rule_kernel.cpp, CopyInGamaBeta, at f425bdf1), so a post-sigmoid beta is
+# handed over as its logit, clamped to this finite bound: never +-inf (0 and 1 give -inf / +inf), and
+# sigmoid(+-128) rounds to exactly 1 / 0 in fp32.
+BETA_LOGIT_BOUND = 128.0
+
+
+def beta_logit(beta: torch.Tensor) -> torch.Tensor:
+    """The finite bf16 logit of a post-sigmoid ``beta`` (what the op's sigmoid turns back into beta)."""
+    return torch.logit(beta.float()).clamp(-BETA_LOGIT_BOUND, BETA_LOGIT_BOUND).to(torch.bfloat16)
+
+
+def recurrent_on_rows(q, k, v, beta_logits, g, pool, slots, live, scale: float) -> torch.Tensor:
+    """``torch.ops.npu.recurrent_gated_delta_rule`` for one token per request on a gathered copy of
+    the pool rows ``slots``, written back for the live requests only after the op succeeded.
+
+    q, k ``[B, Hk, K]`` raw (the op l2-normalises them); v ``[B, Hv, V]``; ``beta_logits`` ``[B, Hv]``
+    (the op applies the sigmoid); g ``[B, Hv]`` fp32.  Returns ``o [B, Hv, V]``."""
+    B, Hk, K = q.shape
+    Hv, V = v.shape[1], v.shape[2]
+    mix = torch.cat([q.reshape(B, 1, -1), k.reshape(B, 1, -1), v.reshape(B, 1, -1)], -1)
+    states = pool.index_select(0, slots)   # the kernel updates in place: a gathered copy
+    idx = torch.arange(B, dtype=torch.int32, device=q.device)
+    ones = torch.ones(B, dtype=torch.int32, device=q.device)
+    o = seam.call(OP_NPU_RECURRENT, mix.contiguous(), states, beta_logits.reshape(B, 1, Hv).contiguous(), scale,
+                  ones, idx.view(B, 1), Hk, Hv, g=g.reshape(B, 1, Hv).float().contiguous())
+    scatter_live_rows(pool, slots, live, states)
+    return o.reshape(B, Hv, V)

@@ -1,0 +1,275 @@
+"""The serving GDN decode ladder (``ops/gdn/decode.py``), the decode-layout probe, and their
+graph-capture behaviour, against the fp64 oracle of ``ops/gdn/decode_reference.py``."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+
+from sglang_ascend_hybrid.emulators import gdn as gdn_emu
+from sglang_ascend_hybrid.emulators import gdn_decode
+from sglang_ascend_hybrid.ops import probes, seam
+from sglang_ascend_hybrid.ops.gdn import decode, decode_probe
+from sglang_ascend_hybrid.ops.gdn import decode_contract as dc
+from sglang_ascend_hybrid.ops.gdn.decode_reference import gated_decode_reference
+from sglang_ascend_hybrid.ops.gdn.recurrent_rows import beta_logit
+from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable
+from tests.sync_counter import SyncCounter
+
+ENTRY = "optimized"
+SLOTS = 8
+
+
+def _inputs(B, Hk=2, K=16, Hv=4, V=16, dtype=torch.bfloat16, pool_dtype=torch.float32, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+    return dict(q=r(1, B, Hk, K).to(dtype), k=r(1, B, Hk, K).to(dtype), v=r(1, B, Hv, V).to(dtype),
+                a=r(B, Hv).to(dtype), b=r(B, Hv).to(dtype), A_log=0.3 * r(Hv), dt_bias=(0.5 * r(Hv)).to(dtype),
+                pool=(r(SLOTS, Hv, V, K) / K ** 0.5).to(pool_dtype))
+
+
+def _call(x, indices, qsl=None, entry=ENTRY):
+    idx = torch.tensor(indices, dtype=torch.int32)
+    if qsl is None:
+        qsl = torch.arange(len(indices) + 1, dtype=torch.int32)
+    return decode.GatedDecodeCall(x["q"], x["k"], x["v"], x["a"], x["b"], x["A_log"], x["dt_bias"], x["pool"], idx,
+                                  qsl, entry=entry)
+
+
+def _oracle(x, pool_before, indices, live):
+    Hv, V, K = pool_before.shape[1:]
+    start = torch.stack([pool_before[s].double() if s >= 0 and ok else torch.zeros(Hv, V, K, dtype=torch.float64)
+                         for s, ok in zip(indices, live)])
+    return gated_decode_reference(x["A_log"], x["a"], x["dt_bias"], x["q"][0], x["k"][0], x["v"][0], x["b"], start)
+
+
+def _opaque(kernel):
+    """A device kernel is one launch: its CPU emulator's own host reads are not the caller's (the
+    sync counter and the op log see the caller's ops only)."""
+    def launch(*args, **kwargs):
+        with _disable_current_modes():
+            return kernel(*args, **kwargs)
+
+    return launch
+
+
+def _device(layout="key_first", entry=ENTRY, recurrent=True):
+    ops = dict(gdn_decode.emulators(entry, layout=layout))
+    if recurrent:
+        ops["recurrent_gated_delta_rule"] = gdn_emu.make_npu_recurrent_emulator()
+    return seam.install_emulators({name: _opaque(fn) for name, fn in ops.items()})
+
+
+CASES = [  # (layout, q dtype, pool dtype, the rung that must serve)
+    ("value_first", torch.bfloat16, torch.float32, "triton_decode"),
+    ("value_first", torch.bfloat16, torch.bfloat16, "triton_decode"),
+    ("key_first", torch.bfloat16, torch.bfloat16, "npu_recurrent"),
+    ("key_first", torch.bfloat16, torch.float32, "torch"),
+    ("key_first", torch.float32, torch.float32, "torch"),
+]
+
+
+@pytest.mark.parametrize("layout,dtype,pool_dtype,rung", CASES)
+def test_each_rung_matches_the_fp64_oracle_and_touches_only_live_slots(layout, dtype, pool_dtype, rung, caplog):
+    caplog.set_level(logging.INFO, logger="sglang_ascend_hybrid")
+    indices = [5, -1, 2, 7, 0]
+    qsl = torch.tensor([0, 1, 2, 3, 4, 4], dtype=torch.int32)   # the last request: slot 0, length 0 (graph padding)
+    live = [True, False, True, True, False]
+    x = _inputs(len(indices), dtype=dtype, pool_dtype=pool_dtype)
+    before = x["pool"].clone()
+    with _device(layout):
+        o = decode.run_serving_decode(_call(x, indices, qsl))
+    assert f"runs on the {rung} kernel" in caplog.text, caplog.text
+    o_ref, new = _oracle(x, before, indices, live)
+    tol_o = 2e-2 if dtype == torch.bfloat16 else 1e-5
+    tol_s = 2e-2 if pool_dtype == torch.bfloat16 or rung == "npu_recurrent" else 1e-5
+    for i, (slot, ok) in enumerate(zip(indices, live)):
+        if ok:
+            assert float((o[0, i].double() - o_ref[i]).abs().max()) <= tol_o * float(o_ref[i].abs().max()), i
+            assert float((x["pool"][slot].double() - new[i]).abs().max()) <= tol_s * float(new[i].abs().max()), i
+        else:
+            assert torch.equal(o[0, i], torch.zeros_like(o[0, i]))
+    untouched = [s for s in range(SLOTS) if s not in (5, 2, 7)]
+    assert torch.equal(x["pool"][untouched], before[untouched])
+
+
+def test_fp32_pool_keeps_fp32_on_the_value_first_kernel():
+    """The Triton kernel computes in fp32 and stores in the pool's dtype: a value-first kernel on an
+    fp32 pool is as exact as the torch rung (well below bf16's precision)."""
+    x = _inputs(3, pool_dtype=torch.float32)
+    y = {k: v.clone() for k, v in x.items()}
+    with _device("value_first"):
+        decode.run_serving_decode(_call(x, [1, 4, 6]))
+    decode.run_serving_decode(_call(y, [1, 4, 6]), backend="torch")
+    assert float((x["pool"] - y["pool"]).abs().max()) < 1e-5
+
+
+@pytest.mark.parametrize("entry", sorted(dc.DECODE_ENTRIES))
+@pytest.mark.parametrize("layout", gdn_decode.LAYOUTS)
+@pytest.mark.parametrize("pool_dtype", [torch.bfloat16, torch.float32])
+def test_probe_detects_each_layout(entry, layout, pool_dtype):
+    with _device(layout, entry):
+        v = decode_probe.layout_verdict(entry, torch.bfloat16, pool_dtype, 128, 128, "cpu", before_serving=True)
+    assert v.verdict == (dc.VALUE_FIRST if layout == "value_first" else dc.KEY_FIRST), v
+    assert v.usable == (layout == "value_first")
+    assert v in probes.all_verdicts()
+
+
+def _garbage_kernel(**kw):
+    kernel = gdn_decode.make_triton_decode_emulator(ENTRY, layout="value_first")
+    out = kernel(**kw)
+    kw["initial_state_source"].mul_(1.5)  # writes every slot, scaled
+    return out * 3
+
+
+def test_probe_refuses_a_kernel_that_matches_neither_with_one_warning(caplog):
+    caplog.set_level(logging.INFO, logger="sglang_ascend_hybrid")
+    with seam.install_emulators({dc.OP_DECODE_OPTIMIZED: _garbage_kernel}):
+        x = _inputs(2, pool_dtype=torch.bfloat16)
+        before = x["pool"].clone()
+        o = decode.run_serving_decode(_call(x, [1, 3]))
+        decode.run_serving_decode(_call(_inputs(2, pool_dtype=torch.bfloat16), [1, 3]))
+    (v,) = probes.all_verdicts()
+    assert v.verdict == dc.NEITHER and not v.usable
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING and "gdn-decode-layout" in r.getMessage()]
+    assert len(warnings) == 1 and "relative error value-first" in warnings[0].getMessage()
+    assert "runs on the torch kernel" in caplog.text       # the next rung served (no recurrent op here)
+    o_ref, new = _oracle(x, before, [1, 3], [True, True])
+    assert float((o[0].double() - o_ref).abs().max()) < 2e-2 * float(o_ref.abs().max())
+
+
+def test_probe_of_a_raising_kernel_is_a_refusal():
+    def raising(**kw):
+        raise RuntimeError("kernel launch failed: unsupported block")
+
+    with seam.install_emulators({dc.OP_DECODE_OPTIMIZED: raising}):
+        x = _inputs(2)
+        decode.run_serving_decode(_call(x, [1, 3]))
+    (v,) = probes.all_verdicts()
+    assert v.verdict == dc.REFUSED and "kernel launch failed" in v.detail
+
+
+def test_probe_runs_once_per_signature_and_never_inside_a_capture():
+    with _device("value_first"):
+        with seam.capture_region():   # no verdict yet: the kernel is not used, the probe does not run
+            x = _inputs(2)
+            decode.run_serving_decode(_call(x, [1, 3]))
+        assert probes.runs(decode_probe.PROBE.name) == 0
+        assert probes.all_verdicts() == []
+        decode.probe_before_serving(ENTRY, torch.bfloat16, torch.float32, 16, 16, "cpu")
+        assert probes.runs(decode_probe.PROBE.name) == 1
+        with seam.capture_region():
+            for _ in range(3):
+                decode.run_serving_decode(_call(_inputs(2), [1, 3]))
+        decode.probe_before_serving(ENTRY, torch.bfloat16, torch.float32, 16, 16, "cpu")
+        assert probes.runs(decode_probe.PROBE.name) == 1
+        decode.probe_before_serving(ENTRY, torch.bfloat16, torch.bfloat16, 16, 16, "cpu")  # another signature
+        assert probes.runs(decode_probe.PROBE.name) == 2
+
+
+def test_forcing_the_kernel_on_a_key_first_build_names_the_reason():
+    with _device("key_first"):
+        with pytest.raises(ForcedRungUnavailable, match="probed value-first"):
+            decode.run_serving_decode(_call(_inputs(2), [1, 3]), backend="triton_decode")
+
+
+def test_generic_entry_with_an_odd_value_head_count_is_not_used(caplog):
+    caplog.set_level(logging.INFO, logger="sglang_ascend_hybrid")
+    x = _inputs(2, Hk=1, Hv=3)
+    with _device("value_first", entry="generic"):
+        decode.run_serving_decode(_call(x, [1, 3], entry="generic"))
+    assert "skips the last of 3" in caplog.text and "runs on the torch kernel" in caplog.text
+
+
+def test_hook_passes_the_raw_beta_and_the_logit_is_finite_for_post_sigmoid_betas():
+    """The serving rung hands the recurrent op SGLang's raw b (the op applies the sigmoid); the
+    public op's post-sigmoid beta goes over as a finite logit: 0 and 1 come back exactly, and every
+    bf16 beta in [0, 1] comes back within 2^-10 through the kernel's fp32 sigmoid."""
+    bits = torch.arange(-2 ** 15, 2 ** 15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    betas = bits[(bits >= 0) & (bits <= 1)]
+    x = beta_logit(betas)
+    assert x.dtype == torch.bfloat16 and bool(torch.isfinite(x).all())
+    back = 1.0 / (1.0 + torch.exp(-x.float()))          # the kernel's sigmoid, in fp32
+    assert float((back - betas.float()).abs().max()) <= 2 ** -10
+    assert float(back[betas == 0].max()) == 0.0 and float(back[betas == 1].min()) == 1.0
+
+
+class _OpLog(TorchDispatchMode):
+    """Every aten op, with which of the ``static`` tensors (the captured buffers and the pool) its
+    arguments live in ("tmp" for a temporary): the replay identity check.  On a device graph the
+    temporaries come from the graph's private pool; on a CPU they are fresh allocations."""
+
+    def __init__(self, static=()):
+        super().__init__()
+        self.static = {t.untyped_storage().data_ptr(): i for i, t in enumerate(static)}
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        where = tuple(self.static.get(a.untyped_storage().data_ptr(), "tmp") for a in list(args) + list(kwargs.values())
+                      if isinstance(a, torch.Tensor) and a.device.type != "meta")
+        self.ops.append((str(func), where))
+        return func(*args, **kwargs)
+
+
+@pytest.mark.parametrize("layout,pool_dtype", [("value_first", torch.float32), ("key_first", torch.bfloat16),
+                                               ("key_first", torch.float32)])
+def test_graph_mode_capture_and_replays(layout, pool_dtype):
+    """SGLang's graph-runner pattern on static buffers: the probe at construction, one capture of
+    batch 4 (slot indices initialised to the pad id -1), then replays that refill the same buffers
+    in place with live batches padded to 4 (padding: slot 0, length 0).  No host sync, the same op
+    sequence on the same storages at every replay, live slots equal the oracle, others bit-identical."""
+    B = 4
+    x = _inputs(B, pool_dtype=pool_dtype, seed=1)
+    static_idx = torch.full((B,), -1, dtype=torch.int32)
+    static_qsl = torch.arange(B + 1, dtype=torch.int32)
+    call = lambda: decode.GatedDecodeCall(x["q"], x["k"], x["v"], x["a"], x["b"], x["A_log"],  # noqa: E731
+                                          x["dt_bias"], x["pool"], static_idx, static_qsl, entry=ENTRY)
+    static = [x[n] for n in ("q", "k", "v", "a", "b", "A_log", "dt_bias", "pool")] + [static_idx, static_qsl]
+    with _device(layout):
+        decode.probe_before_serving(ENTRY, torch.bfloat16, pool_dtype, 16, 16, "cpu")
+        with seam.capture_region(), SyncCounter(device_of_interest="cpu") as syncs, _OpLog(static) as captured:
+            decode.run_serving_decode(call())
+        assert syncs.total == 0, syncs.counts
+        replays = []
+        for live_slots in ([3, 6, 1, 4], [2, 5], [7]):
+            n = len(live_slots)
+            static_idx.copy_(torch.tensor(live_slots + [0] * (B - n), dtype=torch.int32))
+            static_qsl.copy_(torch.tensor(list(range(n + 1)) + [n] * (B - n), dtype=torch.int32))
+            fresh = _inputs(B, pool_dtype=pool_dtype, seed=10 + n)
+            for name in ("q", "k", "v", "a", "b"):
+                x[name].copy_(fresh[name])
+            before = x["pool"].clone()
+            with seam.capture_region(), SyncCounter(device_of_interest="cpu") as syncs, _OpLog(static) as replay:
+                o = decode.run_serving_decode(call())
+            assert syncs.total == 0, syncs.counts
+            replays.append(replay.ops)
+            live = [True] * n + [False] * (B - n)
+            o_ref, new = _oracle(x, before, live_slots + [0] * (B - n), live)
+            for i in range(n):
+                assert float((x["pool"][live_slots[i]].double() - new[i]).abs().max()) <= 2e-2 * float(
+                    new[i].abs().max())
+                assert float((o[0, i].double() - o_ref[i]).abs().max()) <= 2e-2 * float(o_ref[i].abs().max())
+            assert torch.equal(o[0, n:], torch.zeros_like(o[0, n:]))
+            others = [s for s in range(SLOTS) if s not in live_slots]
+            assert torch.equal(x["pool"][others], before[others])
+    assert all(ops == captured.ops for ops in replays)
+
+
+def test_negative_control_a_fresh_index_tensor_changes_the_replayed_storages():
+    """The identity check above can fail: a replay handed a fresh copy of the slot indices (not the
+    captured buffer) shows a different storage in the op log."""
+    x = _inputs(2)
+    idx = torch.tensor([1, 3], dtype=torch.int32)
+    qsl = torch.arange(3, dtype=torch.int32)
+    make = lambda i: decode.GatedDecodeCall(x["q"], x["k"], x["v"], x["a"], x["b"], x["A_log"], x["dt_bias"],  # noqa
+                                            x["pool"], i, qsl, entry=ENTRY)
+    static = [x[n] for n in ("q", "k", "v", "a", "b", "A_log", "dt_bias", "pool")] + [idx, qsl]
+    with _OpLog(static) as first:
+        decode.run_serving_decode(make(idx))
+    with _OpLog(static) as second:
+        decode.run_serving_decode(make(idx.clone()))
+    assert first.ops != second.ops
