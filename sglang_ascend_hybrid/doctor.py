@@ -84,10 +84,62 @@ def collect() -> dict:
         "kernels": kernels,
         "patches": status,
         "summary": STATUS.summary(),
+        "pairing": collect_pairing(),
         "settings": effective_settings(),
         "setting_problems": setting_problems,
         "load_errors": load_errors,
     }
+
+
+# ------------------------------------------------------------ sgl-kernel-npu pairing
+
+def collect_pairing() -> dict:
+    """Each sgl_kernel_npu import of the installed SGLang and its state in the installed
+    sgl_kernel_npu (:mod:`sglang_ascend_hybrid.pairing`), as data."""
+    from sglang_ascend_hybrid import pairing
+
+    try:
+        report = pairing.check()
+    except Exception as exc:  # never crash doctor
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    if not report.installed:
+        return {"installed": False, "imports": len(report.imports),
+                "files": len({i.file for i in report.imports})}
+    text = pairing.message_of_each(report.records)
+    rows = [{"state": r.state, "import": r.imp.what, "file": r.imp.file, "line": r.imp.line,
+             "families": list(pairing.families_needing(r.imp.file)), "lazy": r.imp.lazy,
+             "guarded": r.imp.guarded, "detail": r.detail, "path": r.path, "message": text.get(r, "")}
+            for r in report.records]
+    return {"installed": True, "origin": report.kernel_origin, "rows": rows}
+
+
+def render_pairing(data: dict, w) -> None:
+    from sglang_ascend_hybrid.pairing import NOT_INSTALLED
+
+    w("\nsgl-kernel-npu pairing\n")
+    if "error" in data:
+        w(f"  could not be checked ({data['error']})\n")
+        return
+    if not data.get("installed"):
+        w(f"  {NOT_INSTALLED} (SGLang imports it {data.get('imports', 0)} times in "
+          f"{data.get('files', 0)} files)\n")
+        return
+    rows = data["rows"]
+    counts = {s: sum(1 for r in rows if r["state"] == s) for s in dict.fromkeys(r["state"] for r in rows)}
+    w(f"  sgl_kernel_npu at {data['origin']}: {len(rows)} imports, "
+      + ", ".join(f"{n} {s}" for s, n in counts.items()) + "\n")
+    last = ""
+    for r in rows:
+        notes = [f"needed by {'/'.join(r['families'])}"] if r["families"] else []
+        notes += ["in a function"] if r["lazy"] else []
+        notes += ["optional: SGLang catches the ImportError"] if r["guarded"] else []
+        note = f"  [{'; '.join(notes)}]" if notes else ""
+        w(f"  {r['state']:14s} {r['import']}  <- {r['file']}:{r['line']}{note}\n")
+        if r["message"] and r["message"] != last:
+            w(f"      {r['message']}\n")
+        elif r["state"] == "unverifiable":
+            w(f"      {r['path']}: {r['detail']}\n")
+        last = r["message"]
 
 
 def _patch_state(p: patches.Patch, status) -> dict:
@@ -154,6 +206,7 @@ def render(info: dict, out: TextIO | None = None) -> None:
     for p in info["patches"]:
         reason = f"  ({p['reason']})" if p["reason"] else ""
         w(f"  {p['state']:13s} {p['name']:28s} {p['target']}{reason}\n")
+    render_pairing(info.get("pairing") or {}, w)
     w("\nSettings\n")
     for name, value in info["settings"].items():
         w(f"  {name} = {value}\n")

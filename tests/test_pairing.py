@@ -1,0 +1,540 @@
+"""The sgl-kernel-npu pairing check (sglang_ascend_hybrid.pairing): SGLang's sgl_kernel_npu
+imports, read from the installed release's source, checked against fake sgl_kernel_npu
+trees built in tmp_path; the startup stop / WARNING from the attn_backend_wrapper hook;
+the doctor section.
+
+Expectations come from the installed SGLang's source (never a literal release): the
+imports of the files each family needs are read back here with a regex and the fakes
+provide exactly them, less what a test takes away."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import re
+from pathlib import Path
+from types import SimpleNamespace as NS
+
+import pytest
+
+from sglang_ascend_hybrid import doctor, mode, pairing
+from sglang_ascend_hybrid.backends import short_conv
+from sglang_ascend_hybrid.versioning import installed_version
+
+DECODE_OPTIMIZED = "sgl_kernel_npu.fla.fused_sigmoid_gating_recurrent_decode_optimized"
+INSTALL_TAIL = ", or use an SGLang release that does not import it"
+IMPORT_RE = re.compile(r"^[ \t]*(?:from[ \t]+(sgl_kernel_npu[\w.]*)[ \t]+import\b|import[ \t]+(sgl_kernel_npu[\w.]*))",
+                       re.M)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def sglang_root() -> Path:
+    return Path(pairing.sglang_dir())
+
+
+def regex_imports(rel: str) -> set[tuple[int, str]]:
+    """(line, module) of each sgl_kernel_npu import statement in SGLang's ``rel``, by regex."""
+    text = (sglang_root().parent / rel).read_text(encoding="utf-8")
+    return {(text.count("\n", 0, m.start()) + 1, m.group(1) or m.group(2)) for m in IMPORT_RE.finditer(text)}
+
+
+def family_imports(kind: str) -> list[pairing.KernelImport]:
+    return list(pairing.scan_sglang(files=pairing.FAMILY_FILES[kind]))
+
+
+def decode_kernel_import() -> pairing.KernelImport:
+    """The installed gdn_triton.py's NPU decode-kernel import (whichever module this release uses)."""
+    found = [i for i in pairing.scan_sglang(files=[pairing.GDN_TRITON])
+             if i.symbol and "fused_sigmoid_gating_delta_rule_update" in i.symbol]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def write_kernel_tree(root: Path, imports, drop_modules=(), drop_symbols=(), extra=None) -> Path:
+    """A fake sgl_kernel_npu under ``root`` defining every (module, symbol) of ``imports``
+    except ``drop_modules`` (no file) and ``drop_symbols`` ((module, symbol) left out);
+    ``extra`` maps a relative path to file text, written last."""
+    wanted: dict[str, set[str]] = {}
+    for imp in imports:
+        if imp.module not in drop_modules:
+            wanted.setdefault(imp.module, set())
+            if imp.symbol and (imp.module, imp.symbol) not in drop_symbols:
+                wanted[imp.module].add(imp.symbol)
+    parents = {".".join(m.split(".")[:i]) for m in wanted for i in range(1, m.count(".") + 1)}
+    (root / "sgl_kernel_npu").mkdir(parents=True, exist_ok=True)
+    for module in sorted(set(wanted) | parents | {"sgl_kernel_npu"}):
+        parts = module.split(".")
+        path = root.joinpath(*parts, "__init__.py") if module in parents or len(parts) == 1 \
+            else root.joinpath(*parts[:-1], parts[-1] + ".py")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(f"{name} = None\n" for name in sorted(wanted.get(module, ()))))
+    for rel, text in (extra or {}).items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def states(report) -> dict[tuple[str, str | None], str]:
+    return {(r.imp.module, r.imp.symbol): r.state for r in report.records}
+
+
+def expected_missing_module(imp: pairing.KernelImport, names: str) -> str:
+    fact = pairing.KNOWN.get(imp.module)
+    known = f" ({fact.provided_by})" if fact else ""
+    return (f"sgl-kernel-npu pairing: SGLang {installed_version('sglang')}'s {imp.file}:{imp.line} imports "
+            f"{names} from {imp.module}, but the installed sgl_kernel_npu has no module {imp.module}: install an "
+            f"sgl-kernel-npu build that provides {imp.module}{known}{INSTALL_TAIL}")
+
+
+@pytest.fixture
+def kernel_path(monkeypatch):
+    """Point the check at a fake sgl_kernel_npu: ``use(root)``."""
+    def use(root):
+        monkeypatch.setattr(pairing, "KERNEL_PATH", [str(root)])
+    return use
+
+
+@pytest.fixture
+def not_strict(monkeypatch):
+    monkeypatch.delenv("SGLANG_ASCEND_HYBRID_STRICT", raising=False)
+    mode._reset_for_tests()
+    yield
+    mode._reset_for_tests()
+
+
+@pytest.fixture
+def strict(not_strict):
+    mode.record_request()  # --attention-backend ascend_hybrid
+    yield
+
+
+# --------------------------------------------------------------------------- scanning SGLang
+
+
+@pytest.mark.parametrize("rel", sorted({f for files in pairing.FAMILY_FILES.values() for f in files}))
+def test_scan_of_each_family_file_matches_its_source(rel):
+    assert (sglang_root().parent / rel).is_file(), f"{rel} is not in the installed SGLang"
+    scanned = {(i.line, i.module) for i in pairing.scan_sglang(files=[rel])}
+    assert scanned == regex_imports(rel) and scanned
+
+
+def test_the_gdn_decode_kernel_import_is_found_and_checked(tmp_path):
+    imp = decode_kernel_import()
+    assert imp.file == pairing.GDN_TRITON and not imp.lazy and not imp.guarded
+    assert (imp.line, imp.module) in regex_imports(pairing.GDN_TRITON)
+    source = (sglang_root().parent / imp.file).read_text().splitlines()
+    assert imp.symbol in "\n".join(source[imp.line - 1:imp.line + 3])
+    report = pairing.check(kernel_path=[str(write_kernel_tree(tmp_path, family_imports("gdn")))],
+                           files=[pairing.GDN_TRITON])
+    assert states(report)[(imp.module, imp.symbol)] == pairing.OK
+
+
+def test_whole_tree_scan_matches_a_grep_and_marks_lazy_and_guarded_imports():
+    imports = pairing.scan_sglang()
+    by_file: dict[str, set] = {}
+    for i in imports:
+        by_file.setdefault(i.file, set()).add((i.line, i.module))
+    root = sglang_root()
+    grepped = {}
+    for sub in pairing.SCANNED_SUBTREES:
+        for path in (root / sub).rglob("*.py"):
+            text = path.read_text(encoding="utf-8", errors="replace")
+            if "sgl_kernel_npu" in text:
+                rel = path.relative_to(root.parent).as_posix()
+                found = regex_imports(rel)
+                if found:
+                    grepped[rel] = found
+    assert by_file == grepped
+    assert any(i.lazy for i in imports) and any(not i.lazy for i in imports)
+    guarded = [i for i in imports if i.guarded]
+    for i in guarded:  # each guarded import sits inside a try whose handler catches ImportError
+        lines = (root.parent / i.file).read_text().splitlines()[:i.line]
+        assert any(ln.strip() == "try:" for ln in lines), i
+
+
+def test_scan_of_a_fake_sglang_tree_finds_every_form(tmp_path):
+    src = tmp_path / "sglang" / "srt" / "m.py"
+    src.parent.mkdir(parents=True)
+    src.write_text(
+        "import os\n"
+        "import sgl_kernel_npu\n"
+        "import sgl_kernel_npu.fla.chunk as chunk_mod\n"
+        "if True:\n"
+        "    from sgl_kernel_npu.fla.chunk import a, b as c\n"
+        "def f():\n"
+        "    from sgl_kernel_npu.norm import n\n"
+        "try:\n"
+        "    from sgl_kernel_npu.opt import o\n"
+        "except ImportError:\n"
+        "    o = None\n"
+        "from sgl_kernel_npu_other import z\n"
+        "s = 'from sgl_kernel_npu.fake import x'\n"
+        "class C:\n"
+        "    def m(self):\n"
+        "        if self:\n"
+        "            from sgl_kernel_npu.deep import d\n")
+    (tmp_path / "sglang" / "kernels").mkdir()
+    (tmp_path / "sglang" / "kernels" / "broken.py").write_text("from sgl_kernel_npu.x import (\n")
+    got = [(i.file, i.line, i.module, i.symbol, i.lazy, i.guarded)
+           for i in pairing.scan_sglang(str(tmp_path / "sglang"))]
+    rel = "sglang/srt/m.py"
+    assert got == [
+        (rel, 2, "sgl_kernel_npu", None, False, False),
+        (rel, 3, "sgl_kernel_npu.fla.chunk", None, False, False),
+        (rel, 5, "sgl_kernel_npu.fla.chunk", "a", False, False),
+        (rel, 5, "sgl_kernel_npu.fla.chunk", "b", False, False),
+        (rel, 7, "sgl_kernel_npu.norm", "n", True, False),
+        (rel, 9, "sgl_kernel_npu.opt", "o", False, True),
+        (rel, 17, "sgl_kernel_npu.deep", "d", True, False),
+    ]
+
+
+def test_parses_are_cached_by_size_and_mtime(tmp_path, monkeypatch):
+    root = write_kernel_tree(tmp_path / "k", family_imports("gdn"))
+    calls = []
+    real = pairing._parse
+    monkeypatch.setattr(pairing, "_parse", lambda path, source=None: calls.append(path) or real(path, source))
+    files = pairing.FAMILY_FILES["gdn"]
+    first = pairing.check(kernel_path=[str(root)], files=files)
+    calls.clear()
+    assert pairing.check(kernel_path=[str(root)], files=files) == first
+    assert calls == []
+    target = root / "sgl_kernel_npu" / "fla" / "chunk.py"
+    target.write_text(target.read_text() + "# longer now\n")
+    pairing.check(kernel_path=[str(root)], files=files)
+    assert calls == [str(target)]
+
+
+# --------------------------------------------------------------------------- states
+
+
+def test_a_build_with_everything_is_ok(tmp_path):
+    for kind in pairing.FAMILY_FILES:
+        root = write_kernel_tree(tmp_path / kind, family_imports(kind))
+        report = pairing.check(kernel_path=[str(root)], files=pairing.FAMILY_FILES[kind])
+        assert report.installed and report.records
+        assert {r.state for r in report.records} == {pairing.OK}
+        assert pairing.family_problems(kind, report) == []
+
+
+def test_missing_decode_module_names_module_file_and_install(tmp_path):
+    imp = decode_kernel_import()
+    root = write_kernel_tree(tmp_path, family_imports("gdn"), drop_modules={imp.module})
+    report = pairing.check(kernel_path=[str(root)], files=pairing.FAMILY_FILES["gdn"])
+    st = states(report)
+    assert st[(imp.module, imp.symbol)] == pairing.MISSING_MODULE
+    assert [k for k, v in st.items() if v != pairing.OK] == [(imp.module, imp.symbol)]
+    assert pairing.family_problems("gdn", report) == [expected_missing_module(imp, imp.symbol)]
+    assert pairing.family_problems("short_conv", report) == []  # gdn_triton.py is not a short-conv file
+
+
+def test_the_pr740_decode_module_message_reads_exactly(tmp_path):
+    """SGLang's 0.5.21+ form of the import, in a fake SGLang tree (any installed release)."""
+    sg = tmp_path / "sg" / "sglang"
+    gdn = sg.joinpath(*pairing.GDN_TRITON.split("/")[1:])
+    gdn.parent.mkdir(parents=True)
+    gdn.write_text("from sgl_kernel_npu.fla.chunk import chunk_gated_delta_rule_npu\n"
+                   f"from {DECODE_OPTIMIZED} import (\n"
+                   "    fused_sigmoid_gating_delta_rule_update_decode_npu as fused_sigmoid_gating_delta_rule_update,\n"
+                   ")\n")
+    root = write_kernel_tree(tmp_path / "k", [],
+                             extra={"sgl_kernel_npu/fla/chunk.py": "chunk_gated_delta_rule_npu = 1\n"})
+    report = pairing.check(str(sg), [str(root)])
+    assert states(report) == {("sgl_kernel_npu.fla.chunk", "chunk_gated_delta_rule_npu"): pairing.OK,
+                              (DECODE_OPTIMIZED, "fused_sigmoid_gating_delta_rule_update_decode_npu"):
+                                  pairing.MISSING_MODULE}
+    assert pairing.family_problems("gdn", report) == [
+        f"sgl-kernel-npu pairing: SGLang's {pairing.GDN_TRITON}:2 imports fused_sigmoid_gating_delta_rule_update_"
+        f"decode_npu from {DECODE_OPTIMIZED}, but the installed sgl_kernel_npu has no module {DECODE_OPTIMIZED}: "
+        f"install an sgl-kernel-npu build that provides {DECODE_OPTIMIZED} (first in sgl-kernel-npu PR #740, "
+        "not in any tag up to 2026.08.21), or use an SGLang release that does not import it"]
+    (root / "sgl_kernel_npu" / "fla" / "fused_sigmoid_gating_recurrent_decode_optimized.py").write_text(
+        "def fused_sigmoid_gating_delta_rule_update_decode_npu():\n    pass\n")
+    assert {r.state for r in pairing.check(str(sg), [str(root)]).records} == {pairing.OK}
+
+
+def test_module_present_but_symbol_missing(tmp_path):
+    imp = decode_kernel_import()
+    root = write_kernel_tree(tmp_path, family_imports("gdn"), drop_symbols={(imp.module, imp.symbol)})
+    report = pairing.check(kernel_path=[str(root)], files=pairing.FAMILY_FILES["gdn"])
+    rec = next(r for r in report.records if r.imp == imp)
+    assert rec.state == pairing.MISSING_SYMBOL
+    path = root.joinpath(*imp.module.split(".")[:-1], imp.module.split(".")[-1] + ".py")
+    fact = pairing.KNOWN.get(imp.module)
+    assert pairing.family_problems("gdn", report) == [
+        f"sgl-kernel-npu pairing: SGLang {installed_version('sglang')}'s {imp.file}:{imp.line} imports {imp.symbol} "
+        f"from {imp.module}, but the installed {imp.module} ({path}) does not define {imp.symbol}: install an "
+        f"sgl-kernel-npu build whose {imp.module} defines {imp.symbol}"
+        + (f" ({fact.provided_by})" if fact else "") + INSTALL_TAIL]
+
+
+@pytest.mark.parametrize("body, state", [
+    ("from ._impl import *\n", pairing.UNVERIFIABLE),
+    ("def __getattr__(name):\n    raise AttributeError(name)\n", pairing.UNVERIFIABLE),
+    ("__all__ = ['{sym}']\n", pairing.OK),
+    ("try:\n    from x import {sym}\nexcept ImportError:\n    {sym} = None\n", pairing.OK),
+    ("{sym}, other = 1, 2\n", pairing.OK),
+    ("class {sym}:\n    pass\n", pairing.OK),
+    ("def helper():\n    {sym} = 1\n", pairing.MISSING_SYMBOL),  # a local, not a module name
+    ("class Box:\n    {sym} = 1\n", pairing.MISSING_SYMBOL),
+    ("this is not python (\n", pairing.UNVERIFIABLE),
+])
+def test_what_counts_as_defined(tmp_path, body, state):
+    imp = decode_kernel_import()
+    root = write_kernel_tree(tmp_path, family_imports("gdn"), drop_modules={imp.module})
+    parts = imp.module.split(".")
+    root.joinpath(*parts[:-1], parts[-1] + ".py").write_text(body.format(sym=imp.symbol))
+    report = pairing.check(kernel_path=[str(root)], files=[imp.file])
+    assert states(report)[(imp.module, imp.symbol)] == state
+
+
+def test_compiled_extension_is_present_but_unverifiable(tmp_path):
+    from importlib.machinery import EXTENSION_SUFFIXES
+
+    imp = decode_kernel_import()
+    root = write_kernel_tree(tmp_path, family_imports("gdn"), drop_modules={imp.module})
+    parts = imp.module.split(".")
+    root.joinpath(*parts[:-1], parts[-1] + EXTENSION_SUFFIXES[0]).write_bytes(b"\x7fELF")
+    report = pairing.check(kernel_path=[str(root)], files=[imp.file])
+    assert states(report)[(imp.module, imp.symbol)] == pairing.UNVERIFIABLE
+    assert pairing.family_problems("gdn", report) == []
+
+
+def test_namespace_packages_and_submodule_imports(tmp_path):
+    sg = tmp_path / "sg" / "sglang" / "srt"
+    sg.mkdir(parents=True)
+    (sg / "m.py").write_text("from sgl_kernel_npu.attention.sinks import f\n"
+                             "from sgl_kernel_npu import attention\n"
+                             "from sgl_kernel_npu.attention import gone\n"
+                             "import sgl_kernel_npu.attention.sinks\n"
+                             "import sgl_kernel_npu.nothing\n")
+    root = tmp_path / "k"
+    (root / "sgl_kernel_npu" / "attention").mkdir(parents=True)  # no __init__.py, as in sgl-kernel-npu
+    (root / "sgl_kernel_npu" / "__init__.py").write_text("")
+    (root / "sgl_kernel_npu" / "attention" / "sinks.py").write_text("def f():\n    pass\n")
+    report = pairing.check(str(sg.parent), [str(root)])
+    assert [(r.imp.module, r.imp.symbol, r.state) for r in report.records] == [
+        ("sgl_kernel_npu.attention.sinks", "f", pairing.OK),
+        ("sgl_kernel_npu", "attention", pairing.OK),
+        ("sgl_kernel_npu.attention", "gone", pairing.MISSING_SYMBOL),
+        ("sgl_kernel_npu.attention.sinks", None, pairing.OK),
+        ("sgl_kernel_npu.nothing", None, pairing.MISSING_MODULE),
+    ]
+
+
+def test_not_installed_is_reported_once(tmp_path, kernel_path):
+    kernel_path(tmp_path)  # no sgl_kernel_npu there
+    report = pairing.check()
+    assert not report.installed and report.records == () and len(report.imports) > 10
+    problems = pairing.family_problems("gdn")
+    files = sorted({i.file for i in family_imports("gdn")})
+    assert problems == [pairing.not_installed_message(family_imports("gdn"))]
+    assert problems[0].startswith(f"sgl-kernel-npu pairing: {pairing.NOT_INSTALLED} (SGLang "
+                                  f"{installed_version('sglang')}'s {files[0]}, ")
+
+
+def test_message_refuses_records_that_are_not_missing_or_mixed(tmp_path):
+    imp = decode_kernel_import()
+    ok = pairing.PairingRecord(imp, pairing.OK)
+    with pytest.raises(ValueError, match="missing imports of one statement"):
+        pairing.message(ok)
+    other = pairing.KernelImport(imp.file, imp.line + 1, imp.module, imp.symbol)
+    with pytest.raises(ValueError, match=f"{imp.line + 1}"):
+        pairing.message(pairing.PairingRecord(imp, pairing.MISSING_MODULE),
+                        pairing.PairingRecord(other, pairing.MISSING_MODULE))
+    with pytest.raises(ValueError, match="family kind 'mamba2' is not one of"):
+        pairing.family_problems("mamba2")
+
+
+def test_one_message_per_statement_lists_its_names(tmp_path):
+    imports = family_imports("gdn")
+    multi = next((i for i in imports if sum(j.line == i.line and j.file == i.file for j in imports) > 1), None)
+    if multi is None:
+        pytest.skip("no multi-name sgl_kernel_npu import in this release's GDN files")
+    root = write_kernel_tree(tmp_path, imports, drop_modules={multi.module})
+    report = pairing.check(kernel_path=[str(root)], files=pairing.FAMILY_FILES["gdn"])
+    group = [i for i in imports if (i.file, i.line) == (multi.file, multi.line)]
+    mine = [m for m in pairing.family_problems("gdn", report) if f"{multi.file}:{multi.line} " in m]
+    assert mine == [expected_missing_module(multi, ", ".join(i.symbol for i in group))]
+
+
+# --------------------------------------------------------------------------- families
+
+
+@pytest.mark.parametrize("model_type, kind", [
+    ("qwen3_next", "gdn"), ("qwen3_5", "gdn"), ("qwen3_5_moe", "gdn"), ("lfm2", "short_conv"),
+    ("lfm2_vl", "short_conv"), ("zaya", "short_conv"), ("llama", None), (None, None),
+])
+def test_model_family(model_type, kind):
+    assert pairing.model_family(NS(hf_config=NS(model_type=model_type))) == kind
+    assert pairing.model_family(NS(hf_config=NS(model_type="x"), hf_text_config=NS(model_type=model_type))) == kind
+
+
+def test_family_table_names_the_backends_each_family_builds():
+    npu = "sglang/srt/hardware_backend/npu/attention/"
+    assert pairing.FAMILY_FILES["short_conv"] == (npu + "ascend_hybrid_linear_attn_backend.py",
+                                                  npu + "ascend_backend.py")
+    assert set(pairing.FAMILY_FILES["short_conv"]) < set(pairing.FAMILY_FILES["gdn"])
+    assert {pairing.GDN_TRITON, npu + "ascend_gdn_backend.py"} < set(pairing.FAMILY_FILES["gdn"])
+    assert pairing.families_needing(pairing.GDN_TRITON) == ("gdn",)
+    assert pairing.families_needing(npu + "ascend_backend.py") == ("gdn", "short_conv")
+    assert pairing.families_needing("sglang/srt/models/llama.py") == ()
+
+
+# --------------------------------------------------------------------------- startup
+
+
+def gdn_runner():
+    from sglang.srt.configs.qwen3_next import Qwen3NextConfig
+
+    cfg = Qwen3NextConfig()
+    return NS(model_config=NS(hf_config=cfg, hf_text_config=cfg, is_draft_model=False))
+
+
+@pytest.fixture
+def on_npu(monkeypatch):
+    """NPU detection on where the hook reads it; the deferred patches recorded, not applied."""
+    import sglang.srt.utils as sglang_utils
+    from sglang_ascend_hybrid import plugin
+
+    monkeypatch.setattr(sglang_utils, "is_npu", lambda: True)
+    applied = []
+    monkeypatch.setattr(plugin, "apply_deferred", lambda: applied.append(True))
+    return applied
+
+
+@pytest.fixture
+def gdn_build_without_decode_kernel(tmp_path, kernel_path):
+    imp = decode_kernel_import()
+    kernel_path(write_kernel_tree(tmp_path, family_imports("gdn"), drop_modules={imp.module}))
+    return expected_missing_module(imp, imp.symbol)
+
+
+def test_ascend_hybrid_stops_a_gdn_model_before_sglang_imports(on_npu, strict, gdn_build_without_decode_kernel):
+    def original(*a, **k):
+        raise AssertionError("SGLang's wrapper must not run")
+
+    with pytest.raises(pairing.KernelPairingError) as err:
+        short_conv.attn_backend_wrapper_around(original, gdn_runner(), object())
+    lines = str(err.value).splitlines()
+    assert "--attention-backend ascend_hybrid stops startup" in lines[0] and "gdn models" in lines[0]
+    assert lines[1:] == [gdn_build_without_decode_kernel]
+    assert on_npu == []  # stopped before the deferred patches
+
+
+def test_plain_ascend_warns_once_per_missing_import(on_npu, not_strict, gdn_build_without_decode_kernel, caplog):
+    seen = []
+
+    def original(runner, full, *a, **k):
+        seen.append(full)
+        return "upstream"
+
+    with caplog.at_level(logging.WARNING, logger=pairing.logger.name):
+        for _ in range(2):
+            assert short_conv.attn_backend_wrapper_around(original, gdn_runner(), "full") == "upstream"
+    warnings = [r.getMessage() for r in caplog.records if r.name == pairing.logger.name]
+    assert warnings == [gdn_build_without_decode_kernel]
+    assert all(r.levelno == logging.WARNING for r in caplog.records if r.name == pairing.logger.name)
+    assert seen == ["full", "full"] and on_npu == [True, True]
+
+
+def test_short_conv_needs_only_its_files(not_strict, strict, tmp_path, kernel_path):
+    imports = family_imports("short_conv")
+    hybrid_linear = next(i for i in imports if i.file == pairing.ASCEND_HYBRID_LINEAR_BACKEND)
+    lfm2 = NS(hf_config=NS(model_type="lfm2"))
+    kernel_path(write_kernel_tree(tmp_path / "a", family_imports("short_conv")))  # no GDN kernels at all
+    pairing.enforce_for_model(lfm2)
+    kernel_path(write_kernel_tree(tmp_path / "b", imports, drop_modules={hybrid_linear.module}))
+    with pytest.raises(pairing.KernelPairingError, match=re.escape(f"{hybrid_linear.file}:{hybrid_linear.line} ")):
+        pairing.enforce_for_model(lfm2)
+    pairing.enforce_for_model(NS(hf_config=NS(model_type="llama")))  # not a family served here
+
+
+def test_not_installed_stops_strict_startup_with_one_line(on_npu, strict, tmp_path, kernel_path):
+    kernel_path(tmp_path)
+    with pytest.raises(pairing.KernelPairingError) as err:
+        short_conv.attn_backend_wrapper_around(None, gdn_runner(), object())
+    assert str(err.value).splitlines()[1:] == [pairing.not_installed_message(family_imports("gdn"))]
+
+
+def test_a_check_that_cannot_run_is_one_warning_not_a_failed_launch(strict, monkeypatch, caplog):
+    monkeypatch.setattr(pairing, "check", lambda *a, **k: (_ for _ in ()).throw(PermissionError("denied")))
+    with caplog.at_level(logging.WARNING, logger=pairing.logger.name):
+        pairing.enforce_for_model(NS(hf_config=NS(model_type="qwen3_next")))
+        pairing.enforce_for_model(NS(hf_config=NS(model_type="lfm2")))
+    assert [r.getMessage() for r in caplog.records if r.name == pairing.logger.name] == [
+        "sglang-ascend-hybrid: the sgl-kernel-npu pairing check could not run (PermissionError: denied); "
+        "continuing without it"]
+
+
+def test_off_npu_nothing_is_checked(monkeypatch, strict):
+    import sglang.srt.utils as sglang_utils
+
+    monkeypatch.setattr(sglang_utils, "is_npu", lambda: False)
+    monkeypatch.setattr(pairing, "check", lambda *a, **k: pytest.fail("checked off NPU"))
+    assert short_conv.attn_backend_wrapper_around(lambda r, f: "cuda path", gdn_runner(), object()) == "cuda path"
+
+
+# --------------------------------------------------------------------------- doctor
+
+
+def render_pairing() -> str:
+    out = io.StringIO()
+    doctor.render_pairing(doctor.collect_pairing(), out.write)
+    return out.getvalue()
+
+
+def test_doctor_section_lists_each_import_state(tmp_path, kernel_path):
+    imp = decode_kernel_import()
+    imports = pairing.scan_sglang()
+    kernel_path(root := write_kernel_tree(tmp_path, imports, drop_modules={imp.module}))
+    gone = [i for i in imports if i.module == imp.module]
+    text = render_pairing()
+    lines = text.splitlines()
+    assert lines[:3] == ["", "sgl-kernel-npu pairing",
+                         f"  sgl_kernel_npu at {root / 'sgl_kernel_npu' / '__init__.py'}: {len(imports)} imports, "
+                         f"{len(imports) - len(gone)} ok, {len(gone)} missing module"]
+    row = f"  missing module {imp.what}  <- {imp.file}:{imp.line}  [needed by gdn]"
+    assert lines[lines.index(row) + 1] == "      " + expected_missing_module(imp, imp.symbol)
+    assert sum(ln.startswith("  ok ") for ln in lines) == len(imports) - len(gone)
+    assert "failed" not in text and "problem:" not in text
+
+
+def test_doctor_section_when_not_installed(tmp_path, kernel_path):
+    kernel_path(tmp_path)
+    imports = pairing.scan_sglang()
+    assert render_pairing() == (f"\nsgl-kernel-npu pairing\n  {pairing.NOT_INSTALLED} (SGLang imports it "
+                                f"{len(imports)} times in {len({i.file for i in imports})} files)\n")
+
+
+def test_doctor_section_reports_an_error_instead_of_crashing(monkeypatch):
+    monkeypatch.setattr(pairing, "check", lambda *a, **k: (_ for _ in ()).throw(OSError("disk gone")))
+    assert render_pairing() == "\nsgl-kernel-npu pairing\n  could not be checked (OSError: disk gone)\n"
+
+
+def test_doctor_render_includes_the_section():
+    info = {"versions": {"sglang-ascend-hybrid": "x"}, "device_ops": {}, "kernels": {}, "release": "r",
+            "summary": "s", "patches": [], "settings": {}, "load_errors": [], "setting_problems": [],
+            "pairing": {"installed": False, "imports": 3, "files": 2}}
+    out = io.StringIO()
+    doctor.render(info, out)
+    assert f"\nsgl-kernel-npu pairing\n  {pairing.NOT_INSTALLED} (SGLang imports it 3 times in 2 files)\n" \
+           in out.getvalue()
+
+
+def test_pairing_module_imports_no_torch_or_npu_package():
+    import subprocess
+    import sys
+
+    code = ("import sys; from sglang_ascend_hybrid import pairing; pairing.check()\n"
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'torch_npu', 'sgl_kernel_npu')\n"
+            "       or m.startswith('sglang.')]\n"
+            "print(bad)")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent / "npu_stubs"),
+                                                        os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
