@@ -8,13 +8,22 @@ unsupported and retries the next rung with the original inputs:
 
 - a refusal whose text the rung knows (``Rung.is_refusal``: the kernel's own
   ``TORCH_CHECK`` texts) is logged once at INFO;
-- on a *device* rung, any other ``RuntimeError`` (the inputs passed the
-  capability predicate, so the kernel refused something the table did not
-  predict) is also a refusal, logged once at WARNING with the op, the shape and
-  the full text -- a kernel that refuses must never take the server down while
-  a correct fallback exists;
+- on a *device* rung, any other ``RuntimeError`` (``NotImplementedError`` is one),
+  or an ``AttributeError`` (a Python entry whose ``torch.ops.npu`` op is missing
+  from the build: sgl-kernel-npu's ``run_mega_chunk_gdn`` on Ascend 950), is also a
+  refusal -- the inputs passed the capability predicate, so the kernel refused
+  something the table did not predict -- logged once at WARNING as "unexpected"
+  with the op, the shape and the full text: a kernel that refuses must never take
+  the server down while a correct fallback exists;
 - memory exhaustion and device loss (:func:`is_fatal_device_error`), emulator
   contract violations and every error of a pure-torch rung propagate.
+
+A rung may also decline one call without being marked (:class:`DeclinedCall`, e.g.
+outputs that came back non-finite from finite inputs): the ladder logs that once
+at INFO and tries the next rung for this call only.
+
+Rungs are tried lazily, fastest first: a rung's predicate is asked only when every
+faster rung could not serve the call (a predicate may read values on the host).
 
 The last rung must be the pure-torch path.  A forced rung (``backend=``) that
 cannot serve the call raises :class:`ForcedRungUnavailable`, in the same words
@@ -46,6 +55,16 @@ FATAL_DEVICE_ERROR_MARKERS = (
 
 class ForcedRungUnavailable(RuntimeError):
     """A rung was forced (``backend=`` or an environment variable) but cannot serve the call."""
+
+
+class DeclinedCall(RuntimeError):
+    """Raised by a rung's ``run`` to hand this one call to the next rung without marking the
+    rung unsupported for the signature (a value-dependent failure, not a shape refusal).  The
+    rung must not have written anything the caller sees."""
+
+
+# Exception types a device rung's unexpected failure may have and still be a refusal.
+DEVICE_REFUSAL_TYPES = (RuntimeError, AttributeError)
 
 
 def is_fatal_device_error(exc: BaseException) -> bool:
@@ -81,7 +100,8 @@ class Rung:
             return "error"
         if self.is_refusal(exc):
             return "known"
-        if self.device and isinstance(exc, RuntimeError) and not isinstance(exc, ForcedRungUnavailable):
+        if (self.device and isinstance(exc, DEVICE_REFUSAL_TYPES)
+                and not isinstance(exc, (ForcedRungUnavailable, DeclinedCall))):
             return "unexpected"
         return "error"
 
@@ -118,18 +138,25 @@ class Ladder:
         with self._lock:
             self._refused.clear()
 
+    def _serves(self, r: Rung, signature: Hashable, *args, **kwargs) -> bool:
+        return not self.refused(r.name, signature) and r.supports(signature, *args, **kwargs)
+
     def candidates(self, signature: Hashable, *args, **kwargs) -> list[Rung]:
-        return [
-            r for r in self.rungs
-            if not self.refused(r.name, signature) and r.supports(signature, *args, **kwargs)
-        ]
+        """Every rung that may serve the call (asks every predicate)."""
+        return [r for r in self.rungs if self._serves(r, signature, *args, **kwargs)]
+
+    def _next(self, after: int, signature: Hashable, *args, **kwargs) -> str:
+        for r in self.rungs[after + 1:]:
+            if self._serves(r, signature, *args, **kwargs):
+                return r.name
+        return "nothing"
 
     def choose(self, signature: Hashable, *args, **kwargs) -> Rung:
         """The rung the next call with this signature will try first (no call made)."""
-        found = self.candidates(signature, *args, **kwargs)
-        if not found:
-            raise RuntimeError(f"{self.op}: no rung can serve {signature!r}")
-        return found[0]
+        for r in self.rungs:
+            if self._serves(r, signature, *args, **kwargs):
+                return r
+        raise RuntimeError(f"{self.op}: no rung can serve {signature!r}")
 
     def forced(self, name: str, signature: Hashable, *args, **kwargs) -> Rung:
         """The rung ``name`` when it can serve the call, else :class:`ForcedRungUnavailable`."""
@@ -143,17 +170,29 @@ class Ladder:
 
     def __call__(self, signature: Hashable, *args, backend: str = "auto", **kwargs) -> Any:
         if backend != "auto":
-            return self.forced(backend, signature, *args, **kwargs).run(*args, **kwargs)
-        for r in self.candidates(signature, *args, **kwargs):
+            r = self.forced(backend, signature, *args, **kwargs)
+            try:
+                return r.run(*args, **kwargs)
+            except DeclinedCall as exc:
+                raise ForcedRungUnavailable(
+                    f"{self.op}: the forced kernel {backend!r} declined this call for {signature} ({exc}); "
+                    f"use 'auto' to let the ladder {self.names} choose") from exc
+        for i, r in enumerate(self.rungs):
+            if not self._serves(r, signature, *args, **kwargs):
+                continue
             try:
                 result = r.run(*args, **kwargs)
+            except DeclinedCall as exc:
+                log_once(logger, (self.op, r.name, signature, "declined"),
+                         "sglang-ascend-hybrid: %s kernel %s declined a call on %s (%s); using %s for such calls",
+                         self.op, r.name, signature, exc, self._next(i, signature, *args, **kwargs))
+                continue
             except Exception as exc:
                 kind = r.classify(exc)
                 if kind == "error":
                     raise
                 self.mark_refused(r.name, signature)
-                later = [n.name for n in self.candidates(signature, *args, **kwargs)]
-                taken = later[0] if later else "nothing"
+                taken = self._next(i, signature, *args, **kwargs)
                 if kind == "known":
                     log_once(
                         logger, (self.op, r.name, signature),

@@ -12,7 +12,10 @@ sgl-kernel-npu (``csrc/pytorch_extensions.cpp``, ``TORCH_LIBRARY_FRAGMENT(npu, m
 inside ``#ifdef SGL_KERNEL_ENABLE_A3_ONLY_OPS``, sgl-project/sgl-kernel-npu
 f425bdf1) and exist only once ``sgl_kernel_npu`` has been imported
 (:data:`TORCH_OPS_OWNER`); the lookup imports the owner first, so no "absent" is
-cached before that import.
+cached before that import.  A Python entry that only wraps such an op
+(:data:`PYTHON_ENTRY_TORCH_OPS`, e.g. ``run_mega_chunk_gdn``) is reported absent
+when, after its module imported, the op it calls is not registered (Ascend 950
+builds of sgl-kernel-npu).
 
 Device facts the capability tables depend on (the chip generation, the
 installed sgl-kernel-npu version) also come from here (:func:`chip_generation`,
@@ -42,11 +45,24 @@ _emulators: dict[str, Callable] = {}
 _probe: dict[str, bool] = {}
 _resolved: dict[str, Callable | None] = {}
 
-# torch.ops.npu ops registered by a package other than torch_npu (NPU_CONTRACTS.md section 0).
+# torch.ops.npu ops registered by a package other than torch_npu: sgl-kernel-npu's
+# ``TORCH_LIBRARY_FRAGMENT(npu, m)`` (csrc/pytorch_extensions.cpp at f425bdf1).
 TORCH_OPS_OWNER = {
     "chunk_gated_delta_rule": "sgl_kernel_npu",
     "recurrent_gated_delta_rule": "sgl_kernel_npu",
     "causal_conv1d": "sgl_kernel_npu",
+    "mega_chunk_gdn": "sgl_kernel_npu",
+}
+
+# Python entries of a kernel package that are thin wrappers of a registered torch.ops.npu op:
+# the module imports on every build, but the entry works only where the op is registered.
+# sgl-project/sgl-kernel-npu f425bdf1: ``fla/mega_chunk_gdn.py`` calls ``torch.ops.npu.mega_chunk_gdn``
+# (line ~155), whose host, kernel and registration are compiled only with
+# SGL_KERNEL_ENABLE_A3_ONLY_OPS (csrc/CMakeLists.txt ~61 and ~171-175, csrc/pytorch_extensions.cpp
+# ~129 and ~274), which CMakeLists.txt turns OFF for ``ascend950*``: there the wrapper imports and
+# raises AttributeError when called.  The seam reports such an entry absent.
+PYTHON_ENTRY_TORCH_OPS = {
+    "sgl_kernel_npu.fla.mega_chunk_gdn:run_mega_chunk_gdn": "mega_chunk_gdn",
 }
 
 # Chip generations the contracts distinguish (fp32 GDN states only on Ascend 950; the
@@ -80,9 +96,16 @@ def _resolve_real(name: str) -> Callable | None:
         if not package_available(module_name.split(".")[0]):
             return None
         try:
-            return getattr(importlib.import_module(module_name), attr)
+            fn = getattr(importlib.import_module(module_name), attr)
         except (ImportError, AttributeError):
             return None
+        needed = PYTHON_ENTRY_TORCH_OPS.get(name)
+        if needed is not None and _resolve_real(needed) is None:  # checked after importing the owner
+            logger.info("sglang-ascend-hybrid: %s imports, but torch.ops.npu.%s is not registered in this "
+                        "build (sgl-kernel-npu builds for Ascend 950 leave it out); treating %s as absent",
+                        name, needed, name)
+            return None
+        return fn
     if not package_available("torch_npu"):
         return None
     owner = TORCH_OPS_OWNER.get(name)
@@ -175,6 +198,9 @@ def classify_chip(device_name: str) -> Optional[str]:
     return None
 
 
+_METADATA_VERSION = " sgl-kernel-npu metadata version"  # a key of _resolved no op name can take
+
+
 def chip_generation() -> Optional[str]:
     """``"A2"``, ``"A3"``, ``"950"``, or None (no NPU, or a chip the contracts do not cover)."""
     with _lock:
@@ -192,16 +218,22 @@ def chip_generation() -> Optional[str]:
 
 
 def kernel_package_version() -> Optional[str]:
-    """The installed sgl-kernel-npu version string (from metadata; no import), or None."""
+    """The installed sgl-kernel-npu version string (from metadata, read once; no import), or None."""
     with _lock:
         if "sgl_kernel_npu_version" in _facts:
             return _facts["sgl_kernel_npu_version"]  # type: ignore[return-value]
+        if _METADATA_VERSION in _resolved:
+            return _resolved[_METADATA_VERSION]  # type: ignore[return-value]
+    found = None
     for dist in ("sgl-kernel-npu", "sgl_kernel_npu"):
         try:
-            return importlib.metadata.version(dist)
+            found = importlib.metadata.version(dist)
+            break
         except importlib.metadata.PackageNotFoundError:
             continue
-    return None
+    with _lock:
+        _resolved[_METADATA_VERSION] = found  # type: ignore[assignment]
+    return found
 
 
 @contextlib.contextmanager
