@@ -65,6 +65,11 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                   ["tests/ops/test_gdn_pool_step.py", "tests/ops/test_gdn_verify.py", "tests/ops/test_gdn_dispatch.py",
                    "tests/ops/test_gdn_fuzz.py", "tests/ops/test_late_strength.py", "tests/ops/test_gdn_verify_strength.py",
                    "tests/ops/test_row_copy.py"]),
+    # the serving decode ladder, its probe and its contract
+    "gdn-decode": (["sglang_ascend_hybrid/ops/gdn/decode.py", "sglang_ascend_hybrid/ops/gdn/decode_probe.py",
+                    "sglang_ascend_hybrid/ops/gdn/decode_contract.py", "sglang_ascend_hybrid/ops/gdn/recurrent_rows.py",
+                    "sglang_ascend_hybrid/ops/probes.py"],
+                   ["tests/ops/test_gdn_serving_decode.py", "tests/test_doctor_probes.py", "tests/ops/test_gdn_dispatch.py"]),
     "conv": (["sglang_ascend_hybrid/ops/causal_conv1d.py", "sglang_ascend_hybrid/ops/causal_conv1d_reference.py",
               "sglang_ascend_hybrid/ops/row_copy.py"],
              ["tests/ops/test_causal_conv1d.py", "tests/ops/test_row_copy.py", "tests/ops/test_causal_conv1d_dispatch.py",

@@ -90,11 +90,13 @@ def _count(mp: pytest.MonkeyPatch, calls: dict, module, name: str) -> None:
 def run_family(name: str, *, dtype: torch.dtype = torch.float32,
                device: Optional[Callable[[], contextlib.AbstractContextManager]] = None,
                breakage: Optional[Callable[[pytest.MonkeyPatch], None]] = None,
-               plan: harness.StepPlan = harness.StepPlan(), ssm_dtype: Optional[torch.dtype] = None) -> Run:
+               plan: harness.StepPlan = harness.StepPlan(), ssm_dtype: Optional[torch.dtype] = None,
+               plan_runner: Callable = harness.run_plan) -> Run:
     """Run the step plan of family ``name``.  ``device``: a context that installs the
     device ops (emulators; default: none, the ladders' torch rungs); ``breakage``: a
     deliberate fault put into the plugin for the run (negative controls); ``ssm_dtype``:
-    the GDN state pool's dtype (default: the config's ``mamba_ssm_dtype``, fp32)."""
+    the GDN state pool's dtype (default: the config's ``mamba_ssm_dtype``, fp32); ``plan_runner(engine,
+    plan)``: what drives the engine (default: :func:`harness.run_plan`, eager steps)."""
     from sglang_ascend_hybrid.backends import gdn_hooks
     from sglang_ascend_hybrid.ops import causal_conv1d as plugin_conv
 
@@ -122,5 +124,5 @@ def run_family(name: str, *, dtype: torch.dtype = torch.float32,
         if breakage is not None:
             breakage(mp)
         engine = harness.Engine(b.sglang, b.config, dtype=dtype, ssm_dtype=ssm_dtype)
-        reqs = harness.run_plan(engine, plan)
+        reqs = plan_runner(engine, plan)
     return Run(reqs, b.hf, time.time() - t0, records.messages, calls, engine.backend, device_calls)
