@@ -31,6 +31,8 @@ KNOWN_DEVICE_OPS = (
     "causal_conv1d",
     "sgl_kernel_npu.fla.mega_chunk_gdn:run_mega_chunk_gdn",
     "sgl_kernel_npu.fla.chunk:chunk_gated_delta_rule_npu",
+    "sgl_kernel_npu.fla.fused_sigmoid_gating_recurrent:fused_sigmoid_gating_delta_rule_update_npu",
+    "sgl_kernel_npu.fla.fused_sigmoid_gating_recurrent_decode_optimized:fused_sigmoid_gating_delta_rule_update_decode_npu",
 )
 
 
@@ -85,6 +87,7 @@ def collect() -> dict:
         "patches": status,
         "summary": STATUS.summary(),
         "pairing": collect_pairing(),
+        "probes": collect_probes(),
         "settings": effective_settings(),
         "setting_problems": setting_problems,
         "load_errors": load_errors,
@@ -140,6 +143,54 @@ def render_pairing(data: dict, w) -> None:
         elif r["state"] == "unverifiable":
             w(f"      {r['path']}: {r['detail']}\n")
         last = r["message"]
+
+
+# ------------------------------------------------------------ probes
+
+# The signatures doctor probes: the serving dims of every Qwen3.5 / 3.6 / Qwen3-Next (K = V = 128), bf16
+# activations, the bf16 pool of --mamba-ssm-dtype bfloat16 and the fp32 pool the configs ask for.
+DOCTOR_PROBE_POOLS = ("bfloat16", "float32")
+
+
+def collect_probes() -> dict:
+    """The probe verdicts (ops/probes.py): recorded ones, plus the decode-layout probe of the
+    installed Triton GDN decode kernel run now where that kernel is reachable (an NPU)."""
+    try:
+        import torch
+
+        from sglang_ascend_hybrid.ops import probes, seam
+        from sglang_ascend_hybrid.ops.gdn import decode_contract, decode_probe
+
+        entry = decode_contract.installed_decode_entry()
+        note = ""
+        if entry is None:
+            note = "the installed SGLang imports no known Triton GDN decode entry"
+        elif not seam.available(decode_contract.DECODE_ENTRIES[entry]):
+            note = f"the {entry} Triton GDN decode kernel is not installed here: not probed"
+        else:
+            device = "npu" if not seam.is_emulated(decode_contract.DECODE_ENTRIES[entry]) else "cpu"
+            for pool in DOCTOR_PROBE_POOLS:
+                decode_probe.layout_verdict(entry, torch.bfloat16, getattr(torch, pool), 128, 128, device,
+                                            before_serving=True)
+        verdicts = [dict(probe=v.probe, signature=v.signature, verdict=v.verdict, usable=v.usable,
+                         detail=v.detail, meaning=probes.REGISTRY[v.probe].verdicts.get(v.verdict, ""))
+                    for v in probes.all_verdicts()]
+        return {"decode_entry": entry, "note": note, "verdicts": verdicts}
+    except Exception as exc:  # never crash doctor
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def render_probes(data: dict, w) -> None:
+    w("\nProbes (what the installed kernels were found to do)\n")
+    if "error" in data:
+        w(f"  could not run: {data['error']}\n")
+        return
+    if data.get("note"):
+        w(f"  {data['note']}\n")
+    for v in data.get("verdicts", []):
+        w(f"  {v['probe']} {v['signature']}: {v['verdict']} -> {v['meaning']}\n")
+        if v["detail"]:
+            w(f"      {v['detail']}\n")
 
 
 def _patch_state(p: patches.Patch, status) -> dict:
@@ -207,6 +258,7 @@ def render(info: dict, out: TextIO | None = None) -> None:
         reason = f"  ({p['reason']})" if p["reason"] else ""
         w(f"  {p['state']:13s} {p['name']:28s} {p['target']}{reason}\n")
     render_pairing(info.get("pairing") or {}, w)
+    render_probes(info.get("probes") or {}, w)
     w("\nSettings\n")
     for name, value in info["settings"].items():
         w(f"  {name} = {value}\n")
