@@ -2,7 +2,8 @@
 
 Every rule below cites its source (abbreviations as in ``capabilities``: SKN = sgl-project/
 sgl-kernel-npu f425bdf1, SKN-462 = ff984786, SKN-517 = 12f136d3, SKN-533 = 3558cea0,
-SKN-747 = PR #747 host at b878a61a / 0a96db2f as recorded in ``shared/NPU_CONTRACTS.md``).
+SKN-747 = PR #747 host ``csrc/chunk_gated_delta_rule/op_host/chunk_gated_delta_rule.cpp`` at
+b878a61a (sgl-project/sgl-kernel-npu) and c811ba3f (the PR branch, zhaozx-cn/sgl-kernel-npu)).
 Memory the real op leaves unwritten is filled with NaN here; calls the real op would take and
 compute wrongly without an error (a dtype it reinterprets, an index it reads out of bounds)
 raise :class:`~sglang_ascend_hybrid.emulators.EmulatorContractViolation`.
@@ -13,16 +14,25 @@ raise :class:`~sglang_ascend_hybrid.emulators.EmulatorContractViolation`.
     then ``check_shape`` with the variant's texts (hint or not) and head-pair set; returns the
     7-tuple ``(g_sum, (out * scale).to(q.dtype), A_inv, final fp32 [N, H, K, V] or None, w, h, v_new)``
     with h per 128-token chunk ``[1, NT, H, K, V]``.  The kernel keeps the state in fp16 (its
-    ``final_state`` buffer), so the emulated state is rounded through fp16 after every chunk.
+    ``final_state`` buffer), so the emulated state is rounded through fp16 after every chunk, and
+    writes the output into an fp16 buffer (``out = torch.empty_like(v)`` of the halved v) that the
+    wrapper scales in fp16: magnitudes beyond 65504 become inf, in the inputs (the casts) as in
+    the state and the output.
 ``torch.ops.npu.chunk_gated_delta_rule`` (:func:`make_npu_chunk_emulator`; SKN-747)
-    ``(q, k, v, *, beta, initial_state, actual_seq_lengths, scale=1.0, chunk_state, g)`` ->
+    ``(q, k, v, *, beta, initial_state, actual_seq_lengths, scale=1.0, chunk_state=None, g=None)`` ->
     ``(out [T, Nv, Dv] bf16, final [B, Nv, Dv, Dk] in the state's dtype)``; q and k are used as given
     (the caller normalises); beta post-sigmoid; g log-space; chunk_state receives the entering
     state of every 64-token chunk, sequence-major (rows past those are left unwritten: NaN).
-    Host checks in SKN-747 order with its texts; the chip generation decides whether an fp32
-    state is accepted (OPP: fp32 states only on Ascend 950).  beta and g must be 2-D ``(T, Nv)``
-    (the stored host checks; whether the shipped wheel accepts SGLang's 3-D ``[1, T, Nv]`` is not
-    known without a device, so the emulator is strict).
+    Host checks in SKN-747 (c811ba3f) order with its texts; the chip generation decides whether
+    an fp32 state is accepted (OPP and the host: fp32 states only on Ascend 950).  beta and g must
+    be 2-D ``(T, Nv)`` (every stored host checks it; whether the shipped wheel accepts SGLang's 3-D
+    ``[1, T, Nv]`` is not known without a device, so the emulator is strict).  The host copies
+    ``actual_seq_lengths`` to the CPU: a device-to-host sync per call (prefill only).  A bf16 state
+    is rounded to bf16 at every 64-token chunk boundary (stage 2 ``CalGCumExp``, ``CAST_RINT``).
+``sgl_kernel_npu.fla.chunk:chunk_gated_delta_rule_npu`` (:func:`make_triton_chunk_emulator`; SKN
+``python/sgl_kernel_npu/sgl_kernel_npu/fla/chunk.py``)
+    The Triton entry; runs the mega kernel instead when its release and the environment say so
+    (``GDN_USE_MEGA_GDN=1`` from ac3a564f, by default before it), with the mega kernel's contract.
 ``torch.ops.npu.recurrent_gated_delta_rule`` (:func:`make_npu_recurrent_emulator`; SKN
 ``csrc/recurrent_gated_delta_rule/op_host/recurrent_gated_delta_rule.cpp`` and
 ``op_kernel/recurrent_gated_delta_rule_kernel.cpp``, unchanged since 878309c5 / #403)
@@ -50,11 +60,12 @@ import torch
 
 from sglang_ascend_hybrid.emulators import EmulatorContractViolation
 from sglang_ascend_hybrid.ops.gdn import capabilities as caps
-from sglang_ascend_hybrid.ops.gdn.reference import recurrent_reference
+from sglang_ascend_hybrid.ops.gdn.reference import l2norm, recurrent_reference
 
 OP_MEGA = "sgl_kernel_npu.fla.mega_chunk_gdn:run_mega_chunk_gdn"
 OP_NPU_CHUNK = "chunk_gated_delta_rule"
 OP_NPU_RECURRENT = "recurrent_gated_delta_rule"
+OP_TRITON = "sgl_kernel_npu.fla.chunk:chunk_gated_delta_rule_npu"
 
 MEGA_HINT = caps.MEGA_HINT
 MEGA_CHUNK = 128
@@ -114,7 +125,7 @@ def make_mega_emulator(predicate: Optional[Callable[[int, int], bool]] = None, *
                   "initial_state must use head dimensions 128 x 128")
         H = v.shape[2]
         bounds = cu.tolist()
-        out = torch.empty(1, T, H, D, dtype=torch.float32)
+        out = torch.empty(1, T, H, D, dtype=torch.float16)  # the wrapper's torch.empty_like(v) of the fp16 v
         final = torch.zeros(n, H, D, D, dtype=torch.float32)  # key first
         num_chunks = sum(math.ceil((b - a) / MEGA_CHUNK) for a, b in zip(bounds, bounds[1:]))
         h = torch.full((1, num_chunks, H, D, D), float("nan"))
@@ -129,10 +140,11 @@ def make_mega_emulator(predicate: Optional[Callable[[int, int], bool]] = None, *
                                                   beta[:, c0:c1], cu_seqlens=torch.tensor([0, c1 - c0]),
                                                   initial_state=state_vf[None], scale=1.0)
                 state_vf = state_vf[0].half().float()  # the kernel's fp16 state buffer
-                out[0, c0:c1] = o[0].float()
+                out[0, c0:c1] = o[0].half()
                 row += 1
             final[s] = state_vf.transpose(-1, -2)
-        return (torch.zeros_like(g), (out * scale).to(q_dtype), torch.zeros(1, T, H, MEGA_CHUNK, dtype=k_dtype),
+        return (torch.zeros_like(g), (out * scale).to(q_dtype),  # fp16 product, as the wrapper's
+                torch.zeros(1, T, H, MEGA_CHUNK, dtype=k_dtype),
                 final if output_final_state else None, torch.zeros_like(v, dtype=k_dtype), h.to(k_dtype),
                 torch.zeros_like(v, dtype=v_dtype))
 
@@ -145,7 +157,27 @@ def make_mega_emulator(predicate: Optional[Callable[[int, int], bool]] = None, *
 def make_npu_chunk_emulator(refuse: Optional[Callable[[int, int], bool]] = None, *, chip: Optional[str] = "A3"
                             ) -> Callable:
     """An emulator of ``torch.ops.npu.chunk_gated_delta_rule`` on ``chip`` (``"A2"``, ``"A3"`` or
-    ``"950"``); ``refuse(Nv, Nk)`` makes it refuse more head pairs with the heads text."""
+    ``"950"``); ``refuse(Nv, Nk)`` makes it refuse more head pairs with the heads text.
+
+    Host checks, texts and their order: SKN-747 host ``chunk_gated_delta_rule.cpp`` at c811ba3f (the
+    PR branch zhaozx-cn/sgl-kernel-npu; b878a61a in sgl-project/sgl-kernel-npu lacks the length and
+    chunk_state-size checks): presence, ranks, dtypes (g's rank with its dtype), shapes, ``dims must
+    be positive``, heads / dims / ratio, g's shape, lengths (``actual_seq_lengths->cpu()``: the real
+    op's host copies them to the CPU, one device-to-host sync per call -- prefill only), the fp32
+    rule, chunk_state.  beta, g and chunk_state must be what the stored hosts check (2-D beta / g;
+    whether the shipped wheel takes SGLang's 3-D ``[1, T, Nv]`` is not known without a device, so
+    the emulator is strict).  The host makes every input contiguous; a non-contiguous chunk_state
+    would be written into that copy and lost (contract violation).
+
+    Arithmetic (kernel ``op_kernel/arch22/chunk_gated_delta_rule.h`` / ``_stage2.h`` at 3d5a9eef):
+    64-token chunks; fp32 within a chunk.  With a bf16 state the state lives in the bf16
+    ``finalState`` buffer between chunks: stage 2 (``CalGCumExp``) reads the entering state, stores
+    it to chunk_state, scales it by ``exp(sum of the chunk's g)`` in fp32 and rounds that to bf16
+    (``Cast(..., CAST_RINT)``), and the chunk's update is added into the bf16 buffer; so the state is
+    rounded to bf16 at every chunk boundary (twice: the decayed part, then the sum).  The bf16
+    outputs of the cube's intermediate matmuls (``cT2 = bfloat16_t``) are not modelled.  With an fp32
+    state (Ascend 950, arch35) the state stays fp32.
+    """
     texts = caps.NPU_CHUNK_TEXTS
     name = "chunk_gated_delta_rule"
 
@@ -153,55 +185,196 @@ def make_npu_chunk_emulator(refuse: Optional[Callable[[int, int], bool]] = None,
         if not ok:
             raise RuntimeError(texts[key] + extra)
 
-    def chunk_gated_delta_rule(q, k, v, *, beta, initial_state, actual_seq_lengths, scale=1.0, chunk_state, g):
-        if q.dim() != 3 or k.shape != q.shape or v.dim() != 3 or v.shape[0] != q.shape[0]:
-            _violation(name, f"q/k [T, Nk, Dk] and v [T, Nv, Dv] expected, got {tuple(q.shape)}, "
-                             f"{tuple(k.shape)}, {tuple(v.shape)} (the host reads sizes without checking ranks)")
-        T, Nk, Dk = q.shape
-        Nv, Dv = v.shape[1], v.shape[2]
-        B = actual_seq_lengths.numel()
-        check(Nk <= caps.NPU_CHUNK_MAX_HEADS and Nv <= caps.NPU_CHUNK_MAX_HEADS and Nk > 0 and Nv > 0, "heads")
-        check(0 < Dk <= caps.NPU_CHUNK_MAX_HEAD_DIM and 0 < Dv <= caps.NPU_CHUNK_MAX_HEAD_DIM, "dims")
-        check(Nv % Nk == 0, "ratio")
+    def chunk_gated_delta_rule(q, k, v, *, beta=None, initial_state=None, actual_seq_lengths=None, scale=None,
+                               chunk_state=None, g=None):
+        check(q is not None and k is not None and v is not None, "qkv_defined")
+        check(beta is not None, "beta_provided")
+        check(initial_state is not None, "state_provided")
+        check(actual_seq_lengths is not None, "lengths_provided")
+        check(q.dim() == 3 and k.dim() == 3 and v.dim() == 3, "qkv_3d")
+        check(beta.dim() == 2, "beta_2d")
+        check(initial_state.dim() == 4, "state_4d")
+        check(actual_seq_lengths.dim() == 1, "lengths_1d")
         check(q.dtype == k.dtype == v.dtype == torch.bfloat16, "qkv_dtype")
         check(beta.dtype == torch.bfloat16, "beta_dtype")
-        check(beta.dim() == 2 and tuple(beta.shape) == (T, Nv), "beta_2d")
-        check(g.dim() == 2 and tuple(g.shape) == (T, Nv), "g_2d")
-        check(initial_state.dtype in caps.npu_chunk_state_dtypes(chip), "fp32_state")
-        check(chunk_state.dtype == initial_state.dtype, "chunk_state_dtype")
-        lens = actual_seq_lengths.to(torch.long).tolist()
+        check(initial_state.dtype in caps.NPU_CHUNK_STATE_DTYPES, "state_dtype")
+        check(actual_seq_lengths.dtype == torch.int32, "lengths_dtype")
+        if g is not None:
+            check(g.dtype == torch.float32, "g_dtype")
+            check(g.dim() == 2, "g_2d")
+        T, Nk, Dk = q.shape
+        Nv, Dv = v.shape[1], v.shape[2]
+        B = initial_state.shape[0]
+        check(tuple(k.shape) == (T, Nk, Dk), "key_shape")
+        check(v.shape[0] == T, "value_shape")
+        check(tuple(beta.shape) == (T, Nv), "beta_shape")
+        check(tuple(initial_state.shape[1:]) == (Nv, Dv, Dk), "state_shape")
+        check(actual_seq_lengths.shape[0] == B, "lengths_size")
+        check(min(Nk, Nv, Dk, Dv, T, B) > 0, "positive")
+        check(Nk <= caps.NPU_CHUNK_MAX_HEADS and Nv <= caps.NPU_CHUNK_MAX_HEADS, "heads")
+        check(Dk <= caps.NPU_CHUNK_MAX_HEAD_DIM and Dv <= caps.NPU_CHUNK_MAX_HEAD_DIM, "dims")
+        check(Nv % Nk == 0, "ratio")
+        if g is not None:
+            check(tuple(g.shape) == (T, Nv), "g_shape")
+        lens = actual_seq_lengths.tolist()  # the host's actual_seq_lengths->cpu()
         check(all(x > 0 for x in lens), "lengths")
-        need = caps.npu_chunk_min_chunk_states(T, B)
-        check(chunk_state.shape[0] >= need, "chunk_state_size", str(need))
-        if tuple(initial_state.shape) != (B, Nv, Dv, Dk) or tuple(chunk_state.shape[1:]) != (Nv, Dv, Dk):
-            _violation(name, f"initial_state {tuple(initial_state.shape)} / chunk_state {tuple(chunk_state.shape)} "
-                             f"do not match [B, Nv, Dv, Dk] = [{B}, {Nv}, {Dv}, {Dk}]")
-        if sum(lens) != T:
-            _violation(name, f"sum(actual_seq_lengths)={sum(lens)} != T={T} (reads past the packed tokens)")
-        if g.dtype != torch.float32:
-            _violation(name, f"g must be float32 (the kernel reads fp32), got {g.dtype}")
+        check(sum(lens) == T, "lengths_sum")
+        check(initial_state.dtype in caps.npu_chunk_state_dtypes(chip), "fp32_state")
+        if chunk_state is not None:
+            need = caps.npu_chunk_min_chunk_states(T, B)
+            check(chunk_state.dim() == 4, "chunk_state_4d")
+            check(chunk_state.shape[0] >= need, "chunk_state_size", str(need))
+            check(tuple(chunk_state.shape[1:]) == (Nv, Dv, Dk), "chunk_state_shape")
+            check(chunk_state.dtype == initial_state.dtype, "chunk_state_dtype")
+            check(chunk_state.device == q.device, "chunk_state_device")
+            if not chunk_state.is_contiguous():
+                _violation(name, "chunk_state is not contiguous: the host writes into a contiguous copy "
+                                 "(chunk_state->contiguous()), the caller's tensor is never updated")
         if refuse is not None and refuse(Nv, Nk):
             raise RuntimeError(texts["heads"])
-        chunk_state.fill_(float("nan"))  # rows the op does not write stay undefined
+        scale = 1.0 if scale is None else float(scale)  # the host's default
+        gates = torch.zeros(T, Nv) if g is None else g.float()  # no g: no gating
+        bf16_state = initial_state.dtype == torch.bfloat16
+        if chunk_state is not None:
+            chunk_state.fill_(float("nan"))  # rows the op does not write stay undefined
         out = torch.empty(T, Nv, Dv, dtype=torch.float32)
-        final = torch.empty(B, Nv, Dv, Dk, dtype=torch.float32)
+        final = torch.empty(B, Nv, Dv, Dk, dtype=initial_state.dtype)
         row, start = 0, 0
         for s, length in enumerate(lens):
-            state = initial_state[s].float()
+            state = initial_state[s].clone()  # in the state's dtype, as the kernel's state buffer holds it
             for c0 in range(start, start + length, caps.NPU_CHUNK_CHUNK):
                 c1 = min(c0 + caps.NPU_CHUNK_CHUNK, start + length)
-                chunk_state[row] = state.to(chunk_state.dtype)
-                o, st = recurrent_reference(q[None, c0:c1], k[None, c0:c1], v[None, c0:c1], g[None, c0:c1],
+                if chunk_state is not None:
+                    chunk_state[row] = state  # the entering state, before the decay
+                entering = state.float()
+                o, st = recurrent_reference(q[None, c0:c1], k[None, c0:c1], v[None, c0:c1], gates[None, c0:c1],
                                             beta[None, c0:c1], cu_seqlens=torch.tensor([0, c1 - c0]),
-                                            initial_state=state[None], scale=scale)
+                                            initial_state=entering[None], scale=scale)
                 out[c0:c1] = o[0].float()
-                state = st[0]
+                if bf16_state:
+                    decayed = entering * gates[c0:c1].sum(0).exp()[:, None, None]
+                    update = st[0] - decayed
+                    state = (decayed.to(torch.bfloat16).float() + update).to(torch.bfloat16)
+                else:
+                    state = st[0]
                 row += 1
             final[s] = state
             start += length
-        return out.to(torch.bfloat16), final.to(initial_state.dtype)
+        return out.to(torch.bfloat16), final
 
     return chunk_gated_delta_rule
+
+
+# ----------------------------------------------------------------------------- triton chunk entry
+
+
+def missing_torch_op(op: str) -> Callable:
+    """What calling ``torch.ops.npu.<op>`` does in a build that does not register it: the
+    ``AttributeError`` of torch's op namespace (e.g. ``mega_chunk_gdn`` on Ascend 950)."""
+
+    def call(*args, **kwargs):
+        raise AttributeError(f"'_OpNamespace' 'npu' object has no attribute '{op}'")
+
+    call.__name__ = f"missing_{op}"
+    return call
+
+
+def make_triton_chunk_emulator(*, mega: Optional[Callable] = None, version: Optional[str] = None,
+                               environ=None) -> Callable:
+    """An emulator of sgl-kernel-npu's Triton prefill entry ``fla.chunk.chunk_gated_delta_rule_npu``,
+    written from SKN f425bdf1 ``python/sgl_kernel_npu/sgl_kernel_npu/fla/chunk.py`` (lines 205-388).
+
+    ``mega``: what its ``run_mega_chunk_gdn`` does (a :func:`make_mega_emulator`, or
+    :func:`missing_torch_op` for an Ascend 950 build, where the wrapper imports but
+    ``torch.ops.npu.mega_chunk_gdn`` is not registered); None: a release without the mega wrapper.
+    ``version``: the sgl-kernel-npu release, which decides when the entry runs the mega kernel
+    (:func:`caps.triton_mega_mode`; default: the current one, ``GDN_USE_MEGA_GDN=1`` only);
+    ``environ``: where the environment is read, at every call as the entry's ``os.getenv``
+    (default ``os.environ``).
+
+    Checks (the entry's own, in its order): ``assert q.dtype == k.dtype == v.dtype``; q not fp32; beta
+    3-D; ``head_first`` raises DeprecationWarning; with cu_seqlens B must be 1 and the initial states
+    one per sequence (ValueErrors).  ``input_guard`` makes every tensor contiguous.
+    Mega mode: the result of ``run_mega_chunk_gdn(q, k, v, g, beta, scale, initial_state,
+    output_final_state, cu_seqlens)``: o, the fp32 final state kept in fp16, ``h`` per 128 tokens.
+    Triton mode (``chunk_gated_delta_rule_fwd_h`` in ``fla/chunk_delta_h.py``): 64-token chunks; the
+    running state of a head is fp32 (``b_h1_bv*``), stored to ``h`` in k's dtype at every chunk start
+    and used in k's dtype by that chunk's matmuls (``b_h1_bv1.to(b_w.dtype)``, ``chunk_fwd_o``), so a
+    chunk's outputs and update see the rounded entering state while the carried decay is fp32.
+    Final state fp32 ``[N, H, K, V]`` (None unless ``output_final_state``); o in q's dtype.  Head
+    dims above 128 are silently cut off by the fixed ``[128, 64]`` tiles: contract violation.
+    An initial state that is not ``[N, H, K, V]`` would be read out of bounds: contract violation.
+    """
+    import os
+
+    env = os.environ if environ is None else environ
+    mode = caps.triton_mega_mode(version or "2026.6.1", mega_present=mega is not None)
+    name = "chunk_gated_delta_rule_npu"
+
+    def chunk_gated_delta_rule_npu(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=True,
+                                   cu_seqlens=None, head_first=False, use_qk_l2norm_in_kernel=False):
+        q, k, v, g, beta = (x.contiguous() for x in (q, k, v, g, beta))  # input_guard
+        if initial_state is not None:
+            initial_state = initial_state.contiguous()
+        assert q.dtype == k.dtype == v.dtype
+        assert q.dtype != torch.float32, \
+            "ChunkGatedDeltaRuleFunction does not support float32. Please use bfloat16."
+        assert len(beta.shape) == 3, \
+            "beta must be of shape [B, T, H] if head_first=False, or [B, H, T] otherwise."
+        if head_first:
+            raise DeprecationWarning("head_first is deprecated and will be removed in a future version. "
+                                     "Please use head_first=False for now instead.")
+        if cu_seqlens is not None:
+            if q.shape[0] != 1:
+                raise ValueError(f"The batch size is expected to be 1 rather than {q.shape[0]} when using "
+                                 f"`cu_seqlens`.Please flatten variable-length inputs before processing.")
+            if initial_state is not None and initial_state.shape[0] != len(cu_seqlens) - 1:
+                raise ValueError(f"The number of initial states is expected to be equal to the number of input "
+                                 f"sequences, i.e., {len(cu_seqlens) - 1} rather than {initial_state.shape[0]}.")
+        if scale is None:
+            scale = k.shape[-1] ** -0.5
+        if use_qk_l2norm_in_kernel:
+            q, k = l2norm(q), l2norm(k)  # l2norm_fwd: x * rsqrt(sum x^2 + 1e-6)
+        Hk, K = q.shape[2], q.shape[3]
+        Hv, V = v.shape[2], v.shape[3]
+        if caps.triton_runs_mega(mode, env, Hv, Hk, K, V):
+            _, o, _, final, _, h, _ = mega(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens)
+            return o.to(q.dtype), final, h
+        if K > caps.TRITON_MAX_HEAD_DIM or V > caps.TRITON_MAX_HEAD_DIM:
+            _violation(name, f"K={K}, V={V} > {caps.TRITON_MAX_HEAD_DIM}: chunk_delta_h's [128, 64] tiles cut "
+                             "the state off")
+        B, T = q.shape[0], q.shape[1]
+        if cu_seqlens is None:
+            cu = torch.arange(0, (B + 1) * T, T)
+            q, k, v, g, beta = (x.reshape(1, B * T, *x.shape[2:]) for x in (q, k, v, g, beta))
+        else:
+            cu = cu_seqlens
+        bounds = [int(x) for x in cu.tolist()]
+        n = len(bounds) - 1
+        if initial_state is not None and tuple(initial_state.shape) != (n, Hv, K, V):
+            _violation(name, f"initial_state {tuple(initial_state.shape)} is not [N, H, K, V] = {(n, Hv, K, V)}")
+        rnd = k.dtype  # h and the chunk matmuls' operands
+        gf = g[0].float()
+        o = torch.empty(1, bounds[-1], Hv, V)
+        final = torch.empty(n, Hv, K, V)
+        hs = []
+        for s in range(n):
+            S = torch.zeros(Hv, K, V) if initial_state is None else initial_state[s].float()  # key first
+            for c0 in range(bounds[s], bounds[s + 1], caps.TRITON_CHUNK):
+                c1 = min(c0 + caps.TRITON_CHUNK, bounds[s + 1])
+                hs.append(S.to(rnd))
+                entering = S.to(rnd).float()
+                oc, end = recurrent_reference(q[:, c0:c1], k[:, c0:c1], v[:, c0:c1], g[:, c0:c1], beta[:, c0:c1],
+                                              cu_seqlens=torch.tensor([0, c1 - c0]),
+                                              initial_state=entering.transpose(-1, -2)[None], scale=scale)
+                o[0, c0:c1] = oc[0].float()
+                decay = gf[c0:c1].sum(0).exp()[:, None, None]
+                S = end[0].transpose(-1, -2) + decay * (S - entering)  # the fp32 part the rounding dropped
+            final[s] = S
+        h = torch.stack(hs).unsqueeze(0) if hs else k.new_zeros(1, 0, Hv, K, V)
+        return o.to(q.dtype), (final if output_final_state else None), h
+
+    return chunk_gated_delta_rule_npu
 
 
 # ----------------------------------------------------------------------------- npu recurrent op
@@ -312,21 +485,33 @@ def make_npu_recurrent_emulator(*, ub_bytes: int = caps.UB_BYTES) -> Callable:
 
 def emulators(mega_predicate=None, npu_chunk_refuse=None, *, chip: Optional[str] = "A3",
               mega_variant: Optional[caps.MegaVariant] = caps.MEGA_CURRENT,
-              recurrent: bool = True, npu_chunk: bool = True) -> dict[str, Callable]:
+              recurrent: bool = True, npu_chunk: bool = True, triton: bool = False,
+              version: Optional[str] = None, environ=None) -> dict[str, Callable]:
     """The GDN emulators of one machine, keyed by seam name (for ``seam.install_emulators``).
 
-    ``chip``: the chip generation; on ``"950"`` the sgl-kernel-npu build has no
-    ``recurrent_gated_delta_rule`` (SKN csrc/CMakeLists.txt: SGL_KERNEL_ENABLE_A3_ONLY_OPS is OFF
-    for ascend950; whether the chunk op is in the same block is not known, ``npu_chunk`` decides).
+    ``chip``: the chip generation.  On ``"950"`` the sgl-kernel-npu build has neither
+    ``recurrent_gated_delta_rule`` nor ``mega_chunk_gdn`` (SKN f425bdf1 csrc/CMakeLists.txt ~9-13:
+    SGL_KERNEL_ENABLE_A3_ONLY_OPS is OFF for ``ascend950*``; both ops are inside it, CMakeLists.txt
+    ~59-61 and ~171-175, pytorch_extensions.cpp ~121-139 and ~272-274): the mega wrapper imports but
+    its op is missing, so the seam reports it absent and the Triton entry, when it routes to it,
+    raises AttributeError.  The chunk op (PR #747) has an Ascend 950 path (its host's
+    ``isAscend950``, arch35 kernels), so it is offered there; ``npu_chunk`` decides.
     ``mega_variant=None``: a release without the mega kernel (tags before ``2026.05.01.post3``).
+    ``triton``: also the Triton entry (:func:`make_triton_chunk_emulator`, of ``version``, reading
+    ``environ``).
     """
     ops: dict[str, Callable] = {}
-    if mega_variant is not None:
+    mega_registered = mega_variant is not None and chip != "950"
+    if mega_registered:
         ops[OP_MEGA] = make_mega_emulator(mega_predicate, variant=mega_variant)
     if npu_chunk:
         ops[OP_NPU_CHUNK] = make_npu_chunk_emulator(npu_chunk_refuse, chip=chip)
     if recurrent and chip != "950":
         ops[OP_NPU_RECURRENT] = make_npu_recurrent_emulator()
+    if triton:
+        mega = (ops[OP_MEGA] if mega_registered else
+                missing_torch_op("mega_chunk_gdn") if mega_variant is not None else None)
+        ops[OP_TRITON] = make_triton_chunk_emulator(mega=mega, version=version, environ=environ)
     return ops
 
 

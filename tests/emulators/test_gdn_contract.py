@@ -96,10 +96,15 @@ def test_chunk_op_argument_rules():
         with pytest.raises(RuntimeError) as err:
             op(q, k, v, **{**kw, **bad})
         assert str(err.value).startswith(TEXTS[key]), (key, str(err.value))
-    with pytest.raises(EmulatorContractViolation, match="sum\\(actual_seq_lengths\\)"):
-        op(q, k, v, **{**kw, "actual_seq_lengths": torch.tensor([30, 30], dtype=torch.int32)})
-    with pytest.raises(EmulatorContractViolation, match="g must be float32"):
-        op(q, k, v, **{**kw, "g": kw["g"].bfloat16()})
+    for bad, key in ((dict(actual_seq_lengths=torch.tensor([30, 30], dtype=torch.int32)), "lengths_sum"),
+                     (dict(g=kw["g"].bfloat16()), "g_dtype"),
+                     (dict(actual_seq_lengths=kw["actual_seq_lengths"].long()), "lengths_dtype"),
+                     (dict(initial_state=kw["initial_state"].half()), "state_dtype"),
+                     (dict(beta=None), "beta_provided"), (dict(initial_state=None), "state_provided")):
+        with pytest.raises(RuntimeError) as err:  # host TORCH_CHECKs now (SKN-747 c811ba3f), no violation
+            op(q, k, v, **{**kw, **bad})
+        assert str(err.value) == TEXTS[key], (key, str(err.value))
+        assert caps.is_npu_chunk_refusal(err.value)
     assert "161002" not in "".join(TEXTS.values())  # a direct launch: no aclnn error codes
 
 

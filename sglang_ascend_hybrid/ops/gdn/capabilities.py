@@ -8,17 +8,23 @@ SKN      sgl-project/sgl-kernel-npu ``main`` f425bdf1 (tag ``2026.08.21``, wheel
 SKN-462  sgl-kernel-npu ff984786 (PR #462, 2026-05-20, first tag ``2026.05.01.post3``)
 SKN-517  sgl-kernel-npu 12f136d3 (PR #517, 2026-05-28, in no tag alone)
 SKN-533  sgl-kernel-npu 3558cea0 (PR #533, 2026-06-03, tags ``2026.6.0`` .. ``2026.08.21``)
-SKN-747  sgl-kernel-npu PR #747 host ``csrc/chunk_gated_delta_rule/op_host/chunk_gated_delta_rule.cpp``
-         at b878a61a / 0a96db2f (as recorded in ``shared/NPU_CONTRACTS.md`` section 1; the PR head is
-         not in the stored mirror, so these rules could not be re-read here)
+SKN-747  sgl-kernel-npu PR #747 host ``csrc/chunk_gated_delta_rule/op_host/chunk_gated_delta_rule.cpp``:
+         read at sgl-project/sgl-kernel-npu b878a61a and at the PR branch's newer c811ba3f
+         (zhaozx-cn/sgl-kernel-npu, which adds the length checks, their host copy of
+         ``actual_seq_lengths`` -- a device-to-host sync on every prefill call -- and the
+         chunk_state size check); kernel ``op_kernel/arch22/chunk_gated_delta_rule_stage2.h`` at
+         3d5a9eef.  The op's registration (schema) is in no stored version.
 OPP      Ascend/op-plugin 517f2e7d ``docs/zh/custom_APIs/torch_npu/*.md``
 
 ``torch.ops.npu.chunk_gated_delta_rule`` (SKN-747), :class:`NpuChunkContract`
     q, k, v bf16 only; beta bf16 ``(T, Nv)`` post-sigmoid; g fp32 ``(T, Nv)``;
     initial_state ``[B, Nv, Dv, Dk]`` bf16 on A2/A3, fp32 only on Ascend 950 (OPP);
     chunk_state of the initial state's dtype with ``size(0) >= ceil(T/64) + B``;
-    every ``actual_seq_lengths`` entry > 0; ``0 < Nk, Nv <= 64``, ``Nv % Nk == 0``,
-    ``0 < Dk, Dv <= 128``.  Plain ``TORCH_CHECK`` texts (:data:`NPU_CHUNK_TEXTS`).
+    every ``actual_seq_lengths`` entry > 0, summing to T; ``0 < Nk, Nv <= 64``, ``Nv % Nk == 0``,
+    ``0 < Dk, Dv <= 128``.  Plain ``TORCH_CHECK`` texts in the host's order (:data:`NPU_CHUNK_TEXTS`).
+    The host copies ``actual_seq_lengths`` to the CPU (``actual_seq_lengths->cpu()``): one
+    device-to-host sync per call, on the prefill path only (the plugin's prefill reads the
+    sequence offsets on the host anyway).
 ``torch.ops.npu.recurrent_gated_delta_rule`` (SKN ``csrc/recurrent_gated_delta_rule/op_host/
 recurrent_gated_delta_rule.cpp``, ``op_kernel/recurrent_gated_delta_rule_kernel.cpp``)
     bf16 only with no dtype check (the kernel is instantiated ``RGDR<bfloat16_t,
@@ -31,8 +37,10 @@ mega_chunk_gdn.cpp`` ``check_shape``), :data:`MEGA_VARIANTS`
     the initial state loses precision below fp16's); accepted head pairs depend
     on the installed release (post3 set without the ``GDN_ATTN_BACKEND_TRITON``
     hint; later sets with it).
-``sgl_kernel_npu.fla.chunk:chunk_gated_delta_rule_npu`` (Triton)
-    asserts q is not fp32.
+``sgl_kernel_npu.fla.chunk:chunk_gated_delta_rule_npu`` (Triton; SKN ``fla/chunk.py``)
+    asserts q is not fp32 and beta is 3-D; h per 64 tokens.  Depending on the release and the
+    environment (``GDN_USE_MEGA_GDN=1`` from #542; by default before it) it runs the mega kernel
+    instead, with the mega kernel's contract (:func:`triton_mega_mode`, :func:`triton_runs_mega`).
 """
 
 from __future__ import annotations
@@ -153,6 +161,17 @@ def mega_supports_layout(head_dim_k: int, head_dim_v: int, dtype: torch.dtype) -
     return head_dim_k == MEGA_HEAD_DIM and head_dim_v == MEGA_HEAD_DIM and dtype in MEGA_INPUT_DTYPES
 
 
+# Largest magnitude the wrapper's fp16 casts keep finite (torch.finfo(torch.float16).max): a bf16 or
+# fp32 value beyond it becomes inf in ``t.half()``, while the torch rung (fp32) stays finite.
+MEGA_MAX_ABS = 65504.0
+
+
+def fits_mega_range(max_abs: float) -> bool:
+    """Whether inputs / an initial state of largest magnitude ``max_abs`` survive the wrapper's fp16
+    casts (finite and at most :data:`MEGA_MAX_ABS`; NaN never fits)."""
+    return max_abs <= MEGA_MAX_ABS  # False for NaN and inf
+
+
 def is_mega_refusal(exc: BaseException) -> bool:
     text = str(exc)
     return isinstance(exc, RuntimeError) and (MEGA_HINT in text or any(t in text for t in MEGA_CHECK_TEXTS))
@@ -164,29 +183,63 @@ NPU_CHUNK_MAX_HEADS = 64
 NPU_CHUNK_MAX_HEAD_DIM = 128
 NPU_CHUNK_INPUT_DTYPE = torch.bfloat16
 NPU_CHUNK_CHUNK = 64
-# SKN-747 host TORCH_CHECK texts.
+# SKN-747 host TORCH_CHECK texts, in the order the host checks them (c811ba3f; b878a61a has the same
+# texts without "lengths", "lengths_sum" and "chunk_state_size").  "chunk_state_size" is followed by
+# the required count.
 NPU_CHUNK_TEXTS = {
+    # presence
+    "qkv_defined": "query/key/value must be defined",
+    "beta_provided": "beta must be provided",
+    "state_provided": "initial_state must be provided",
+    "lengths_provided": "actual_seq_lengths must be provided",
+    # ranks
+    "qkv_3d": "query/key/value must be 3D",
+    "beta_2d": "beta must be 2D (T, Nv)",
+    "state_4d": "initial_state must be 4D (B, Nv, Dv, Dk)",
+    "lengths_1d": "actual_seq_lengths must be 1D (B,)",
+    # dtypes (g's rank is checked with its dtype, when g is given)
+    "qkv_dtype": "query/key/value must be bfloat16",
+    "beta_dtype": "beta must be bfloat16",
+    "state_dtype": "initial_state must be bfloat16 or float32",
+    "lengths_dtype": "actual_seq_lengths must be int32",
+    "g_dtype": "g must be float32",
+    "g_2d": "g must be 2D (T, Nv)",
+    # shapes
+    "key_shape": "key shape must match query",
+    "value_shape": "value shape must match (T, Nv, Dv)",
+    "beta_shape": "beta shape must be (T, Nv)",
+    "state_shape": "initial_state shape must be (B, Nv, Dv, Dk)",
+    "lengths_size": "actual_seq_lengths size must equal initial_state dim 0",
+    "positive": "dims must be positive",
+    # limits
     "heads": "nk and nv must be <= 64",
     "dims": "dk and dv must be <= 128",
     "ratio": "nv must be an integer multiple of nk",
-    "qkv_dtype": "query/key/value must be bfloat16",
-    "beta_dtype": "beta must be bfloat16",
-    "fp32_state": "FP32 initial_state is only supported on Ascend950 (arch35)",
-    "chunk_state_dtype": "chunk_state dtype must match initial_state",
+    "g_shape": "g shape must be (T, Nv)",
+    # lengths (read on the host: actual_seq_lengths->cpu(), a device-to-host copy)
     "lengths": "actual_seq_lengths entries must be positive",
+    "lengths_sum": "sum(actual_seq_lengths) must equal query dim 0",
+    # chip
+    "fp32_state": "FP32 initial_state is only supported on Ascend950 (arch35)",
+    # chunk_state (when given)
+    "chunk_state_4d": "chunk_state must be 4D (totalChunks, Nv, Dv, Dk)",
     "chunk_state_size": "chunk_state dim 0 must be >= ",
-    "beta_2d": "beta must be 2D (T, Nv)",
-    "g_2d": "g must be 2D (T, Nv)",
+    "chunk_state_shape": "chunk_state shape must match (totalChunks, Nv, Dv, Dk)",
+    "chunk_state_dtype": "chunk_state dtype must match initial_state",
+    "chunk_state_device": "chunk_state must be on the same device as query",
 }
+# Accepted initial_state dtypes of the host's dtype check (the chip decides fp32 later).
+NPU_CHUNK_STATE_DTYPES = (torch.bfloat16, torch.float32)
 
 
 def npu_chunk_state_dtypes(chip: Optional[str]) -> tuple:
-    """State dtypes the chunk op takes on ``chip`` (fp32 only on Ascend 950, OPP).  An unknown
-    chip is treated as A2/A3 (the strict answer)."""
-    return (torch.bfloat16, torch.float32) if chip == "950" else (torch.bfloat16,)
+    """State dtypes the chunk op takes on ``chip`` (fp32 only on Ascend 950, OPP and the host's
+    ``isAscend950`` check).  An unknown chip is treated as A2/A3 (the strict answer)."""
+    return NPU_CHUNK_STATE_DTYPES if chip == "950" else (torch.bfloat16,)
 
 
 def npu_chunk_min_chunk_states(total_tokens: int, num_sequences: int) -> int:
+    """The host's ``totalChunks = (t + 63) / 64 + b`` (SKN-747 c811ba3f)."""
     return math.ceil(total_tokens / NPU_CHUNK_CHUNK) + num_sequences
 
 
@@ -202,20 +255,29 @@ def npu_op_supports(value_heads: int, key_heads: int, head_dim_k: int, head_dim_
 def npu_chunk_refusal_reason(value_heads: int, key_heads: int, head_dim_k: int, head_dim_v: int,
                              dtype: torch.dtype, state_dtype: Optional[torch.dtype], chip: Optional[str],
                              lengths: Optional[Sequence[int]] = None) -> Optional[str]:
-    """Which host check the chunk op would fail (its text), or None when it accepts the call
-    with a state of ``state_dtype`` (None: no state of a fixed dtype is required)."""
-    if not (0 < key_heads <= NPU_CHUNK_MAX_HEADS and 0 < value_heads <= NPU_CHUNK_MAX_HEADS):
+    """Which host check the chunk op would fail first (its text), or None when it accepts a call
+    the plugin builds (ranks, beta / g / chunk_state dtypes and shapes as the npu_chunk rung makes
+    them) with q/k/v of ``dtype``, a state of ``state_dtype`` (None: the rung picks one) and
+    per-sequence ``lengths`` (None: not known yet).  Same order as the host (SKN-747 c811ba3f):
+    dtypes, ``dims must be positive``, heads / dims / ratio, lengths, the fp32-state rule."""
+    if dtype != NPU_CHUNK_INPUT_DTYPE:
+        return NPU_CHUNK_TEXTS["qkv_dtype"]
+    if state_dtype is not None and state_dtype not in NPU_CHUNK_STATE_DTYPES:
+        return NPU_CHUNK_TEXTS["state_dtype"]
+    total = None if lengths is None else sum(int(x) for x in lengths)
+    if (min(key_heads, value_heads, head_dim_k, head_dim_v) <= 0
+            or (lengths is not None and (total <= 0 or len(lengths) == 0))):
+        return NPU_CHUNK_TEXTS["positive"]
+    if key_heads > NPU_CHUNK_MAX_HEADS or value_heads > NPU_CHUNK_MAX_HEADS:
         return NPU_CHUNK_TEXTS["heads"]
-    if not (0 < head_dim_k <= NPU_CHUNK_MAX_HEAD_DIM and 0 < head_dim_v <= NPU_CHUNK_MAX_HEAD_DIM):
+    if head_dim_k > NPU_CHUNK_MAX_HEAD_DIM or head_dim_v > NPU_CHUNK_MAX_HEAD_DIM:
         return NPU_CHUNK_TEXTS["dims"]
     if value_heads % key_heads:
         return NPU_CHUNK_TEXTS["ratio"]
-    if dtype != NPU_CHUNK_INPUT_DTYPE:
-        return NPU_CHUNK_TEXTS["qkv_dtype"]
-    if state_dtype is not None and state_dtype not in npu_chunk_state_dtypes(chip):
-        return NPU_CHUNK_TEXTS["fp32_state"]
     if lengths is not None and any(int(x) <= 0 for x in lengths):
         return NPU_CHUNK_TEXTS["lengths"]
+    if state_dtype is not None and state_dtype not in npu_chunk_state_dtypes(chip):
+        return NPU_CHUNK_TEXTS["fp32_state"]
     return None
 
 
@@ -281,11 +343,81 @@ def is_recurrent_refusal(exc: BaseException) -> bool:
 # chunk_gated_delta_rule_npu (Triton) asserts q.dtype != float32.
 TRITON_DTYPES = (torch.float16, torch.bfloat16)
 TRITON_REFUSAL_TEXTS = ("does not support", "must be of shape", "is expected to be")
+TRITON_CHUNK = 64  # chunk_local_cumsum(g, chunk_size=64): h per 64 tokens on the Triton path
+
+# When the Triton entry runs the mega kernel instead (SKN fla/chunk.py, ``chunk_gated_delta_rule_fwd``;
+# every condition is read with ``os.getenv`` at each call, not at import):
+#   "opt_in"     ac3a564f (#542, tags 2026.6.1 ..  2026.08.21 = f425bdf1 lines 26-27, 216-222):
+#                only when GDN_USE_MEGA_GDN=1;
+#   "default"    12f136d3 / 3558cea0 (tag 2026.6.0): unless GDN_ATTN_BACKEND_TRITON=1;
+#   "supported"  ff984786 (#462, tag 2026.05.01.post3): unless GDN_ATTN_BACKEND_TRITON=1, and only for
+#                the calls ``mega_gdn_supported`` accepts (its head pairs, head dim 128, packed B == 1);
+#   "never"      releases without the mega kernel.
+# In mega mode the entry returns the mega kernel's results: a state kept in fp16 and ``h`` per
+# 128-token chunk (``[1, NT128, H, K, V]``), and refuses with the mega texts.
+TRITON_MEGA_ENV = "GDN_USE_MEGA_GDN"
+TRITON_BACKEND_ENV = "GDN_ATTN_BACKEND_TRITON"
 
 
-def triton_supports(value_heads: int, key_heads: int, dtype: torch.dtype) -> bool:
-    return key_heads > 0 and value_heads % key_heads == 0 and dtype in TRITON_DTYPES
+def triton_mega_mode(version: Optional[str] = None, *, mega_present: bool = True) -> str:
+    """How the Triton entry of sgl-kernel-npu ``version`` (default: the seam's) chooses the mega
+    kernel: ``"opt_in"``, ``"default"``, ``"supported"`` or ``"never"`` (see above).  The wheel of
+    tags 2026.05.01 .. .post3 reports ``2026.05.01`` for all: with the mega wrapper present it is
+    post3 (``mega_present``), else an earlier one.  Unknown versions get the current behaviour."""
+    if version is None:
+        from sglang_ascend_hybrid.ops import seam
+
+        version = seam.kernel_package_version()
+    if version is None:
+        return "opt_in"
+    key = version_key(version)
+    if not key or key[0] < 2000 or key >= (2026, 6, 1):
+        return "opt_in"
+    if key >= (2026, 6):
+        return "default"
+    return "supported" if mega_present else "never"
+
+
+def post3_python_pair_supported(value_heads: int, key_heads: int) -> bool:
+    """``_head_pair_supported`` of SKN-462's ``fla/mega_chunk_gdn.py`` (what ``mega_gdn_supported``
+    asks): global 16 key heads split over TP in {1, 2, 4, 8}, global value heads in {16, 32, 48, 64}.
+    Wider than the pairs its kernel was compiled for (:data:`MEGA_POST3`): e.g. (6, 2) is routed to
+    the kernel, which then refuses it."""
+    if key_heads <= 0 or 16 % key_heads:
+        return False
+    tp = 16 // key_heads
+    return tp in (1, 2, 4, 8) and value_heads * tp in (16, 32, 48, 64)
+
+
+def triton_runs_mega(mode: str, environ, value_heads: int, key_heads: int, head_dim_k: int,
+                     head_dim_v: int) -> bool:
+    """Whether the Triton entry in ``mode`` runs the mega kernel for a call of these heads (packed,
+    B == 1, as the plugin calls it), with the environment ``environ`` (a mapping, read as the entry
+    reads ``os.getenv``)."""
+    if mode == "opt_in":
+        return environ.get(TRITON_MEGA_ENV, "0") == "1"
+    if mode == "never" or environ.get(TRITON_BACKEND_ENV, "0") == "1":
+        return False
+    if mode == "default":
+        return True
+    return (post3_python_pair_supported(value_heads, key_heads)  # "supported": mega_gdn_supported
+            and head_dim_k == MEGA_HEAD_DIM and head_dim_v == MEGA_HEAD_DIM)
+
+
+# chunk_gated_delta_rule_fwd_h (SKN f425bdf1 fla/chunk_delta_h.py ~73-81) holds the state of one head in
+# a fixed [128, 64] x 2 tile with masked loads: K and V above 128 are silently cut off.
+TRITON_MAX_HEAD_DIM = 128
+
+
+def triton_supports(value_heads: int, key_heads: int, dtype: torch.dtype, head_dim_k: int = 0,
+                    head_dim_v: int = 0) -> bool:
+    return (key_heads > 0 and value_heads % key_heads == 0 and dtype in TRITON_DTYPES
+            and head_dim_k <= TRITON_MAX_HEAD_DIM and head_dim_v <= TRITON_MAX_HEAD_DIM)
 
 
 def is_triton_refusal(exc: BaseException) -> bool:
-    return isinstance(exc, (AssertionError, ValueError)) and any(s in str(exc) for s in TRITON_REFUSAL_TEXTS)
+    """A refusal of the Triton entry: its own asserts / ValueErrors, or, in mega mode, the mega
+    kernel's host texts."""
+    if isinstance(exc, (AssertionError, ValueError)) and any(s in str(exc) for s in TRITON_REFUSAL_TEXTS):
+        return True
+    return is_mega_refusal(exc)

@@ -4,8 +4,14 @@ Prefill (chunk) ladder, fastest first:
 
 ``npu_chunk``  ``torch.ops.npu.chunk_gated_delta_rule`` (SGLang 0.5.23's Ascend path)
 ``mega``       sgl-kernel-npu ``run_mega_chunk_gdn``, through a head plan
-               (native / split / pad) when the head pair is outside its table
-``triton``     sgl-kernel-npu ``fla.chunk.chunk_gated_delta_rule_npu``
+               (native / split / pad) when the head pair is outside its table; only
+               where ``torch.ops.npu.mega_chunk_gdn`` is registered (not on Ascend 950
+               builds) and, per call, where every input and the initial state fit fp16's
+               range (its wrapper casts them to fp16); a call whose outputs come back
+               non-finite goes to the next rung
+``triton``     sgl-kernel-npu ``fla.chunk.chunk_gated_delta_rule_npu``; when that entry
+               runs the mega kernel itself (``GDN_USE_MEGA_GDN=1``; by default in
+               releases before 2026.6.1), the rung takes the mega kernel's contract
 ``torch``      :func:`.reference.chunk_gdn_torch`, always available (the CPU path)
 
 Decode ladder: ``npu_recurrent`` (``torch.ops.npu.recurrent_gated_delta_rule``) -> ``torch``.
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -41,7 +48,7 @@ from sglang_ascend_hybrid.ops.gdn.plan_exec import execute_plan
 from sglang_ascend_hybrid.ops.gdn.pool_step import step_on_pool
 from sglang_ascend_hybrid.ops.gdn.reference import CHUNK_SIZE, chunk_gdn_torch, l2norm
 from sglang_ascend_hybrid.ops.gdn.scatter import scatter_live_rows
-from sglang_ascend_hybrid.ops.ladder import Ladder, Rung
+from sglang_ascend_hybrid.ops.ladder import DeclinedCall, Ladder, Rung
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +101,7 @@ class ChunkCall:
     scale: float
     chunk_states: bool = False  # also return the state at the start of every 64-token chunk
     _lengths: Optional[list] = None
+    _max_abs: Optional[float] = None
 
     @property
     def num_sequences(self) -> int:
@@ -120,6 +128,16 @@ class ChunkCall:
 
     def num_chunks(self, chunk: int = CHUNK_SIZE) -> int:
         return sum((x + chunk - 1) // chunk for x in self.lengths)
+
+    def max_abs(self) -> float:
+        """Largest magnitude among q, k, v, beta and the initial state (the tensors the mega wrapper
+        casts to fp16); NaN when any is NaN.  Read on the host once per call (one sync; prefill
+        already reads the offsets on the host), only when a 16-bit-range kernel is about to run."""
+        if self._max_abs is None:
+            parts = [t.detach().abs().amax().float() for t in (self.q, self.k, self.v, self.beta, self.initial_state)
+                     if t is not None and t.numel()]
+            self._max_abs = float(torch.stack(parts).max()) if parts else 0.0
+        return self._max_abs
 
 
 # ---------------------------------------------------------------- refusals (texts: capabilities)
@@ -209,15 +227,45 @@ def _plan(sig: GdnSignature) -> planner.Plan:
     return plan_for_layout(sig.value_heads, sig.key_heads, sig.head_dim_k, sig.head_dim_v, sig.dtype)
 
 
+def _mega_state_ok(rung: str, sig: GdnSignature) -> bool:
+    """The mega kernel keeps the state in fp16: never for a pool of higher precision (fp32)."""
+    if _keeps_precision(caps.MEGA_STATE_DTYPE, sig.state_dtype):
+        return True
+    _skipped("prefill", rung, sig, f"it keeps the state in {_dtype_name(caps.MEGA_STATE_DTYPE)}, below "
+             f"the pool's {_dtype_name(sig.state_dtype)}")
+    return False
+
+
+def _fits_fp16(rung: str, sig: GdnSignature, call: ChunkCall) -> bool:
+    """The mega wrapper casts q / k / v / beta and the initial state to fp16 (``t.half()``): a call
+    with a value beyond fp16's range (or a non-finite one) is not handed to it.  Asked last, for
+    this call only (values, not shapes: the rung stays available for the signature)."""
+    worst = call.max_abs()
+    if caps.fits_mega_range(worst):
+        return True
+    log_once(logger, ("gdn-range", rung, sig),
+             "sglang-ascend-hybrid: GDN prefill %s skips the %s kernel for calls whose inputs or initial "
+             "state exceed fp16's range (max |x| = %s > %s; its fp16 casts would give inf / NaN where the "
+             "other kernels stay finite)", sig, rung, worst, caps.MEGA_MAX_ABS)
+    return False
+
+
+def _finite_or_decline(rung: str, *tensors) -> None:
+    """Outputs of a 16-bit-range kernel that came back non-finite from finite inputs (fp16 overflow
+    inside it): this call goes to the next rung, nothing was written (one host read)."""
+    present = [t for t in tensors if t is not None and t.numel()]
+    if present and not bool(torch.stack([torch.isfinite(t).all() for t in present]).all()):
+        raise DeclinedCall(f"the {rung} kernel returned non-finite outputs from inputs within fp16's range "
+                           f"(an fp16 overflow inside the kernel)")
+
+
 def _mega_supports(sig: GdnSignature, call: ChunkCall) -> bool:
     # The mega kernel's per-chunk states are per 128 tokens: no 64-token chunk states.
     if sig.chunk_states or not seam.serves(OP_MEGA, call.q) or call.q.shape[0] != 1:
         return False
-    if not _keeps_precision(caps.MEGA_STATE_DTYPE, sig.state_dtype):
-        _skipped("prefill", "mega", sig, f"it keeps the state in {_dtype_name(caps.MEGA_STATE_DTYPE)}, below "
-                 f"the pool's {_dtype_name(sig.state_dtype)}")
+    if not _mega_state_ok("mega", sig):
         return False
-    return _plan(sig).strategy != "none"
+    return _plan(sig).strategy != "none" and _fits_fp16("mega", sig, call)
 
 
 def _mega_run(call: ChunkCall):
@@ -234,14 +282,47 @@ def _mega_run(call: ChunkCall):
 
     o, final = execute_plan(plan, launch, call.q, call.k, call.v, call.g, call.beta, call.initial_state,
                             num_sequences=call.num_sequences)
+    _finite_or_decline("mega", o, final)
     _logged("prefill", "mega", sig, f" via {plan.strategy} plan launches={list(plan.launches)} "
                                     f"overhead={plan.overhead:.2f}")
     return o.to(call.q.dtype), final.float().contiguous(), None
 
 
+def triton_runs_mega(sig: GdnSignature, environ=None) -> bool:
+    """Whether sgl-kernel-npu's Triton entry, as installed, runs the mega kernel for this signature
+    now (its release and the environment decide, read at every call as the entry reads them:
+    :func:`caps.triton_mega_mode`).  The plugin never changes the environment for a call (it is
+    process-wide: another thread's call would see it); it takes the mega kernel's contract instead."""
+    mode = caps.triton_mega_mode(mega_present=seam.available(OP_MEGA))
+    return caps.triton_runs_mega(mode, os.environ if environ is None else environ, sig.value_heads,
+                                 sig.key_heads, sig.head_dim_k, sig.head_dim_v)
+
+
+def _triton_mega_reason(sig: GdnSignature, call: ChunkCall) -> Optional[str]:
+    """Why the Triton entry in mega mode cannot serve the call correctly (None: it can)."""
+    if not seam.serves(OP_MEGA, call.q):
+        return "this sgl-kernel-npu build has no torch.ops.npu.mega_chunk_gdn (Ascend 950 builds leave it out)"
+    if sig.chunk_states:
+        return "its per-chunk states are per 128 tokens, and 64-token chunk states were asked for"
+    if not caps.mega_supports_layout(sig.head_dim_k, sig.head_dim_v, sig.dtype):
+        return f"the mega kernel takes head dim {caps.MEGA_HEAD_DIM} only"
+    if not caps.mega_variant().supports(sig.value_heads, sig.key_heads):
+        return "the installed mega kernel refuses this head pair (the Triton entry does not plan heads)"
+    return None
+
+
 def _triton_supports(sig: GdnSignature, call: ChunkCall) -> bool:
-    return (seam.serves(OP_TRITON, call.q) and call.q.shape[0] == 1
-            and caps.triton_supports(sig.value_heads, sig.key_heads, sig.dtype))
+    if not (seam.serves(OP_TRITON, call.q) and call.q.shape[0] == 1
+            and caps.triton_supports(sig.value_heads, sig.key_heads, sig.dtype, sig.head_dim_k, sig.head_dim_v)):
+        return False
+    if not triton_runs_mega(sig):
+        return True
+    reason = _triton_mega_reason(sig, call)
+    if reason is not None:
+        _skipped("prefill", "triton", sig, f"sgl-kernel-npu's Triton entry runs the mega kernel here "
+                 f"({caps.TRITON_MEGA_ENV}=1 or its release's default) and {reason}")
+        return False
+    return _mega_state_ok("triton", sig) and _fits_fp16("triton", sig, call)
 
 
 def _triton_run(call: ChunkCall):
@@ -256,7 +337,13 @@ def _triton_run(call: ChunkCall):
     Hv, V, K = call.v.shape[2], call.v.shape[3], call.q.shape[3]
     h_out = None
     if call.chunk_states:
+        expected = call.num_chunks(caps.TRITON_CHUNK)
+        if h.dim() != 5 or h.shape[1] != expected:  # e.g. the mega kernel's 128-token states
+            raise RuntimeError(f"the Triton entry returned h of shape {tuple(h.shape)}; expected {expected} "
+                               f"{caps.TRITON_CHUNK}-token chunk states [1, {expected}, {Hv}, {K}, {V}]")
         h_out = h.reshape(-1, Hv, K, V).transpose(-1, -2).float().contiguous()
+    if triton_runs_mega(call.signature()):
+        _finite_or_decline("triton", o, final)
     _logged("prefill", "triton", call.signature())
     return o.to(call.q.dtype), final.float().transpose(-1, -2).contiguous(), h_out
 
@@ -275,9 +362,10 @@ PREFILL = Ladder("gdn_prefill", [
                             "head dims <= 128, a bf16 state (fp32 only on Ascend 950), no empty sequence"),
     Rung("mega", lambda sig, call: _mega_supports(sig, call), _mega_run, _mega_refusal, device=True,
          needs="sgl-kernel-npu's mega kernel, head dim 128, a head plan within the overhead limit, "
-               "a 16-bit state, no 64-token chunk states"),
+               "a 16-bit state, no 64-token chunk states, inputs and state within fp16's range"),
     Rung("triton", lambda sig, call: _triton_supports(sig, call), _triton_run, _triton_refusal, device=True,
-         needs="sgl-kernel-npu's Triton chunk entry and fp16/bf16 inputs"),
+         needs="sgl-kernel-npu's Triton chunk entry, fp16/bf16 inputs and head dims <= 128; when the entry "
+               "runs the mega kernel (GDN_USE_MEGA_GDN=1), the mega kernel's contract"),
     Rung("torch", lambda sig, call: True, _torch_run),
 ])
 

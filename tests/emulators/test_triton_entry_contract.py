@@ -1,0 +1,152 @@
+"""The emulator of sgl-kernel-npu's Triton prefill entry ``fla.chunk.chunk_gated_delta_rule_npu``
+(written from sgl-project/sgl-kernel-npu f425bdf1 ``python/sgl_kernel_npu/sgl_kernel_npu/fla/chunk.py``):
+its own checks, the 64-token ``h`` of the Triton path, and the mega kernel it runs instead --
+``GDN_USE_MEGA_GDN=1`` from ac3a564f (#542), by default in 3558cea0 (tag 2026.6.0) unless
+``GDN_ATTN_BACKEND_TRITON=1``, for ``mega_gdn_supported`` shapes in ff984786 (tag 2026.05.01.post3)
+-- read at every call, as the entry's ``os.getenv``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from sglang_ascend_hybrid.emulators import EmulatorContractViolation
+from sglang_ascend_hybrid.emulators import gdn as emu
+from sglang_ascend_hybrid.ops.gdn import capabilities as caps
+from sglang_ascend_hybrid.ops.gdn.reference import chunk_gdn_torch, l2norm
+from tests.call_counter import Counting
+
+D = 128
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch):
+    monkeypatch.delenv("GDN_USE_MEGA_GDN", raising=False)
+    monkeypatch.delenv("GDN_ATTN_BACKEND_TRITON", raising=False)
+
+
+def _args(hv=16, hk=8, lens=(150, 20), dtype=torch.bfloat16, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    T = sum(lens)
+    q = l2norm(torch.randn(1, T, hk, D, generator=gen)).to(dtype)
+    k = l2norm(torch.randn(1, T, hk, D, generator=gen)).to(dtype)
+    v = torch.randn(1, T, hv, D, generator=gen).to(dtype)
+    g = F.logsigmoid(torch.randn(1, T, hv, generator=gen) + 3.0)
+    beta = torch.rand(1, T, hv, generator=gen).to(dtype)
+    cu = torch.tensor([0, *lens]).cumsum(0)
+    h0 = torch.randn(len(lens), hv, D, D, generator=gen) * 0.1  # key first, fp32
+    return q, k, v, g, beta, cu, h0
+
+
+def _entry(mega_variant=caps.MEGA_CURRENT, version="2026.6.1"):
+    mega = Counting(emu.make_mega_emulator(variant=mega_variant))
+    return emu.make_triton_chunk_emulator(mega=mega, version=version), mega
+
+
+def _run(entry, q, k, v, g, beta, cu, h0):
+    return entry(q, k, v, g, beta, scale=D ** -0.5, initial_state=h0, output_final_state=True, cu_seqlens=cu)
+
+
+def test_triton_path_h_per_64_tokens_fp32_state_close_to_the_reference():
+    q, k, v, g, beta, cu, h0 = _args()
+    entry, mega = _entry()
+    o, final, h = _run(entry, q, k, v, g, beta, cu, h0)
+    assert mega.calls == 0
+    assert h.shape == (1, 3 + 1, 16, D, D) and h.dtype == torch.bfloat16  # ceil(150/64) + ceil(20/64)
+    assert torch.equal(h[0, 0], h0[0].bfloat16()) and torch.equal(h[0, 3], h0[1].bfloat16())
+    assert final.dtype == torch.float32 and final.shape == (2, 16, D, D)
+    ref_o, ref_final, ref_h = chunk_gdn_torch(q.float(), k.float(), v.float(), g, beta.float(), cu_seqlens=cu,
+                                              initial_state=h0.transpose(-1, -2), scale=D ** -0.5,
+                                              chunk_states=True)
+    torch.testing.assert_close(o.float(), ref_o, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(final.transpose(-1, -2), ref_final, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(h[0].float().transpose(-1, -2), ref_h, atol=2e-2, rtol=2e-2)
+    assert not torch.equal(final, final.bfloat16().float())  # the running state is not rounded
+
+
+def test_use_mega_gdn_routes_to_the_mega_kernel_at_call_time(monkeypatch):
+    q, k, v, g, beta, cu, h0 = _args()
+    entry, mega = _entry()
+    _run(entry, q, k, v, g, beta, cu, h0)
+    assert mega.calls == 0
+    monkeypatch.setenv("GDN_USE_MEGA_GDN", "1")  # after the entry was made: read at call time
+    o, final, h = _run(entry, q, k, v, g, beta, cu, h0)
+    assert mega.calls == 1
+    assert h.shape == (1, 2 + 1, 16, D, D)  # per 128 tokens: ceil(150/128) + ceil(20/128)
+    assert torch.equal(final, final.half().float())  # the kernel's fp16 state buffer
+    ref = emu.make_mega_emulator()(q, k, v, g, beta, D ** -0.5, h0, True, cu)
+    assert torch.equal(o, ref[1]) and torch.equal(final, ref[3])
+    monkeypatch.setenv("GDN_USE_MEGA_GDN", "0")
+    assert _run(entry, q, k, v, g, beta, cu, h0)[2].shape[1] == 4 and mega.calls == 1
+
+
+def test_in_mega_mode_the_entry_refuses_with_the_mega_texts(monkeypatch):
+    monkeypatch.setenv("GDN_USE_MEGA_GDN", "1")
+    entry, _ = _entry()
+    q, k, v, g, beta, cu, h0 = _args(hv=6, hk=2, lens=(10,))
+    with pytest.raises(RuntimeError) as err:
+        _run(entry, q, k, v, g, beta, cu, h0)
+    assert str(err.value).startswith(caps.MEGA_PAIR_TEXT) and caps.MEGA_HINT in str(err.value)
+    assert caps.is_triton_refusal(err.value) and caps.is_mega_refusal(err.value)
+    monkeypatch.delenv("GDN_USE_MEGA_GDN")
+    _run(entry, q, k, v, g, beta, cu, h0)  # the Triton path takes the pair
+
+
+def test_on_an_ascend_950_build_mega_mode_raises_attribute_error(monkeypatch):
+    entry = emu.make_triton_chunk_emulator(mega=emu.missing_torch_op("mega_chunk_gdn"))
+    q, k, v, g, beta, cu, h0 = _args(lens=(10,))
+    _run(entry, q, k, v, g, beta, cu, h0)
+    monkeypatch.setenv("GDN_USE_MEGA_GDN", "1")
+    with pytest.raises(AttributeError, match="mega_chunk_gdn"):
+        _run(entry, q, k, v, g, beta, cu, h0)
+
+
+@pytest.mark.parametrize("version,env,pair,expect", [
+    ("2026.6.1", {}, (16, 8), False), ("2026.6.1", {"GDN_USE_MEGA_GDN": "1"}, (16, 8), True),
+    ("2026.6.0", {}, (16, 8), True), ("2026.6.0", {"GDN_ATTN_BACKEND_TRITON": "1"}, (16, 8), False),
+    ("2026.6.0", {"GDN_USE_MEGA_GDN": "1", "GDN_ATTN_BACKEND_TRITON": "1"}, (16, 8), False),
+    ("2026.05.01", {}, (16, 8), True), ("2026.05.01", {}, (6, 2), True),  # mega_gdn_supported's wider table
+    ("2026.05.01", {}, (12, 12), False), ("2026.05.01", {"GDN_ATTN_BACKEND_TRITON": "1"}, (16, 8), False),
+    (None, {"GDN_USE_MEGA_GDN": "1"}, (16, 8), True), ("0.0.0+cpu", {}, (16, 8), False),
+])
+def test_when_each_release_runs_the_mega_kernel(version, env, pair, expect):
+    mode = caps.triton_mega_mode(version or "2026.8.21")
+    assert caps.triton_runs_mega(mode, env, *pair, D, D) is expect
+    assert caps.triton_mega_mode("2026.05.01", mega_present=False) == "never"  # post1 / post2
+    assert not caps.triton_runs_mega("supported", {}, 16, 8, 64, 64)  # head dim 128 only
+
+
+def test_the_post3_entry_routes_pairs_its_kernel_then_refuses(monkeypatch):
+    """ff984786: mega_gdn_supported admits (6, 2) (global 16 key heads at TP 8) while the compiled
+    pair list does not: the kernel refuses with the post3 text (no hint)."""
+    entry, mega = _entry(caps.MEGA_POST3, version="2026.05.01")
+    q, k, v, g, beta, cu, h0 = _args(hv=6, hk=2, lens=(10,))
+    with pytest.raises(RuntimeError) as err:
+        _run(entry, q, k, v, g, beta, cu, h0)
+    assert str(err.value) == caps.MEGA_PAIR_TEXT and mega.calls == 1
+    q, k, v, g, beta, cu, h0 = _args(hv=12, hk=12, lens=(10,))
+    _run(entry, q, k, v, g, beta, cu, h0)  # not admitted: Triton path
+    assert mega.calls == 1
+
+
+def test_the_entrys_own_checks_and_undefined_calls():
+    entry, _ = _entry()
+    q, k, v, g, beta, cu, h0 = _args(lens=(10,))
+    with pytest.raises(AssertionError, match="does not support float32"):
+        _run(entry, q.float(), k.float(), v.float(), g, beta, cu, h0)
+    with pytest.raises(AssertionError, match="beta must be of shape"):
+        _run(entry, q, k, v, g, beta[0], cu, h0)
+    with pytest.raises(ValueError, match="batch size is expected to be 1"):
+        _run(entry, q.expand(2, -1, -1, -1), k.expand(2, -1, -1, -1), v.expand(2, -1, -1, -1),
+             g.expand(2, -1, -1), beta.expand(2, -1, -1), cu, h0)
+    with pytest.raises(ValueError, match="number of initial states"):
+        _run(entry, q, k, v, g, beta, cu, torch.cat([h0, h0]))
+    with pytest.raises(EmulatorContractViolation, match="not \\[N, H, K, V\\]"):
+        _run(entry, q, k, v, g, beta, cu, h0[:, :8])
+    big = torch.zeros(1, 10, 8, 256).bfloat16()
+    with pytest.raises(EmulatorContractViolation, match="cut"):
+        entry(big, big, torch.zeros(1, 10, 16, 256).bfloat16(), g, beta, cu_seqlens=cu)
+    for err in (AssertionError("ChunkGatedDeltaRuleFunction does not support float32."),
+                ValueError("The batch size is expected to be 1 rather than 2")):
+        assert caps.is_triton_refusal(err)

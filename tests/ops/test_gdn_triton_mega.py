@@ -1,0 +1,190 @@
+"""The plugin's ``triton`` prefill rung when sgl-kernel-npu's Triton entry runs the mega kernel
+inside (``GDN_USE_MEGA_GDN=1``, sgl-project/sgl-kernel-npu f425bdf1 ``fla/chunk.py`` lines 26-27 and
+216-222, read at every call; by default in releases 2026.05.01.post3 and 2026.6.0): the rung then
+takes the mega kernel's contract -- never for an fp32 pool (fp16 state), never when 64-token chunk
+states are asked for (the mega ``h`` is per 128 tokens), only head pairs the installed mega kernel
+takes (the entry does not plan heads) -- and the mega refusal texts are known refusals.  It never
+changes the environment (process-wide)."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from sglang_ascend_hybrid.emulators import gdn as emu
+from sglang_ascend_hybrid.ops import seam
+from sglang_ascend_hybrid.ops.gdn import capabilities as caps
+from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, dispatch
+from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states
+from sglang_ascend_hybrid.ops.gdn.reference import l2norm
+from tests.call_counter import Counting
+
+D = 128
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch):
+    for name in ("GDN_USE_MEGA_GDN", "GDN_ATTN_BACKEND_TRITON", "SGLANG_ASCEND_HYBRID_GDN_BACKEND"):
+        monkeypatch.delenv(name, raising=False)
+    dispatch.forget_refusals()
+    yield
+    dispatch.forget_refusals()
+
+
+def _inputs(hv=16, hk=8, lens=(150, 20), pool_dtype=torch.bfloat16, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    T = sum(lens)
+    q = l2norm(torch.randn(1, T, hk, D, generator=gen)).bfloat16()
+    k = l2norm(torch.randn(1, T, hk, D, generator=gen)).bfloat16()
+    v = torch.randn(1, T, hv, D, generator=gen).bfloat16()
+    g = F.logsigmoid(torch.randn(1, T, hv, generator=gen) + 3.0)
+    beta = torch.rand(1, T, hv, generator=gen).bfloat16()
+    cu = torch.tensor([0, *lens]).cumsum(0)
+    h0 = (torch.randn(len(lens), hv, D, D, generator=gen) * 0.1).to(pool_dtype)
+    return q, k, v, g, beta, cu, h0
+
+
+def _machine(mega_variant=caps.MEGA_CURRENT, version="2026.6.1"):
+    """A build whose chunk op is absent: the mega rung is skipped by the caller (``skip``, as the
+    integration hook of the Triton entry does), so the triton rung is the first device rung."""
+    mega = Counting(emu.make_mega_emulator(variant=mega_variant))
+    triton = Counting(emu.make_triton_chunk_emulator(mega=mega, version=version))
+    return {emu.OP_MEGA: mega, emu.OP_TRITON: triton}, mega, triton
+
+
+def _run(ops, version, *args, chunk_states=False, **kw):
+    q, k, v, g, beta, cu, h0 = args
+    with seam.install_device_facts(chip="A3", sgl_kernel_npu_version=version), seam.install_emulators(ops):
+        return chunk_with_states(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0, chunk_states=chunk_states,
+                                 skip=("mega",), **kw)
+
+
+def _torch(*args, chunk_states=False):
+    q, k, v, g, beta, cu, h0 = args
+    return chunk_with_states(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0, chunk_states=chunk_states,
+                             backend="torch")
+
+
+@pytest.mark.parametrize("use_mega", ["0", "1"])
+def test_bf16_pool_runs_on_the_triton_rung_either_way(monkeypatch, caplog, use_mega):
+    monkeypatch.setenv("GDN_USE_MEGA_GDN", use_mega)
+    ops, mega, triton = _machine()
+    args = _inputs()
+    with caplog.at_level(logging.INFO):
+        o, final, _ = _run(ops, "2026.6.1", *args)
+    assert triton.calls == 1 and mega.calls == int(use_mega == "1")
+    assert "runs on the triton kernel" in caplog.text
+    ref_o, ref_final, _ = _torch(*args)
+    torch.testing.assert_close(o.float(), ref_o.float(), atol=3e-2, rtol=3e-2)
+    torch.testing.assert_close(final, ref_final, atol=3e-2, rtol=3e-2)
+    if use_mega == "1":  # the mega kernel's fp16 state came back
+        assert torch.equal(final, final.half().float())
+    assert os.environ["GDN_USE_MEGA_GDN"] == use_mega  # never changed for the call
+
+
+def test_fp32_pool_never_gets_fp16_states(monkeypatch, caplog):
+    args = _inputs(pool_dtype=torch.float32)
+    ops, mega, triton = _machine()
+    o, final, _ = _run(ops, "2026.6.1", *args)  # without the variable: Triton keeps fp32
+    assert triton.calls == 1 and mega.calls == 0
+    monkeypatch.setenv("GDN_USE_MEGA_GDN", "1")
+    with caplog.at_level(logging.INFO):
+        o, final, _ = _run(ops, "2026.6.1", *args)
+    assert triton.calls == 1 and mega.calls == 0  # the triton rung was not asked
+    assert "cannot use the triton kernel: it keeps the state in float16" in caplog.text
+    ref_o, ref_final, _ = _torch(*args)
+    assert torch.equal(o, ref_o) and torch.equal(final, ref_final)  # the torch rung's result
+
+
+def test_64_token_chunk_states_are_never_read_from_128_token_ones(monkeypatch, caplog):
+    args = _inputs()
+    ops, mega, triton = _machine()
+    _, _, h = _run(ops, "2026.6.1", *args, chunk_states=True)
+    assert triton.calls == 1 and h.shape[0] == 3 + 1  # 64-token states from the Triton path
+    monkeypatch.setenv("GDN_USE_MEGA_GDN", "1")
+    with caplog.at_level(logging.INFO):
+        o, final, h = _run(ops, "2026.6.1", *args, chunk_states=True)
+    assert triton.calls == 1 and mega.calls == 0
+    assert "per 128 tokens" in caplog.text
+    ref = _torch(*args, chunk_states=True)
+    assert all(torch.equal(a, b) for a, b in zip((o, final, h), ref))
+
+
+def test_a_pair_the_mega_kernel_refuses_is_predicted(monkeypatch, caplog):
+    monkeypatch.setenv("GDN_USE_MEGA_GDN", "1")
+    args = _inputs(hv=6, hk=2, lens=(40,))
+    ops, mega, triton = _machine()
+    with caplog.at_level(logging.INFO):
+        _run(ops, "2026.6.1", *args)
+    assert triton.calls == 0 and mega.calls == 0
+    assert "refuses this head pair" in caplog.text
+    assert not [r for r in caplog.records if "refused" in r.getMessage() or r.levelno >= logging.WARNING]
+
+
+def test_an_unpredicted_mega_refusal_inside_the_entry_is_a_known_refusal(monkeypatch, caplog):
+    """The installed kernel is older than its version string says (the post3 kernel behind a wheel
+    reporting 2026.6.1): the current table admits (8, 4), the post3 kernel was not compiled for it and
+    refuses inside the entry with its text; that is a known refusal (INFO), the call falls back."""
+    monkeypatch.setenv("GDN_USE_MEGA_GDN", "1")
+    args = _inputs(hv=8, hk=4, lens=(40,))  # current set: 8 % 4 == 0 and 8 in the set; post3: not compiled
+    ops, mega, triton = _machine(mega_variant=caps.MEGA_POST3)
+    with caplog.at_level(logging.INFO):
+        o, final, _ = _run(ops, "2026.6.1", *args)
+        _run(ops, "2026.6.1", *args)
+    assert triton.calls == 1 and mega.calls == 1  # refused once, remembered
+    refusals = [r for r in caplog.records if "refused" in r.getMessage()]
+    assert len(refusals) == 1 and refusals[0].levelno == logging.INFO and caps.MEGA_PAIR_TEXT in refusals[0].getMessage()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    ref_o, ref_final, _ = _torch(*args)
+    assert torch.equal(o, ref_o) and torch.equal(final, ref_final)
+
+
+@pytest.mark.parametrize("env,mega_inside", [({}, True), ({"GDN_ATTN_BACKEND_TRITON": "1"}, False)])
+def test_release_2026_6_0_runs_the_mega_kernel_by_default(monkeypatch, caplog, env, mega_inside):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    args = _inputs(pool_dtype=torch.float32)
+    ops, mega, triton = _machine(version="2026.6.0")
+    with caplog.at_level(logging.INFO):
+        o, final, _ = _run(ops, "2026.6.0", *args)
+    assert mega.calls == 0  # an fp32 pool never reaches the mega kernel
+    assert triton.calls == (0 if mega_inside else 1)
+
+
+def test_the_h_shape_backstop_when_the_mode_changes_under_the_rung(monkeypatch, caplog):
+    """A Triton entry that returns 128-token states although the predicate saw the Triton path (the
+    variable flipped between the two): the rung refuses rather than read them as 64-token states."""
+    args = _inputs()
+    mega = emu.make_mega_emulator()
+
+    def flipping(*a, **kw):
+        monkeypatch.setenv("GDN_USE_MEGA_GDN", "1")
+        try:
+            return emu.make_triton_chunk_emulator(mega=mega)(*a, **kw)
+        finally:
+            monkeypatch.setenv("GDN_USE_MEGA_GDN", "0")
+
+    ops = {emu.OP_TRITON: flipping}
+    with caplog.at_level(logging.INFO):
+        o, final, h = _run(ops, "2026.6.1", *args, chunk_states=True)
+    ref = _torch(*args, chunk_states=True)
+    assert all(torch.equal(a, b) for a, b in zip((o, final, h), ref))
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "expected 4 64-token chunk states" in warnings[0]
+
+
+def test_triton_runs_mega_follows_the_installed_release(monkeypatch):
+    sig = dispatch.GdnSignature(16, 8, D, D, torch.bfloat16)
+    with seam.install_device_facts(sgl_kernel_npu_version="2026.6.1"):
+        assert not dispatch.triton_runs_mega(sig, {})
+        assert dispatch.triton_runs_mega(sig, {"GDN_USE_MEGA_GDN": "1"})
+    with seam.install_device_facts(sgl_kernel_npu_version="2026.6.0"):
+        assert dispatch.triton_runs_mega(sig, {})
+    with seam.install_device_facts(sgl_kernel_npu_version="2026.05.01"):
+        assert not dispatch.triton_runs_mega(sig, {})  # no mega wrapper here: post1 / post2
+        with seam.install_emulators({emu.OP_MEGA: emu.make_mega_emulator(variant=caps.MEGA_POST3)}):
+            assert dispatch.triton_runs_mega(sig, {})  # post3
