@@ -10,7 +10,10 @@ Models the op as SGLang's ``ascend_fa.fused_infer_attention_varlen`` calls it::
 Contract kept (failures raise ``RuntimeError`` like the real op's checks):
 
 * ``query`` ``[Tq, Nq, D]``, ``key`` ``[Tk, Nkv, D]``, ``value`` ``[Tk, Nkv, Dv]``,
-  contiguous, one dtype, fp16 or bf16 (the documented input types; fp32 is refused);
+  contiguous, one dtype, fp16 or bf16 (the documented input types, op-plugin 517f2e7d
+  ``torch_npu-npu_fused_infer_attention_score.md`` line 86; fp32 is refused with a RuntimeError
+  whose text says the real op's text could not be read -- the plugin predicts the refusal from
+  ``fia_contract`` and never makes the call);
 * ``num_heads == Nq``; ``num_key_value_heads`` is ``Nkv`` (0 means ``Nq``) and
   divides ``Nq``;
 * ``actual_seq_lengths`` / ``actual_seq_lengths_kv``: cumulative ends, same count,
@@ -42,8 +45,6 @@ from sglang_ascend_hybrid.ops import fia_contract
 from sglang_ascend_hybrid.ops.packed_attention_reference import attend_segment
 
 OP_NAME = "npu_fused_infer_attention_score"
-
-_DTYPES = (torch.float16, torch.bfloat16)
 
 # Keyword arguments the emulator accepts only at their real defaults.
 _UNMODELLED_DEFAULTS = {
@@ -109,8 +110,11 @@ def npu_fused_infer_attention_score(
     for name, t in tensors.items():
         if t.dim() != 3:
             raise _fail(f"TND {name} must be 3-D [T, N, D], got shape {tuple(t.shape)}")
-        if t.dtype not in _DTYPES:
-            raise _fail(f"{name} dtype must be float16 or bfloat16, got {t.dtype}")
+        if not fia_contract.dtype_supported(t.dtype):
+            # op-plugin 517f2e7d docs/zh/custom_APIs/torch_npu/torch_npu-npu_fused_infer_attention_score.md
+            # line 86: query float16 / bfloat16 only.  The real op's error text is not readable here.
+            raise _fail(f"{name} dtype {t.dtype}: expected float16 or bfloat16 (op-plugin 517f2e7d documentation; "
+                        f"the real op's error text could not be read, this text is the emulator's)")
         if not t.is_contiguous():
             raise _fail(f"{name} must be contiguous")
     if not query.dtype == key.dtype == value.dtype:

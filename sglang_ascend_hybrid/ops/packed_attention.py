@@ -12,8 +12,10 @@ and LSE entry is defined, also for batches with no work at all.
 Dispatch, for inputs that pass upstream's argument checks:
 
 1. the device op ``npu_fused_infer_attention_score`` serves the tensors (NPU, or an
-   installed emulator) and no sequence is one-sided: the op is called exactly as
-   upstream calls it, with no extra copies (fast path);
+   installed emulator), the call is inside its contract (:mod:`.fia_contract`: head dims,
+   head and sequence counts, fp16 / bf16 q / k / v -- fp32 goes to the reference, with one
+   INFO line) and no sequence is one-sided: the op is called exactly as upstream calls
+   it, with no extra copies (fast path);
 2. the op serves them and some sequences are one-sided: only the KV side is
    rebuilt (one ``torch.cat`` per K / V tensor of the row runs it keeps, planned on
    the host from the boundaries): KV-only sequences are dropped and each query-only
@@ -361,7 +363,7 @@ def fused_infer_attention_varlen(
     refusal = None
     if seam.serves(OP_NAME, q, k, v):
         refusal = fia_contract.refusal_reason(q.shape[1], k.shape[1], q.shape[2], k.shape[2], v.shape[2],
-                                              len(q_bounds) - 1)
+                                              len(q_bounds) - 1, q.dtype)
         if refusal is not None:
             log_once(logger, ("packed_attention", "outside-contract", refusal),
                      "sglang-ascend-hybrid: packed attention %s is outside %s's contract; using the "
