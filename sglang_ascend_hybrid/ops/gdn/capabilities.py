@@ -34,7 +34,10 @@ recurrent_gated_delta_rule.cpp``, ``op_kernel/recurrent_gated_delta_rule_kernel.
 ``sgl_kernel_npu.fla.mega_chunk_gdn:run_mega_chunk_gdn`` (SKN ``csrc/mega_chunk_gdn/op_host/
 mega_chunk_gdn.cpp`` ``check_shape``), :data:`MEGA_VARIANTS`
     head dim 128, packed B == 1, the wrapper casts q/k/v/beta/state to fp16 (so
-    the initial state loses precision below fp16's); accepted head pairs depend
+    the initial state loses precision below fp16's, and any magnitude beyond 65504 -- in
+    the inputs, the state or the fp16 output buffer -- becomes inf: :func:`fits_mega_range`);
+    the op it wraps, ``torch.ops.npu.mega_chunk_gdn``, is A3-only (not in Ascend 950
+    builds: SKN csrc/CMakeLists.txt ~61 and ~171-175); accepted head pairs depend
     on the installed release (post3 set without the ``GDN_ATTN_BACKEND_TRITON``
     hint; later sets with it).
 ``sgl_kernel_npu.fla.chunk:chunk_gated_delta_rule_npu`` (Triton; SKN ``fla/chunk.py``)
