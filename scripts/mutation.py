@@ -90,7 +90,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                  ["tests/ops/test_ladder_seam_strength.py", "tests/ops/test_causal_conv1d_ladder.py",
                   "tests/ops/test_gdn_dispatch.py",
                   "tests/ops/test_gdn_ladder_variants.py", "tests/ops/test_packed_attention_dispatch.py",
-                  "tests/ops/test_seam_owners.py", "tests/ops/test_gdn_builds.py",
+                  "tests/ops/test_seam_owners.py", "tests/ops/test_gdn_builds.py", "tests/ops/test_ladder_declined.py",
                   "tests/test_plugin_unit.py", "tests/test_doctor_cli.py"]),
     "backends": (["sglang_ascend_hybrid/backends/*"],
                  ["tests/backends", "tests/ops/test_gdn_verify.py", "tests/integration/test_launch_resolution.py",
