@@ -125,7 +125,7 @@ def make_mega_emulator(predicate: Optional[Callable[[int, int], bool]] = None, *
                   "initial_state must use head dimensions 128 x 128")
         H = v.shape[2]
         bounds = cu.tolist()
-        out = torch.empty(1, T, H, D, dtype=torch.float16)  # the wrapper's torch.empty_like(v) of the fp16 v
+        out = torch.empty(1, T, H, D, dtype=torch.float16)  # SKN fla/mega_chunk_gdn.py ~153: empty_like(v.half())
         final = torch.zeros(n, H, D, D, dtype=torch.float32)  # key first
         num_chunks = sum(math.ceil((b - a) / MEGA_CHUNK) for a, b in zip(bounds, bounds[1:]))
         h = torch.full((1, num_chunks, H, D, D), float("nan"))

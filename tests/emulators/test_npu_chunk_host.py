@@ -144,6 +144,12 @@ def test_the_host_reports_its_first_failing_check(what, key):
     (4, 2, 32, 16, torch.bfloat16, torch.float32, "A2", [3, 5], "fp32_state"),
     (4, 2, 32, 16, torch.bfloat16, torch.float32, "950", [3, 5], None),
     (4, 2, 32, 16, torch.bfloat16, torch.bfloat16, None, [3, 5], None),
+    (4, 2, 0, 16, torch.bfloat16, torch.bfloat16, "A3", [5], "positive"),
+    (4, 2, 32, 0, torch.bfloat16, torch.bfloat16, "A3", [5], "positive"),
+    (64, 64, 128, 128, torch.bfloat16, torch.bfloat16, "A3", [5], None),  # the limits are inclusive
+    (64, 1, 128, 128, torch.bfloat16, None, "A3", None, None),
+    (4, 65, 32, 16, torch.bfloat16, None, "A3", None, "heads"),
+    (4, 2, 32, 129, torch.bfloat16, None, "A3", None, "dims"),
 ])
 def test_the_predicate_predicts_the_hosts_first_failure(nv, nk, dk, dv, dtype, state, chip, lengths, key):
     reason = caps.npu_chunk_refusal_reason(nv, nk, dk, dv, dtype, state, chip, lengths)

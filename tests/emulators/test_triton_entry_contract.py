@@ -150,3 +150,48 @@ def test_the_entrys_own_checks_and_undefined_calls():
     for err in (AssertionError("ChunkGatedDeltaRuleFunction does not support float32."),
                 ValueError("The batch size is expected to be 1 rather than 2")):
         assert caps.is_triton_refusal(err)
+
+
+def _post3_table():
+    """sgl-kernel-npu ff984786 fla/mega_chunk_gdn.py: 16 global key heads over TP in {1, 2, 4, 8},
+    global value heads in {16, 32, 48, 64}: every per-rank (Hv, Hk) it admits."""
+    return {(hv // tp, 16 // tp) for tp in (1, 2, 4, 8) for hv in (16, 32, 48, 64)}
+
+
+def test_post3_python_pair_table_exactly():
+    table = _post3_table()
+    for hk in range(0, 20):
+        for hv in range(0, 70):
+            assert caps.post3_python_pair_supported(hv, hk) == ((hv, hk) in table), (hv, hk)
+    assert (6, 2) in table and (6, 2) not in caps.MEGA_POST3.pairs  # admitted, then refused by the kernel
+
+
+def test_mode_names_and_boundaries():
+    assert caps.triton_mega_mode("2026.6.1") == "opt_in" and caps.triton_mega_mode("2026.8.21") == "opt_in"
+    assert caps.triton_mega_mode("2026.6.0") == "default" and caps.triton_mega_mode("2026.6") == "default"
+    assert caps.triton_mega_mode("2026.05.01") == "supported"
+    assert caps.triton_mega_mode("2026.05.01", mega_present=False) == "never"
+    assert caps.triton_mega_mode("") == "opt_in" and caps.triton_mega_mode("0.0.0+cpu-stub") == "opt_in"
+    from sglang_ascend_hybrid.ops import seam
+
+    with seam.install_device_facts(sgl_kernel_npu_version=None):  # no sgl-kernel-npu metadata: current
+        assert caps.triton_mega_mode() == "opt_in"
+    with seam.install_device_facts(sgl_kernel_npu_version="2026.6.0"):
+        assert caps.triton_mega_mode() == "default"
+    # "default" runs the mega kernel for every pair, "supported" only for mega_gdn_supported's
+    assert caps.triton_runs_mega("default", {}, 12, 12, 64, 64)
+    assert not caps.triton_runs_mega("supported", {}, 12, 12, D, D)
+    assert not caps.triton_runs_mega("never", {"GDN_USE_MEGA_GDN": "1"}, 16, 8, D, D)
+    assert not caps.triton_runs_mega("opt_in", {"GDN_USE_MEGA_GDN": "true"}, 16, 8, D, D)  # only "1"
+
+
+def test_triton_capability_and_refusal_tables():
+    ok = dict(value_heads=16, key_heads=8, dtype=torch.bfloat16, head_dim_k=D, head_dim_v=D)
+    assert caps.triton_supports(**ok) and caps.triton_supports(16, 8, torch.float16)
+    for bad in (dict(dtype=torch.float32), dict(head_dim_k=256), dict(head_dim_v=256), dict(value_heads=12),
+                dict(key_heads=0), dict(key_heads=-8)):
+        assert not caps.triton_supports(**{**ok, **bad}), bad
+    assert not caps.is_triton_refusal(RuntimeError("the entry does not support this"))  # not its exception type
+    assert not caps.is_triton_refusal(ValueError("an unrelated error"))
+    assert not caps.is_triton_refusal(AssertionError())  # the bare dtype assert: a bug, not a refusal
+    assert caps.is_triton_refusal(RuntimeError(caps.MEGA_PAIR_TEXT))

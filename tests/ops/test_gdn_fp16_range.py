@@ -201,3 +201,12 @@ def test_the_range_is_read_once_per_call_and_only_when_a_16_bit_kernel_is_next(m
     assert real(call) == max(float(t.float().abs().max()) for t in (q, k, v, beta, h0))
     assert caps.fits_mega_range(65504.0) and not caps.fits_mega_range(65505.0)
     assert not caps.fits_mega_range(float("nan")) and not caps.fits_mega_range(float("inf"))
+
+
+def test_a_call_with_no_tokens_and_no_state_has_nothing_out_of_range():
+    q, k, v, g, beta, _, _ = _inputs(lens=(0,))
+    mega = Counting(emu.make_mega_emulator())
+    with seam.install_emulators({emu.OP_MEGA: mega}):
+        o, final = chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=torch.tensor([0, 0]))
+    assert o.shape == (1, 0, HV, D) and torch.equal(final, torch.zeros(1, HV, D, D))
+    assert dispatch.ChunkCall(q, k, v, g, beta, torch.tensor([0, 0]), None, 1.0).max_abs() == 0.0

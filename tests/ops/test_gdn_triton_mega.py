@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from sglang_ascend_hybrid.emulators import gdn as emu
-from sglang_ascend_hybrid.ops import seam
+from sglang_ascend_hybrid.ops import probes, seam
 from sglang_ascend_hybrid.ops.gdn import capabilities as caps
 from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, dispatch
 from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states
@@ -156,12 +156,15 @@ def test_release_2026_6_0_runs_the_mega_kernel_by_default(monkeypatch, caplog, e
 
 
 def test_the_h_shape_backstop_when_the_mode_changes_under_the_rung(monkeypatch, caplog):
-    """A Triton entry that returns 128-token states although the predicate saw the Triton path (the
-    variable flipped between the two): the rung refuses rather than read them as 64-token states."""
+    """A Triton entry that returns 128-token states although the predicate and the stride probe saw
+    the Triton path (the variable flipped after them): the rung refuses rather than read them as
+    64-token states."""
     args = _inputs()
     mega = emu.make_mega_emulator()
 
     def flipping(*a, **kw):
+        if probes.probing():  # the probe before serving sees the Triton path; the variable flips after it
+            return emu.make_triton_chunk_emulator(mega=mega)(*a, **kw)
         monkeypatch.setenv("GDN_USE_MEGA_GDN", "1")
         try:
             return emu.make_triton_chunk_emulator(mega=mega)(*a, **kw)
@@ -188,3 +191,81 @@ def test_triton_runs_mega_follows_the_installed_release(monkeypatch):
         assert not dispatch.triton_runs_mega(sig, {})  # no mega wrapper here: post1 / post2
         with seam.install_emulators({emu.OP_MEGA: emu.make_mega_emulator(variant=caps.MEGA_POST3)}):
             assert dispatch.triton_runs_mega(sig, {})  # post3
+
+
+def test_the_rung_calls_the_entry_inside_the_ladder_and_returns_no_h_unless_asked(monkeypatch):
+    seen = []
+    real = emu.make_triton_chunk_emulator()
+
+    def entry(*a, **kw):
+        seen.append(dispatch.IN_LADDER.get())  # an integration hook wrapping it must pass through
+        return real(*a, **kw)
+
+    args = _inputs(lens=(20,))
+    o, final, h = _run({emu.OP_TRITON: entry}, "2026.6.1", *args)
+    assert seen == [True] and h is None and dispatch.IN_LADDER.get() is False
+
+
+def test_non_finite_output_of_the_entry_in_mega_mode_is_declined(monkeypatch):
+    monkeypatch.setenv("GDN_USE_MEGA_GDN", "1")
+    real = emu.make_mega_emulator()
+
+    def nan_o(*a, **kw):
+        out = list(real(*a, **kw))
+        out[1] = out[1].clone()
+        out[1][0, -1, 0, 0] = float("nan")  # the output only: the final state is finite
+        return tuple(out)
+
+    triton = Counting(emu.make_triton_chunk_emulator(mega=nan_o))
+    args = _inputs(lens=(20,))
+    o, final, _ = _run({emu.OP_MEGA: real, emu.OP_TRITON: triton}, "2026.6.1", *args)
+    assert triton.calls == 1
+    ref_o, ref_final, _ = _torch(*args)
+    assert torch.equal(o, ref_o) and torch.equal(final, ref_final)
+
+
+def test_head_dims_above_128_never_reach_the_triton_path():
+    gen = torch.Generator().manual_seed(4)
+    q = l2norm(torch.randn(1, 9, 2, 256, generator=gen)).bfloat16()
+    k = l2norm(torch.randn(1, 9, 2, 256, generator=gen)).bfloat16()
+    v = torch.randn(1, 9, 4, 128, generator=gen).bfloat16()
+    g, beta = F.logsigmoid(torch.randn(1, 9, 4, generator=gen)), torch.rand(1, 9, 4, generator=gen).bfloat16()
+    triton = Counting(emu.make_triton_chunk_emulator())
+    with seam.install_emulators({emu.OP_TRITON: triton}):
+        chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=torch.tensor([0, 9]))
+    assert triton.calls == 0
+
+
+def test_a_real_mega_kernel_never_serves_cpu_tensors(monkeypatch, caplog):
+    """A real (not emulated) mega kernel and the Triton entry in mega mode: CPU tensors are not the
+    kernel's, so neither the mega rung nor the triton rung in mega mode takes them."""
+    monkeypatch.setenv("GDN_USE_MEGA_GDN", "1")
+    kernel = Counting(emu.make_mega_emulator())
+    monkeypatch.setitem(seam._resolved, emu.OP_MEGA, kernel)
+    triton = Counting(emu.make_triton_chunk_emulator(mega=kernel))
+    args = _inputs(lens=(20,))
+    with seam.install_emulators({emu.OP_TRITON: triton}), caplog.at_level(logging.INFO):
+        chunk_gated_delta_rule(*args[:5], cu_seqlens=args[5], initial_state=args[6])
+    assert kernel.calls == 0 and triton.calls == 0
+
+
+@pytest.mark.parametrize("case,text", [
+    ("950", "this sgl-kernel-npu build has no torch.ops.npu.mega_chunk_gdn (Ascend 950 builds leave it out)"),
+    ("chunk_states", "its per-chunk states are per 128 tokens, and 64-token chunk states were asked for"),
+    ("pair", "the installed mega kernel refuses this head pair (the Triton entry does not plan heads)"),
+    ("dim", "the mega kernel takes head dim 128 only"),
+])
+def test_the_skip_reasons_in_full(monkeypatch, caplog, case, text):
+    monkeypatch.setenv("GDN_USE_MEGA_GDN", "1")
+    ops, mega, triton = _machine()
+    if case == "950":
+        ops = {emu.OP_TRITON: emu.make_triton_chunk_emulator(mega=emu.missing_torch_op("mega_chunk_gdn"))}
+    args = _inputs(hv=6, hk=2, lens=(20,)) if case == "pair" else _inputs(lens=(20,))
+    if case == "dim":
+        q, k, v, g, beta, cu, h0 = args
+        args = (q[..., :64].contiguous(), k[..., :64].contiguous(), v[..., :64].contiguous(), g, beta, cu,
+                h0[..., :64, :64].contiguous())
+    with caplog.at_level(logging.INFO):
+        _run(ops, "2026.6.1", *args, chunk_states=case == "chunk_states")
+    assert ("cannot use the triton kernel: sgl-kernel-npu's Triton entry runs the mega kernel here "
+            f"(GDN_USE_MEGA_GDN=1 or its release's default) and {text}") in caplog.text
