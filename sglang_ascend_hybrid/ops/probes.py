@@ -59,6 +59,11 @@ def register(probe: Probe) -> Probe:
     return probe
 
 
+def probing() -> bool:
+    """Whether this thread is inside a probe body (a kernel called now is called by a probe)."""
+    return bool(getattr(_in_flight, "active", False))
+
+
 def runs(name: str) -> int:
     with _lock:
         return _runs.get(name, 0)

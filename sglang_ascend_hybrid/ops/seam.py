@@ -253,3 +253,60 @@ def install_device_facts(*, chip=_UNSET, sgl_kernel_npu_version=_UNSET) -> Itera
         with _lock:
             _facts.clear()
             _facts.update(saved)
+
+
+# --------------------------------------------------------------------------- probe verdicts and capture
+
+# Verdicts of the probes (``ops/probes.py``): what an installed kernel was found to do, a device fact
+# like the chip generation.  Keyed by (probe name, signature text).
+_verdicts: dict[tuple[str, str], object] = {}
+_capture = threading.local()
+
+
+def record_verdict(probe: str, signature: str, verdict: object) -> None:
+    with _lock:
+        _verdicts[(probe, signature)] = verdict
+
+
+def verdict_of(probe: str, signature: str):
+    """The recorded verdict of ``probe`` for ``signature``, or None when it never ran."""
+    with _lock:
+        return _verdicts.get((probe, signature))
+
+
+def recorded_verdicts() -> list:
+    with _lock:
+        return list(_verdicts.values())
+
+
+def forget_verdicts() -> None:
+    """Forget every probe verdict (tests; a reloaded kernel)."""
+    with _lock:
+        _verdicts.clear()
+
+
+@contextlib.contextmanager
+def capture_region() -> Iterator[None]:
+    """Marks a graph-capture region on this thread (the plugin's CPU tests drive SGLang's graph-runner
+    sequence inside it; on an NPU :func:`capturing` also asks torch_npu)."""
+    depth = getattr(_capture, "depth", 0)
+    _capture.depth = depth + 1
+    try:
+        yield
+    finally:
+        _capture.depth = depth
+
+
+def capturing() -> bool:
+    """Whether this thread is inside a graph capture: a :func:`capture_region`, or (with torch_npu
+    importable) the current NPU stream is capturing.  Probes never run then."""
+    if getattr(_capture, "depth", 0):
+        return True
+    if not package_available("torch_npu"):
+        return False
+    try:
+        import torch
+
+        return bool(torch.npu.is_current_stream_capturing())
+    except Exception:  # an API change: assume capturing (a probe may wait; a broken capture may not)
+        return True

@@ -15,7 +15,7 @@ from sglang_ascend_hybrid.emulators import causal_conv1d as conv_emu
 from sglang_ascend_hybrid.emulators import gdn as gdn_emu
 from sglang_ascend_hybrid.emulators import gdn_decode as decode_emu
 from sglang_ascend_hybrid.ops.gdn import decode_contract
-from sglang_ascend_hybrid.ops import seam
+from sglang_ascend_hybrid.ops import probes, seam
 
 
 CHIP = "A3"  # Atlas A3: the sgl-kernel-npu build with every op; fp32 GDN states refused by the chunk op
@@ -83,9 +83,11 @@ def npu_emulators(*, npu_chunk_refuse: Optional[Callable] = None, mega_predicate
 
 
 def _counted(name: str, fn: Callable, calls: dict) -> Callable:
-    """``calls[name]``: how many times the op was entered (refusals included)."""
+    """``calls[name]``: how many times the op was entered to serve (refusals included);
+    ``calls["probe:" + name]``: how many times a probe called it (before serving)."""
     def op(*args, **kwargs):
-        calls[name] = calls.get(name, 0) + 1
+        key = f"probe:{name}" if probes.probing() else name
+        calls[key] = calls.get(key, 0) + 1
         return fn(*args, **kwargs)
 
     return op

@@ -52,10 +52,8 @@ def test_gdn_decode_matches_transformers_for_either_kernel_layout(name, layout, 
     decode_calls = GDN_LAYERS * PLAN.decodes
     kernel_calls = run.device_calls.get(device.OP_GDN_DECODE, 0)
     recurrent_calls = run.device_calls.get("recurrent_gated_delta_rule", 0)
-    if rung == "triton_decode":
-        assert kernel_calls == decode_calls + 1, run.device_calls  # + the probe's one call
-    else:
-        assert kernel_calls == 1, run.device_calls  # the probe only
+    assert run.device_calls.get(f"probe:{device.OP_GDN_DECODE}") == 1, run.device_calls  # at construction
+    assert kernel_calls == (decode_calls if rung == "triton_decode" else 0), run.device_calls
     assert recurrent_calls == (decode_calls if rung == "npu_recurrent" else 0), run.device_calls
 
 

@@ -43,11 +43,12 @@ import torch
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import capabilities as caps
+from sglang_ascend_hybrid.ops.gdn import chunk_stride_probe
 from sglang_ascend_hybrid.ops.gdn import planner
 from sglang_ascend_hybrid.ops.gdn.plan_exec import execute_plan
 from sglang_ascend_hybrid.ops.gdn.pool_step import step_on_pool
+from sglang_ascend_hybrid.ops.gdn.recurrent_rows import OP_NPU_RECURRENT, beta_logit, recurrent_on_rows
 from sglang_ascend_hybrid.ops.gdn.reference import CHUNK_SIZE, chunk_gdn_torch, l2norm
-from sglang_ascend_hybrid.ops.gdn.scatter import scatter_live_rows
 from sglang_ascend_hybrid.ops.ladder import DeclinedCall, Ladder, Rung
 
 logger = logging.getLogger(__name__)
@@ -55,7 +56,6 @@ logger = logging.getLogger(__name__)
 OP_NPU_CHUNK = "chunk_gated_delta_rule"
 OP_MEGA = "sgl_kernel_npu.fla.mega_chunk_gdn:run_mega_chunk_gdn"
 OP_TRITON = "sgl_kernel_npu.fla.chunk:chunk_gated_delta_rule_npu"
-OP_NPU_RECURRENT = "recurrent_gated_delta_rule"
 
 # Attribute a wrapped kernel entry may carry, pointing at the original.
 ORIGINAL_ATTR = "__sglang_ascend_hybrid_original__"
@@ -315,7 +315,18 @@ def _triton_supports(sig: GdnSignature, call: ChunkCall) -> bool:
     if not (seam.serves(OP_TRITON, call.q) and call.q.shape[0] == 1
             and caps.triton_supports(sig.value_heads, sig.key_heads, sig.dtype, sig.head_dim_k, sig.head_dim_v)):
         return False
-    if not triton_runs_mega(sig):
+    runs_mega = triton_runs_mega(sig)
+    if not runs_mega and (sig.chunk_states or sig.state_dtype == torch.float32):
+        # where the entry's mode decides silently between right and wrong (64- vs 128-token chunk states,
+        # fp32 vs fp16 states), the installed entry is probed instead of trusting the release and settings
+        verdict = chunk_stride_probe.stride_verdict(sig.value_heads, sig.key_heads, sig.head_dim_k,
+                                                    sig.head_dim_v, sig.dtype, call.q.device)
+        if verdict is None or verdict.verdict not in (chunk_stride_probe.STRIDE_64, chunk_stride_probe.STRIDE_128):
+            _skipped("prefill", "triton", sig, "the probe of its chunk-state stride has no usable verdict "
+                     f"({'not run yet' if verdict is None else verdict.verdict})")
+            return False
+        runs_mega = verdict.verdict == chunk_stride_probe.STRIDE_128   # what the installed entry does now
+    if not runs_mega:
         return True
     reason = _triton_mega_reason(sig, call)
     if reason is not None:
@@ -411,19 +422,10 @@ def _npu_recurrent_supports(sig: GdnSignature, call: StepCall) -> bool:
 
 
 def _npu_recurrent_run(call: StepCall):
-    B, Hk, K = call.q.shape
-    Hv, V = call.v.shape[1], call.v.shape[2]
-    mix = torch.cat([call.q.reshape(B, 1, -1), call.k.reshape(B, 1, -1), call.v.reshape(B, 1, -1)], -1)
-    states = call.pool.index_select(0, call.slots)  # the kernel updates in place: a gathered copy
-    idx = torch.arange(B, dtype=torch.int32, device=call.q.device)
-    ones = torch.ones(B, dtype=torch.int32, device=call.q.device)
-    # The kernel applies the sigmoid to beta itself: hand it the logit of the post-sigmoid beta.
-    beta_logit = torch.logit(call.beta.float()).to(torch.bfloat16).reshape(B, 1, Hv).contiguous()
-    o = seam.call(OP_NPU_RECURRENT, mix.contiguous(), states, beta_logit, call.scale, ones, idx.view(B, 1),
-                  Hk, Hv, g=call.g.reshape(B, 1, Hv).float().contiguous())
+    o = recurrent_on_rows(call.q, call.k, call.v, beta_logit(call.beta), call.g, call.pool, call.slots, call.live,
+                          call.scale)
     _logged("decode", "npu_recurrent", call.signature())
-    scatter_live_rows(call.pool, call.slots, call.live, states)   # only after the kernel succeeded
-    return o.reshape(B, Hv, V).float()
+    return o.float()
 
 
 def _torch_step_run(call: StepCall):

@@ -1,0 +1,72 @@
+"""The chunk-state stride probe of sgl-kernel-npu's Triton prefill entry: 64-token states on its
+Triton path, 128-token ones when it runs the mega kernel inside (GDN_USE_MEGA_GDN=1)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from sglang_ascend_hybrid.emulators import gdn as gdn_emu
+from sglang_ascend_hybrid.ops import probes, seam
+from sglang_ascend_hybrid.ops.gdn import chunk_stride_probe as csp
+
+
+@pytest.mark.parametrize("env,verdict", [({}, csp.STRIDE_64), ({"GDN_USE_MEGA_GDN": "1"}, csp.STRIDE_128)])
+def test_each_stride_detected(env, verdict):
+    with seam.install_emulators(gdn_emu.emulators(triton=True, environ=env)):
+        v = csp.measure(16, 16, 128, 128, torch.bfloat16, "cpu", environ=env)
+    assert v.verdict == verdict and v.usable == (verdict == csp.STRIDE_64), v
+
+
+def test_garbage_chunk_states_match_neither_with_a_warning(caplog):
+    real = gdn_emu.emulators(triton=True, environ={})[csp.OP_TRITON]
+
+    def noisy(*args, **kwargs):
+        o, final, h = real(*args, **kwargs)
+        return o, final, h + 1.0
+
+    caplog.set_level(logging.INFO, logger="sglang_ascend_hybrid")
+    with seam.install_emulators({csp.OP_TRITON: noisy}):
+        v = csp.stride_verdict(16, 16, 128, 128, torch.bfloat16, "cpu", before_serving=True)
+    assert v.verdict == probes.NEITHER and not v.usable
+    assert any(r.levelno == logging.WARNING and "gdn-triton-chunk-stride" in r.getMessage() for r in caplog.records)
+
+
+def test_the_signature_follows_the_environment(monkeypatch):
+    monkeypatch.delenv("GDN_USE_MEGA_GDN", raising=False)
+    a = csp.signature(16, 16, 128, 128, torch.bfloat16)
+    monkeypatch.setenv("GDN_USE_MEGA_GDN", "1")
+    assert csp.signature(16, 16, 128, 128, torch.bfloat16) != a
+
+
+def test_the_triton_rung_trusts_the_probe_over_the_release_prediction(caplog):
+    """The seam reports a release whose Triton entry uses its Triton path unless GDN_USE_MEGA_GDN=1, but
+    the installed entry runs the mega kernel by default (as 2026.6.0 does): with 64-token chunk states
+    asked for, the probe's 128-token verdict keeps the rung out and torch serves exact states."""
+    from sglang_ascend_hybrid.ops.gdn import dispatch
+    from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states
+    from sglang_ascend_hybrid.ops.gdn.reference import chunk_gdn_torch, l2norm
+    from tests.call_counter import Counting
+
+    caplog.set_level(logging.INFO, logger="sglang_ascend_hybrid")
+    gen = torch.Generator().manual_seed(3)
+    T, H, D = 150, 16, 128
+    q, k = (l2norm(torch.randn(1, T, H, D, generator=gen)).to(torch.bfloat16) for _ in range(2))
+    v = (0.5 * torch.randn(1, T, H, D, generator=gen)).to(torch.bfloat16)
+    g = -0.1 * torch.rand(1, T, H, generator=gen)
+    beta = torch.sigmoid(torch.randn(1, T, H, generator=gen)).to(torch.bfloat16)
+    cu = torch.tensor([0, T])
+    ops = gdn_emu.emulators(triton=True, version="2026.6.0", environ={}, npu_chunk=False)
+    ops.pop(gdn_emu.OP_MEGA)  # only the Triton entry is a rung here (its mega kernel runs inside it)
+    triton = Counting(ops[csp.OP_TRITON])
+    ops[csp.OP_TRITON] = triton
+    with seam.install_device_facts(sgl_kernel_npu_version="2026.6.1"), seam.install_emulators(ops):
+        o, final, h = chunk_with_states(q, k, v, g, beta, cu_seqlens=cu, chunk_states=True, skip=("npu_chunk",))
+    (verdict,) = probes.all_verdicts()
+    assert verdict.verdict == csp.STRIDE_128
+    assert triton.probe_calls == 1 and triton.calls == 0
+    assert "runs on the torch kernel" in caplog.text
+    _, _, ref_h = chunk_gdn_torch(q, k, v, g, beta, cu_seqlens=cu, scale=D ** -0.5, chunk_states=True)
+    assert torch.equal(h, ref_h)
