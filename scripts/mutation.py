@@ -70,8 +70,9 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     # the serving decode ladder, its probe and its contract
     "gdn-decode": (["sglang_ascend_hybrid/ops/gdn/decode.py", "sglang_ascend_hybrid/ops/gdn/decode_probe.py",
                     "sglang_ascend_hybrid/ops/gdn/decode_contract.py", "sglang_ascend_hybrid/ops/gdn/recurrent_rows.py",
-                    "sglang_ascend_hybrid/ops/probes.py"],
-                   ["tests/ops/test_gdn_serving_decode.py", "tests/test_doctor_probes.py", "tests/ops/test_gdn_dispatch.py"]),
+                    "sglang_ascend_hybrid/ops/gdn/chunk_stride_probe.py", "sglang_ascend_hybrid/ops/probes.py"],
+                   ["tests/ops/test_gdn_serving_decode.py", "tests/test_doctor_probes.py", "tests/ops/test_gdn_dispatch.py",
+                    "tests/ops/test_gdn_chunk_stride_probe.py", "tests/ops/test_gdn_triton_mega.py"]),
     "conv": (["sglang_ascend_hybrid/ops/causal_conv1d.py", "sglang_ascend_hybrid/ops/causal_conv1d_reference.py",
               "sglang_ascend_hybrid/ops/row_copy.py"],
              ["tests/ops/test_causal_conv1d.py", "tests/ops/test_row_copy.py", "tests/ops/test_causal_conv1d_dispatch.py",

@@ -80,9 +80,10 @@ def test_each_rung_matches_the_fp64_oracle_and_touches_only_live_slots(layout, d
     live = [True, False, True, True, False]
     x = _inputs(len(indices), dtype=dtype, pool_dtype=pool_dtype)
     before = x["pool"].clone()
+    call = _call(x, indices, qsl)
     with _device(layout):
-        o = decode.run_serving_decode(_call(x, indices, qsl))
-    assert f"runs on the {rung} kernel" in caplog.text, caplog.text
+        o = decode.run_serving_decode(call)
+    assert f"GDN decode {call.signature()} runs on the {rung} kernel" in caplog.text, caplog.text
     o_ref, new = _oracle(x, before, indices, live)
     tol_o = 2e-2 if dtype == torch.bfloat16 else 1e-5
     tol_s = 2e-2 if pool_dtype == torch.bfloat16 or rung == "npu_recurrent" else 1e-5
@@ -115,6 +116,7 @@ def test_probe_detects_each_layout(entry, layout, pool_dtype):
         v = decode_probe.layout_verdict(entry, torch.bfloat16, pool_dtype, 128, 128, "cpu", before_serving=True)
     assert v.verdict == (dc.VALUE_FIRST if layout == "value_first" else dc.KEY_FIRST), v
     assert v.usable == (layout == "value_first")
+    assert "unnamed slots kept" in v.detail
     assert v in probes.all_verdicts()
 
 
@@ -273,3 +275,32 @@ def test_negative_control_a_fresh_index_tensor_changes_the_replayed_storages():
     with _OpLog(static) as second:
         decode.run_serving_decode(make(idx.clone()))
     assert first.ops != second.ops
+
+
+def test_probe_hands_the_kernel_a_pool_of_the_probed_dtype():
+    seen = []
+    kernel = gdn_decode.make_triton_decode_emulator(ENTRY, layout="value_first")
+
+    def recording(**kw):
+        seen.append((kw["initial_state_source"].dtype, kw["q"].dtype))
+        return kernel(**kw)
+
+    with seam.install_emulators({dc.OP_DECODE_OPTIMIZED: recording}):
+        decode_probe.measure(ENTRY, torch.bfloat16, torch.bfloat16, 16, 16, "cpu")
+        decode_probe.measure(ENTRY, torch.bfloat16, torch.float32, 16, 16, "cpu")
+    assert seen == [(torch.bfloat16, torch.bfloat16), (torch.float32, torch.bfloat16)]
+
+
+def test_a_non_contiguous_pool_never_reaches_the_kernel(caplog):
+    """The kernel would copy it and write the copy: the rung says why and the next one serves."""
+    caplog.set_level(logging.INFO, logger="sglang_ascend_hybrid")
+    x = _inputs(2)
+    wide = torch.zeros(SLOTS, 2 * x["pool"].shape[1], *x["pool"].shape[2:])
+    wide[:, ::2] = x["pool"]
+    x["pool"] = wide[:, ::2]
+    assert not x["pool"].is_contiguous()
+    before = x["pool"].clone()
+    with _device("value_first"):
+        decode.run_serving_decode(_call(x, [1, 3]))
+    assert "its state writes would be lost" in caplog.text and "runs on the torch kernel" in caplog.text
+    assert not torch.equal(x["pool"][[1, 3]], before[[1, 3]]) and torch.equal(wide[:, 1::2], torch.zeros_like(wide[:, 1::2]))
