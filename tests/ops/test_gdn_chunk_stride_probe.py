@@ -70,3 +70,15 @@ def test_the_triton_rung_trusts_the_probe_over_the_release_prediction(caplog):
     assert "runs on the torch kernel" in caplog.text
     _, _, ref_h = chunk_gdn_torch(q, k, v, g, beta, cu_seqlens=cu, scale=D ** -0.5, chunk_states=True)
     assert torch.equal(h, ref_h)
+
+
+def test_a_changed_setting_is_probed_again_with_its_own_verdict(monkeypatch):
+    monkeypatch.delenv("GDN_USE_MEGA_GDN", raising=False)
+    with seam.install_emulators(gdn_emu.emulators(triton=True)):   # reads os.environ at every call
+        first = csp.stride_verdict(16, 16, 128, 128, torch.bfloat16, "cpu", before_serving=True)
+        monkeypatch.setenv("GDN_USE_MEGA_GDN", "1")
+        second = csp.stride_verdict(16, 16, 128, 128, torch.bfloat16, "cpu", before_serving=True)
+        again = csp.stride_verdict(16, 16, 128, 128, torch.bfloat16, "cpu", before_serving=True)
+    assert (first.verdict, second.verdict) == (csp.STRIDE_64, csp.STRIDE_128)
+    assert again is second and probes.runs(csp.PROBE.name) == 2
+    assert "3 chunk states for 130 tokens" in first.detail and "2 chunk states" in second.detail
