@@ -231,8 +231,12 @@ def _mega_state_ok(rung: str, sig: GdnSignature) -> bool:
     """The mega kernel keeps the state in fp16: never for a pool of higher precision (fp32)."""
     if _keeps_precision(caps.MEGA_STATE_DTYPE, sig.state_dtype):
         return True
+    hint = ""
+    if rung == "triton":  # the entry runs the mega kernel inside: its own Triton path would keep fp32
+        hint = (f"; without {caps.TRITON_MEGA_ENV}=1 (sgl-kernel-npu 2026.6.1 and later) its Triton path keeps the "
+                "pool's precision")
     _skipped("prefill", rung, sig, f"it keeps the state in {_dtype_name(caps.MEGA_STATE_DTYPE)}, below "
-             f"the pool's {_dtype_name(sig.state_dtype)}")
+             f"the pool's {_dtype_name(sig.state_dtype)}{hint}")
     return False
 
 
