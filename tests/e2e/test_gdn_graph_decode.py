@@ -21,30 +21,16 @@ from types import SimpleNamespace as NS
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import decode
 from tests.e2e import device, harness
 from tests.e2e.runner import GDN_ROUTE, run_family
+from tests.op_log import StaticOpLog
 from tests.sync_counter import SyncCounter
 
 CAPTURE_BS = 4
 STEPS = (("A", "B", "C"), ("A", "C"), ("A", "B", "C"), ("B",), ("A", "B", "C"), ("A", "B"))
-
-
-class _Watch(TorchDispatchMode):
-    def __init__(self, static):
-        super().__init__()
-        self.static = {t.untyped_storage().data_ptr(): i for i, t in enumerate(static)}
-        self.ops = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        where = tuple(self.static.get(a.untyped_storage().data_ptr(), "tmp") for a in list(args) + list(kwargs.values())
-                      if isinstance(a, torch.Tensor))
-        self.ops.append((str(func), where))
-        return func(*args, **kwargs)
 
 
 class _HookWatch:
@@ -57,7 +43,7 @@ class _HookWatch:
 
     def __call__(self, real):
         def watched(call, backend="auto"):
-            with SyncCounter(device_of_interest="cpu") as syncs, _Watch(self.static_fn()) as log:
+            with SyncCounter(device_of_interest="cpu") as syncs, StaticOpLog(self.static_fn()) as log:
                 out = real(call, backend)
             self.calls.append((syncs.total, log.ops))
             return out

@@ -26,32 +26,17 @@ from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, dispatch, recur
 from sglang_ascend_hybrid.ops.gdn.reference import l2norm
 from sglang_ascend_hybrid.ops.ladder import Ladder, Rung
 from tests.call_counter import Counting
+from tests.ops.gdn_inputs import bf16_packed
 from tests.ops.conv_oracle import assert_close_to_oracle, oracle_fn
 
 D = 128
 
 
-@pytest.fixture(autouse=True)
-def _fresh(monkeypatch):
-    monkeypatch.delenv("GDN_USE_MEGA_GDN", raising=False)
-    monkeypatch.delenv("GDN_ATTN_BACKEND_TRITON", raising=False)
-    monkeypatch.delenv("SGLANG_ASCEND_HYBRID_GDN_BACKEND", raising=False)
-    dispatch.forget_refusals()
-    yield
-    dispatch.forget_refusals()
+pytestmark = pytest.mark.usefixtures("fresh_gdn")
 
 
 def _inputs(hv=16, hk=8, lens=(70, 5), pool_dtype=torch.bfloat16, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    T = sum(lens)
-    q = l2norm(torch.randn(1, T, hk, D, generator=gen)).bfloat16()
-    k = l2norm(torch.randn(1, T, hk, D, generator=gen)).bfloat16()
-    v = torch.randn(1, T, hv, D, generator=gen).bfloat16()
-    g = F.logsigmoid(torch.randn(1, T, hv, generator=gen) + 2.0)
-    beta = torch.rand(1, T, hv, generator=gen).bfloat16()
-    cu = torch.tensor([0, *lens]).cumsum(0)
-    h0 = (torch.randn(len(lens), hv, D, D, generator=gen) * 0.1).to(pool_dtype)
-    return q, k, v, g, beta, cu, h0
+    return bf16_packed(lens, seed, hv=hv, hk=hk, d=D, pool_dtype=pool_dtype, gate_shift=2.0)
 
 
 # ----------------------------------------------------------------------------- the seam's table

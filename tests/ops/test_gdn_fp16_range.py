@@ -27,13 +27,7 @@ D = 128
 HV, HK = 8, 2  # a native pair of the current mega table
 
 
-@pytest.fixture(autouse=True)
-def _fresh(monkeypatch):
-    for name in ("GDN_USE_MEGA_GDN", "GDN_ATTN_BACKEND_TRITON", "SGLANG_ASCEND_HYBRID_GDN_BACKEND"):
-        monkeypatch.delenv(name, raising=False)
-    dispatch.forget_refusals()
-    yield
-    dispatch.forget_refusals()
+pytestmark = pytest.mark.usefixtures("fresh_gdn")
 
 
 def fp64_oracle(q, k, v, g, beta, cu, h0, scale):

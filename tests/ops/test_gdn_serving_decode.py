@@ -7,7 +7,7 @@ import logging
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._python_dispatch import _disable_current_modes
 
 from sglang_ascend_hybrid.emulators import gdn as gdn_emu
 from sglang_ascend_hybrid.emulators import gdn_decode
@@ -17,6 +17,7 @@ from sglang_ascend_hybrid.ops.gdn import decode_contract as dc
 from sglang_ascend_hybrid.ops.gdn.decode_reference import gated_decode_reference
 from sglang_ascend_hybrid.ops.gdn.recurrent_rows import beta_logit
 from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable
+from tests.op_log import StaticOpLog
 from tests.sync_counter import SyncCounter
 
 ENTRY = "optimized"
@@ -199,24 +200,6 @@ def test_hook_passes_the_raw_beta_and_the_logit_is_finite_for_post_sigmoid_betas
     assert float(back[betas == 0].max()) == 0.0 and float(back[betas == 1].min()) == 1.0
 
 
-class _OpLog(TorchDispatchMode):
-    """Every aten op, with which of the ``static`` tensors (the captured buffers and the pool) its
-    arguments live in ("tmp" for a temporary): the replay identity check.  On a device graph the
-    temporaries come from the graph's private pool; on a CPU they are fresh allocations."""
-
-    def __init__(self, static=()):
-        super().__init__()
-        self.static = {t.untyped_storage().data_ptr(): i for i, t in enumerate(static)}
-        self.ops = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        where = tuple(self.static.get(a.untyped_storage().data_ptr(), "tmp") for a in list(args) + list(kwargs.values())
-                      if isinstance(a, torch.Tensor) and a.device.type != "meta")
-        self.ops.append((str(func), where))
-        return func(*args, **kwargs)
-
-
 @pytest.mark.parametrize("layout,pool_dtype", [("value_first", torch.float32), ("key_first", torch.bfloat16),
                                                ("key_first", torch.float32)])
 def test_graph_mode_capture_and_replays(layout, pool_dtype):
@@ -233,7 +216,7 @@ def test_graph_mode_capture_and_replays(layout, pool_dtype):
     static = [x[n] for n in ("q", "k", "v", "a", "b", "A_log", "dt_bias", "pool")] + [static_idx, static_qsl]
     with _device(layout):
         decode.probe_before_serving(ENTRY, torch.bfloat16, pool_dtype, 16, 16, "cpu")
-        with seam.capture_region(), SyncCounter(device_of_interest="cpu") as syncs, _OpLog(static) as captured:
+        with seam.capture_region(), SyncCounter(device_of_interest="cpu") as syncs, StaticOpLog(static) as captured:
             decode.run_serving_decode(call())
         assert syncs.total == 0, syncs.counts
         replays = []
@@ -245,7 +228,7 @@ def test_graph_mode_capture_and_replays(layout, pool_dtype):
             for name in ("q", "k", "v", "a", "b"):
                 x[name].copy_(fresh[name])
             before = x["pool"].clone()
-            with seam.capture_region(), SyncCounter(device_of_interest="cpu") as syncs, _OpLog(static) as replay:
+            with seam.capture_region(), SyncCounter(device_of_interest="cpu") as syncs, StaticOpLog(static) as replay:
                 o = decode.run_serving_decode(call())
             assert syncs.total == 0, syncs.counts
             replays.append(replay.ops)
@@ -270,9 +253,9 @@ def test_negative_control_a_fresh_index_tensor_changes_the_replayed_storages():
     make = lambda i: decode.GatedDecodeCall(x["q"], x["k"], x["v"], x["a"], x["b"], x["A_log"], x["dt_bias"],  # noqa
                                             x["pool"], i, qsl, entry=ENTRY)
     static = [x[n] for n in ("q", "k", "v", "a", "b", "A_log", "dt_bias", "pool")] + [idx, qsl]
-    with _OpLog(static) as first:
+    with StaticOpLog(static) as first:
         decode.run_serving_decode(make(idx))
-    with _OpLog(static) as second:
+    with StaticOpLog(static) as second:
         decode.run_serving_decode(make(idx.clone()))
     assert first.ops != second.ops
 
