@@ -77,7 +77,8 @@ Four entry points:
 :func:`emulate_causal_conv1d_fn_v2`, :func:`emulate_causal_conv1d_update_npu_v2` -- the
     window-major ops of an unmerged sgl-kernel-npu branch used by open sglang PR #38252
     (:data:`OP_FN_V2`, :data:`OP_UPDATE_V2`); no release has them.  Only their signatures are
-    known (NPU_CONTRACTS.md section 5; its later version skips pad rows), so everything not
+    known (read from the sgl-kernel-npu branch that sglang PR #38252 installs; its later version
+    skips pad rows), so everything not
     pinned raises :class:`EmulatorContractViolation`: a pool window other than ``W - 1``,
     dtypes other than one shared fp16 / bf16, zero-length non-pad sequences.
 

@@ -4,8 +4,7 @@ diffusion runtime's packed attention), in one place; the emulator
 op (:mod:`.packed_attention`) predicts from it.
 
 Source: Ascend/op-plugin 517f2e7d ``docs/zh/custom_APIs/torch_npu/torch_npu-npu_fused_infer_attention_score.md``
-and ``op_plugin/config/op_plugin_functions.yaml`` (~6177), as recorded in shared/NPU_CONTRACTS.md
-section 6:
+and ``op_plugin/config/op_plugin_functions.yaml`` (~6177):
 
 - ``actual_seq_lengths`` / ``actual_seq_lengths_kv``: cumulative ends, non-decreasing, one per
   sequence, at most 4096 sequences; equal consecutive ends (an empty sequence) are allowed;

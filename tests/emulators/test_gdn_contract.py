@@ -1,4 +1,5 @@
-"""Every rule of shared/NPU_CONTRACTS.md sections 1-3 pinned on the GDN emulators (the capability
+"""Every rule of the GDN kernel contracts (``ops/gdn/capabilities.py``, with their sgl-kernel-npu
+sources) pinned on the GDN emulators (the capability
 predicates are checked against the same emulators in tests/ops/test_gdn_ladder_variants.py)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """An independent fp64 oracle of ``torch.ops.npu.recurrent_gated_delta_rule`` (decode and verify),
-written token by token from shared/NPU_CONTRACTS.md section 2 (sgl-kernel-npu f425bdf1
-recurrent_gated_delta_rule host + kernel), with plain Python loops and no code shared with
+written token by token from sgl-project/sgl-kernel-npu f425bdf1 ``csrc/recurrent_gated_delta_rule``
+(host + kernel), with plain Python loops and no code shared with
 the plugin or its emulators."""
 
 from __future__ import annotations
