@@ -51,6 +51,7 @@ import torch
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops.gdn import decode_contract, dispatch
+from sglang_ascend_hybrid.ops.gdn.api import _backend as api_backend
 from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states
 
 logger = logging.getLogger(__name__)
@@ -128,16 +129,7 @@ def ascend_gdn_decode(original, self, q, k, v, a, b, *, A_log, dt_bias, ssm_stat
 
     call = decode.GatedDecodeCall(q, k, v, a, b, A_log, dt_bias, ssm_states, cache_indices, query_start_loc,
                                   entry=decode_contract.installed_decode_entry())
-    return decode.run_serving_decode(call, backend=_decode_backend())
-
-
-def _decode_backend() -> str:
-    from sglang_ascend_hybrid.ops.gdn import decode
-
-    forced = ENV.GDN_BACKEND.get()
-    if forced != "auto" and forced in decode.serving_rungs():
-        return forced
-    return "auto"
+    return decode.run_serving_decode(call, backend=api_backend("auto", decode.serving_rungs(), "decode"))
 
 
 def probe_gdn_backend(runner, backend) -> None:
@@ -149,7 +141,7 @@ def probe_gdn_backend(runner, backend) -> None:
     if not any(c.__name__ == "AscendGDNAttnBackend" for c in type(linear).__mro__):
         return
     layer = runner.req_to_token_pool.mamba_pool.mamba_cache.temporal  # [layers, slots, Hv, V, K]
-    _, _, Hv, V, K = layer.shape
+    V, K = layer.shape[-2:]
     decode.probe_before_serving(decode_contract.installed_decode_entry(), runner.dtype, layer.dtype, K, V,
                                 layer.device)
 

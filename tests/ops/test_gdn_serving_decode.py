@@ -287,3 +287,21 @@ def test_a_non_contiguous_pool_never_reaches_the_kernel(caplog):
         decode.run_serving_decode(_call(x, [1, 3]))
     assert "its state writes would be lost" in caplog.text and "runs on the torch kernel" in caplog.text
     assert not torch.equal(x["pool"][[1, 3]], before[[1, 3]]) and torch.equal(wide[:, 1::2], torch.zeros_like(wide[:, 1::2]))
+
+
+@pytest.mark.parametrize("forced,rung", [("torch", "torch"), ("mega", "triton_decode")])
+def test_the_hook_obeys_the_gdn_backend_variable_for_decode_rungs_only(forced, rung, monkeypatch, caplog):
+    from sglang_ascend_hybrid.backends import gdn_hooks
+
+    monkeypatch.setenv("SGLANG_ASCEND_HYBRID_GDN_BACKEND", forced)
+    monkeypatch.setattr(dc, "installed_decode_entry", lambda: ENTRY)
+    caplog.set_level(logging.INFO, logger="sglang_ascend_hybrid")
+    x = _inputs(2)
+    with _device("value_first"):
+        o = gdn_hooks.ascend_gdn_decode(None, None, x["q"], x["k"], x["v"], x["a"], x["b"], A_log=x["A_log"],
+                                        dt_bias=x["dt_bias"], ssm_states=x["pool"],
+                                        cache_indices=torch.tensor([1, 3], dtype=torch.int32),
+                                        query_start_loc=torch.arange(3, dtype=torch.int32))
+    assert o.shape == (1, 2, x["v"].shape[2], x["v"].shape[3])
+    assert f"runs on the {rung} kernel" in caplog.text
+    assert ("is not a GDN decode kernel" in caplog.text) == (forced == "mega")

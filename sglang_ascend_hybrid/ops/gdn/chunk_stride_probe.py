@@ -17,7 +17,7 @@ import os
 
 import torch
 
-from sglang_ascend_hybrid.ops import probes, seam
+from sglang_ascend_hybrid.ops import probes
 
 OP_TRITON = "sgl_kernel_npu.fla.chunk:chunk_gated_delta_rule_npu"
 STRIDE_64 = "64-token"
@@ -45,7 +45,7 @@ def signature(value_heads: int, key_heads: int, head_dim_k: int, head_dim_v: int
 
 def measure(value_heads: int, key_heads: int, head_dim_k: int, head_dim_v: int, dtype: torch.dtype, device,
             environ=None) -> probes.Verdict:
-    from sglang_ascend_hybrid.ops.gdn.dispatch import IN_LADDER, ORIGINAL_ATTR
+    from sglang_ascend_hybrid.ops.gdn.dispatch import call_triton_entry
     from sglang_ascend_hybrid.ops.gdn.reference import chunk_gdn_torch, l2norm
 
     sig = signature(value_heads, key_heads, head_dim_k, head_dim_v, dtype, environ)
@@ -58,14 +58,7 @@ def measure(value_heads: int, key_heads: int, head_dim_k: int, head_dim_v: int, 
     g = (-0.1 * r(1, T, value_heads).abs()).to(dev)
     beta = torch.sigmoid(r(1, T, value_heads)).to(dev, dtype)
     cu = torch.tensor([0, T], device=dev)
-    fn = seam.lookup(OP_TRITON)
-    fn = getattr(fn, ORIGINAL_ATTR, fn)
-    token = IN_LADDER.set(True)
-    try:
-        _, _, h = fn(q, k, v, g, beta, scale=head_dim_k ** -0.5, initial_state=None, output_final_state=True,
-                     cu_seqlens=cu, head_first=False, use_qk_l2norm_in_kernel=False)
-    finally:
-        IN_LADDER.reset(token)
+    _, _, h = call_triton_entry(q, k, v, g, beta, scale=head_dim_k ** -0.5, initial_state=None, cu_seqlens=cu)
     got = h.detach().float().cpu().reshape(-1, value_heads, head_dim_k, head_dim_v).transpose(-1, -2)
     _, _, ref = chunk_gdn_torch(q.cpu(), k.cpu(), v.cpu(), g.cpu(), beta.cpu(), cu_seqlens=cu.cpu(),
                                 scale=head_dim_k ** -0.5, chunk_states=True)

@@ -127,14 +127,13 @@ def _triton_supports(sig, call: GatedDecodeCall) -> bool:
 
 
 def _triton_run(call: GatedDecodeCall) -> torch.Tensor:
-    B = call.batch
-    Hk, K, Hv, V = call.heads
+    _, _, Hv, V = call.heads
     o = seam.call(dc.DECODE_ENTRIES[call.entry], A_log=call.A_log, a=call.a, dt_bias=call.dt_bias,
                   softplus_beta=SOFTPLUS_BETA, softplus_threshold=SOFTPLUS_THRESHOLD, q=call.q, k=call.k, v=call.v,
                   b=call.b, initial_state_source=call.pool, initial_state_indices=call.cache_indices,
                   cu_seqlens=call.query_start_loc, use_qk_l2norm_in_kernel=True)
     _ran("triton_decode", call.signature())
-    return o.reshape(B, Hv, V)
+    return o.reshape(call.batch, Hv, V)
 
 
 # ---------------------------------------------------------------- npu_recurrent

@@ -100,8 +100,13 @@ def _gdn_triton_source() -> Optional[str]:
 
 
 @functools.lru_cache(maxsize=None)
-def _entry_in(path: str, mtime: float) -> Optional[str]:
-    del mtime  # part of the cache key only
+def installed_decode_entry() -> Optional[str]:
+    """Which decode entry the installed SGLang's ``gdn_triton.py`` imports on NPU (read once per process
+    from its source, not imported; the decode hook asks at every step): ``"generic"``, ``"optimized"``,
+    or None (not found)."""
+    path = _gdn_triton_source()
+    if path is None:
+        return None
     with open(path, encoding="utf-8") as fh:
         tree = ast.parse(fh.read(), path)
     for node in ast.walk(tree):
@@ -112,12 +117,3 @@ def _entry_in(path: str, mtime: float) -> Optional[str]:
                     if node.module == module and alias.name == attr:
                         return entry
     return None
-
-
-def installed_decode_entry() -> Optional[str]:
-    """Which decode entry the installed SGLang's ``gdn_triton.py`` imports on NPU (read from its
-    source, not imported): ``"generic"``, ``"optimized"``, or None (not found)."""
-    path = _gdn_triton_source()
-    if path is None:
-        return None
-    return _entry_in(path, os.path.getmtime(path))

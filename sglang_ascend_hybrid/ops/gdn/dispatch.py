@@ -340,15 +340,21 @@ def _triton_supports(sig: GdnSignature, call: ChunkCall) -> bool:
     return _mega_state_ok("triton", sig) and _fits_fp16("triton", sig, call)
 
 
-def _triton_run(call: ChunkCall):
+def call_triton_entry(q, k, v, g, beta, *, scale: float, initial_state, cu_seqlens):
+    """sgl-kernel-npu's Triton prefill entry as the plugin calls it (q / k already normalised, a
+    key-first initial state or None), past the integration hook that wraps it: ``(o, final, h)``."""
     fn = _resolve(OP_TRITON)
     token = IN_LADDER.set(True)
     try:
-        o, final, h = fn(call.q, call.k, call.v, call.g.float(), call.beta, scale=call.scale,
-                         initial_state=call.key_first_state(), output_final_state=True,
-                         cu_seqlens=call.cu_seqlens, head_first=False, use_qk_l2norm_in_kernel=False)
+        return fn(q, k, v, g.float(), beta, scale=scale, initial_state=initial_state, output_final_state=True,
+                  cu_seqlens=cu_seqlens, head_first=False, use_qk_l2norm_in_kernel=False)
     finally:
         IN_LADDER.reset(token)
+
+
+def _triton_run(call: ChunkCall):
+    o, final, h = call_triton_entry(call.q, call.k, call.v, call.g, call.beta, scale=call.scale,
+                                    initial_state=call.key_first_state(), cu_seqlens=call.cu_seqlens)
     Hv, V, K = call.v.shape[2], call.v.shape[3], call.q.shape[3]
     h_out = None
     if call.chunk_states:
