@@ -132,7 +132,8 @@ class _Registry:
     CONV_BACKEND = EnvVar(
         "SGLANG_ASCEND_HYBRID_CONV_BACKEND", "auto", _choice(("auto",) + CONV_RUNGS),
         "auto (default) walks the short-conv causal_conv1d ladders (npu_v2 -> npu_aclnn -> "
-        "[decode: npu_update_v2 ->] torch); a rung name forces that rung.",
+        "[decode: npu_update_v2 ->] torch); a rung name forces that rung; a decode-only rung "
+        "(npu_update_v2) leaves prefill on its ladder.",
     )
     DEBUG_CHECKS = EnvVar(
         "SGLANG_ASCEND_HYBRID_DEBUG_CHECKS", False, _parse_bool,

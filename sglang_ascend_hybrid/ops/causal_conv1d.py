@@ -368,8 +368,20 @@ UPDATE_LADDER = Ladder("causal_conv1d_update", [
 ])
 
 
+def _forced_backend(ladder: Ladder) -> str:
+    """``SGLANG_ASCEND_HYBRID_CONV_BACKEND`` for this ladder: a rung of the other ladder only
+    (``npu_update_v2`` is a decode kernel) leaves this one on ``auto``, said once."""
+    forced = ENV.CONV_BACKEND.get()  # validated against every conv rung name in envs.py
+    if forced == "auto" or forced in ladder.names:
+        return forced
+    log_once(logger, ("conv-env-backend", ladder.op, forced),
+             "sglang-ascend-hybrid: %s=%s is not a %s kernel; %s walks its ladder %s",
+             ENV.CONV_BACKEND.name, forced, ladder.op, ladder.op, ladder.names)
+    return "auto"
+
+
 def _dispatch(ladder: Ladder, sig: tuple, call, x: torch.Tensor):
-    backend = ENV.CONV_BACKEND.get()
+    backend = _forced_backend(ladder)
     if backend == "auto" and _device_possible(x) and ladder.choose(sig, call).name == "torch":
         log_once(logger, ("conv-torch-path", sig),
                  "sglang-ascend-hybrid: %s %s is outside every installed NPU conv kernel's contract "

@@ -168,6 +168,53 @@ def test_forced_backend_env(monkeypatch):
     assert not called
 
 
+def test_decode_only_env_backend_leaves_prefill_on_its_ladder(monkeypatch, caplog):
+    """SGLANG_ASCEND_HYBRID_CONV_BACKEND=npu_update_v2 (a decode-only kernel) forces decode and
+    leaves the serving prefill hook on its own ladder, said once, as the GDN variable does."""
+    monkeypatch.setenv("SGLANG_ASCEND_HYBRID_CONV_BACKEND", "npu_update_v2")
+    gen = torch.Generator().manual_seed(21)
+    x, qsl, weight, bias, pool = _prefill_case(3, gen)
+    idx = torch.tensor(SLOTS, dtype=torch.int32)
+    his = torch.tensor(HAS_INIT)
+    ref_pool = pool.clone()
+    calls = []
+    table = emu.emulators()
+
+    def counted(name):
+        def op(*a, **k):
+            calls.append(name)
+            return table[name](*a, **k)
+        return op
+
+    installed = {n: counted(n) for n in (emu.OP_FN_V2, emu.OP_ACLNN, emu.OP_UPDATE_V2_MAIN)}
+    caplog.set_level(logging.INFO, logger="sglang_ascend_hybrid")
+    with seam.install_emulators(installed):
+        for _ in range(2):  # the second call says nothing more
+            pool.copy_(ref_pool)
+            out = ops.causal_conv1d_fn_around(lambda *a, **k: pytest.fail("upstream called"),
+                                              x, weight, bias, query_start_loc=qsl, cache_indices=idx,
+                                              has_initial_state=his, conv_states=cuda_layout_view(pool),
+                                              activation="silu")
+        assert calls == [emu.OP_FN_V2, emu.OP_FN_V2]  # the prefill ladder's first rung, not an error
+        state = torch.randn(4, 2, DIM, generator=gen).half()
+        ops.causal_conv1d_update(torch.randn(2, DIM, generator=gen).half(), cuda_layout_view(state),
+                                 weight, bias, activation="silu",
+                                 conv_state_indices=torch.tensor([1, 3], dtype=torch.int32))
+    assert calls[-1] == emu.OP_UPDATE_V2_MAIN  # decode takes the forced kernel
+    ref = triton_fn(x, weight, bias, cuda_layout_view(ref_pool.clone()), qsl, LENS, cache_indices=idx,
+                    has_initial_state=his, activation="silu")
+    real = torch.ones(sum(LENS), dtype=torch.bool)
+    real[5:7] = False
+    torch.testing.assert_close(out[:, real], ref[:, real], rtol=2e-3, atol=2e-3)
+    said = [r for r in caplog.records if "is not a causal_conv1d_fn kernel" in r.getMessage()]
+    assert len(said) == 1 and "SGLANG_ASCEND_HYBRID_CONV_BACKEND=npu_update_v2" in said[0].getMessage()
+
+
+def test_unknown_forced_backend_still_refused_by_the_ladder():
+    with pytest.raises(ValueError, match="backend='bogus' is not a rung"):
+        ops.FN_LADDER(("fn",), None, backend="bogus")
+
+
 # --------------------------------------------------------------------------- AROUND hooks
 
 
