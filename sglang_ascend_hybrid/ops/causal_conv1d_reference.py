@@ -37,12 +37,10 @@ import torch
 import torch.nn.functional as F
 
 from sglang_ascend_hybrid.ops import cpu_workspace
+from sglang_ascend_hybrid.ops.index_dtype import INDEX_DTYPES
 from sglang_ascend_hybrid.ops.row_copy import index_copy_rows_
 
 PAD_SLOT_ID = -1
-_INT_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
-
-
 # --------------------------------------------------------------------------- checks
 
 
@@ -60,7 +58,7 @@ def _need(cond: bool, msg: str) -> None:
         raise ValueError(msg)
 
 
-def _check_index_vector(t, name: str, length: int, dtypes=_INT_DTYPES) -> None:
+def _check_index_vector(t, name: str, length: int, dtypes=INDEX_DTYPES) -> None:
     if t is None:
         return
     _need(isinstance(t, torch.Tensor), f"{name}={type(t).__name__}: expected a tensor")
@@ -133,11 +131,11 @@ def check_fn_inputs(x, weight, bias, query_start_loc, cache_indices, has_initial
     width = check_weight(weight, bias, dim)
     _need(query_start_loc is not None and query_start_loc.dim() == 1 and query_start_loc.shape[0] >= 1,
           f"query_start_loc has shape {tuple(getattr(query_start_loc, 'shape', ()))}: expected (batch + 1,)")
-    _need(query_start_loc.dtype in _INT_DTYPES,
+    _need(query_start_loc.dtype in INDEX_DTYPES,
           f"query_start_loc has dtype {query_start_loc.dtype}: expected an integer dtype")
     batch = query_start_loc.shape[0] - 1
     _check_index_vector(cache_indices, "cache_indices", batch)
-    _check_index_vector(has_initial_state, "has_initial_state", batch, _INT_DTYPES + (torch.bool,))
+    _check_index_vector(has_initial_state, "has_initial_state", batch, INDEX_DTYPES + (torch.bool,))
     check_conv_states(conv_states, "conv_states", dim, width)
     if has_initial_state is not None:
         _need(conv_states is not None, "has_initial_state is given but conv_states is None: "

@@ -11,6 +11,7 @@ from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops.gdn import dispatch
 from sglang_ascend_hybrid.ops.host import host_list
+from sglang_ascend_hybrid.ops.index_dtype import is_index_dtype
 from sglang_ascend_hybrid.ops.gdn.reference import l2norm
 
 logger = logging.getLogger(__name__)
@@ -72,8 +73,8 @@ def _check_heads(q, k, v, g, beta, q_layout: str, **others):
 def _check_prefill(q, k, v, g, beta, cu_seqlens, initial_state):
     T, Hk, K, Hv, V = _check_heads(q, k, v, g, beta, "[1, T, Hk, K] (packed, batch 1)",
                                    cu_seqlens=cu_seqlens)
-    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2 or cu_seqlens.dtype.is_floating_point:
-        _fail("cu_seqlens", _shape(cu_seqlens), "an integer tensor [N + 1], N >= 1")
+    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2 or not is_index_dtype(cu_seqlens.dtype):
+        _fail("cu_seqlens", f"{_shape(cu_seqlens)} {cu_seqlens.dtype}", "an integer tensor [N + 1], N >= 1")
     bounds = host_list(cu_seqlens)
     if bounds[0] != 0 or bounds[-1] != T or any(b < a for a, b in zip(bounds, bounds[1:])):
         _fail("cu_seqlens", bounds if len(bounds) <= 16 else f"{bounds[:8]}...",
@@ -157,8 +158,9 @@ def recurrent_gated_delta_rule(q, k, v, g, beta, *, state_pool, state_indices, s
         _fail("state_pool", _shape(state_pool), f"[slots, {Hv}, {V}, {K}] (value-first)")
     if not state_pool.dtype.is_floating_point:
         _fail("state_pool.dtype", state_pool.dtype, "a floating-point dtype")
-    if state_indices.dim() != 1 or state_indices.numel() != B or state_indices.dtype.is_floating_point:
-        _fail("state_indices", _shape(state_indices), f"an integer tensor [{B}]")
+    if state_indices.dim() != 1 or state_indices.numel() != B or not is_index_dtype(state_indices.dtype):
+        _fail("state_indices", f"{_shape(state_indices)} {state_indices.dtype}",
+              f"an integer tensor [{B}] (a bool mask is not an index)")
     backend = _backend(backend, dispatch.decode_rungs(), "decode")
     if check_values is None or check_values:
         check_state_indices(state_indices, state_pool.shape[0])

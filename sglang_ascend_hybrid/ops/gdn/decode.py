@@ -35,6 +35,7 @@ from sglang_ascend_hybrid.ops.gdn.dispatch import OP_NPU_RECURRENT, GdnSignature
 from sglang_ascend_hybrid.ops.gdn.pool_step import step_on_pool
 from sglang_ascend_hybrid.ops.gdn.recurrent_rows import recurrent_on_rows
 from sglang_ascend_hybrid.ops.gdn.reference import l2norm
+from sglang_ascend_hybrid.ops.index_dtype import index_dtype_problem
 from sglang_ascend_hybrid.ops.ladder import Ladder, Rung
 
 logger = logging.getLogger(__name__)
@@ -188,7 +189,11 @@ def serving_rungs() -> tuple[str, ...]:
 
 def run_serving_decode(call: GatedDecodeCall, backend: str = "auto") -> torch.Tensor:
     """Advance the live requests' pool rows by one token; return ``o [1, B, Hv, V]`` in q's dtype
-    (padded requests' rows 0)."""
+    (padded requests' rows 0).  Index dtypes are checked (metadata only: no host sync)."""
+    for name, t in (("cache_indices", call.cache_indices), ("query_start_loc", call.query_start_loc)):
+        problem = None if t is None else index_dtype_problem(name, t)
+        if problem:
+            raise ValueError(f"GDN decode: {problem}")
     o = SERVING_DECODE(call.signature(), call, backend=backend)
     _, live = call.slots_and_live()
     B = call.batch

@@ -36,6 +36,7 @@ import torch
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.host import host_list
+from sglang_ascend_hybrid.ops.index_dtype import is_index_dtype
 from sglang_ascend_hybrid.ops.gdn import capabilities as caps
 from sglang_ascend_hybrid.ops.gdn.dispatch import GdnSignature
 from sglang_ascend_hybrid.ops.gdn.pool_step import advance, block_rows
@@ -97,11 +98,12 @@ def check_verify_inputs(call: VerifyCall) -> None:
     for name, t in (("beta", call.beta), ("g", call.g)):
         if t is not None and tuple(t.shape) != (B, S, call.nv):
             _fail(name, tuple(t.shape), f"[{B}, {S}, {call.nv}]")
-    if tuple(call.ssm_state_indices.shape) != (B, S):
-        _fail("ssm_state_indices", tuple(call.ssm_state_indices.shape), f"[{B}, {S}]")
+    if tuple(call.ssm_state_indices.shape) != (B, S) or not is_index_dtype(call.ssm_state_indices.dtype):
+        _fail("ssm_state_indices", f"{tuple(call.ssm_state_indices.shape)} {call.ssm_state_indices.dtype}",
+              f"an integer tensor [{B}, {S}]")
     for name, t in (("actual_seq_lengths", call.actual_seq_lengths), ("cache_indices", call.cache_indices),
                     ("num_accepted_tokens", call.num_accepted_tokens)):
-        if t is not None and (t.numel() != B or t.dtype.is_floating_point):
+        if t is not None and (t.numel() != B or not is_index_dtype(t.dtype)):
             _fail(name, f"{tuple(t.shape)} {t.dtype}", f"an integer tensor of {B} entries")
     if call.intermediate_state is not None:
         it = call.intermediate_state
