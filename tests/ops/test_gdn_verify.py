@@ -365,6 +365,41 @@ def test_hooked_verify_in_graph_mode_never_syncs(ascend_gdn_module, monkeypatch,
     assert counter.total == 0, counter.counts
 
 
+def test_graph_mode_padded_request_on_the_recurrent_emulator_matches_the_torch_rung(ascend_gdn_module, monkeypatch):
+    """A padded request as the graph runner captures it (cache index -1, state indices -1 for all
+    S tokens) through the npu_recurrent rung with the real op's emulator: no contract violation
+    (padding rows go to the scratch's spare entry, inside the buffer), the live requests' scratch
+    rows equal the torch rung's, the padded request's rows and the pool stay untouched."""
+    mod = ascend_gdn_module
+    B, S = 4, 3
+    c = _case(B, S, seed=11, pool_dtype=torch.bfloat16)
+    c["cache"][3] = -1
+    backend = _verify_backend(mod, c, graph_mode=True)
+    backend.forward_metadata.mamba_cache_indices_gdn[(B - 1) * S:] = -1
+    monkeypatch.setattr(mod.AscendGDNAttnBackend, "fused_recurrent_gated_delta_rule_update", _hooked_verify(mod))
+    pool, inter = c["pool"].clone(), c["inter"].clone()
+    seen = []
+    real = emu.make_npu_recurrent_emulator()
+    with seam.install_emulators({emu.OP_NPU_RECURRENT: lambda *a, **k: seen.append(1) or real(*a, **k)}):
+        out = backend.fused_recurrent_gated_delta_rule_update(c["mix"], NK, NV, DK, DV, recurrent_state=pool,
+                                                             beta=c["beta"], g=c["g"], cache_indices=c["cache"],
+                                                             intermediate_state=inter)
+    assert seen, "the npu_recurrent rung did not serve the call"
+    idx = torch.arange(B * S, dtype=torch.int32).view(B, S)
+    idx[B - 1] = -1
+    torch_inter = c["inter"].clone()
+    torch_pool = c["pool"].clone()
+    ref = gv.recurrent_verify(gv.VerifyCall(c["mix"], torch_pool, c["beta"], c["g"], DK ** -0.5, c["lengths"], idx,
+                                            NK, NV, intermediate_state=torch_inter, cache_indices=c["cache"],
+                                            num_accepted_tokens=c["nat"]), backend="torch")
+    live = (B - 1) * S
+    assert torch.equal(pool, c["pool"]) and torch.equal(torch_pool, c["pool"])  # verify never writes the pool
+    assert _max_rel(inter[:live], torch_inter[:live]) < 2e-2
+    assert torch.equal(inter[live:B * S], c["inter"][live:B * S])  # the padded request's own rows
+    assert _max_rel(out[:B - 1], ref[:B - 1]) < 2e-2
+    assert torch.isfinite(out).all()  # the padded request's rows are SGLang's to discard
+
+
 def test_value_checks_are_the_only_host_reads():
     """Direct call with checks: exactly the documented host reads (lengths, indices, accepted
     counts, cache indices); without checks (the serving hook's default): none."""
