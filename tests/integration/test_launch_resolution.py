@@ -74,6 +74,11 @@ COMPATIBLE = {
         ["--mamba-radix-cache-strategy", "extra_buffer", "--page-size", "128"],
         {"page_size": 128, "mamba_radix_cache_strategy": "extra_buffer", "disable_radix_cache": False},
     ),
+    "qwen35-extra_buffer_lazy": (
+        "qwen3_5-27b",
+        ["--mamba-radix-cache-strategy", "extra_buffer_lazy"],
+        {"page_size": 128, "mamba_radix_cache_strategy": "extra_buffer_lazy", "disable_radix_cache": False},
+    ),
     "qwen-next-noradix": (
         "qwen3-next-80b-a3b",
         ["--disable-radix-cache"],
@@ -81,7 +86,7 @@ COMPATIBLE = {
     ),
 }
 # Explicit flags with which the plugin has nothing left to decide: no adjustment, no log line.
-NO_ADJUSTMENT = {"lfm2-noradix", "qwen35-extra_buffer", "qwen-next-noradix"}
+NO_ADJUSTMENT = {"lfm2-noradix", "qwen35-extra_buffer", "qwen35-extra_buffer_lazy", "qwen-next-noradix"}
 
 # Upstream alone (hooks hidden): the assertion this plugin removes.
 UPSTREAM_FAILS = ("lfm2-1.2b", "lfm2-8b-a1b", "zaya1-base")
