@@ -1,14 +1,21 @@
-"""Console script ``sglang-ascend-hybrid``."""
+"""Console script ``sglang-ascend-hybrid``.
+
+Building the parser imports nothing heavy (no torch, no SGLang): ``--help`` and argument
+errors answer at about the cost of a bare interpreter.  Each command's module is imported
+only when that command runs.  Every message a command prints on stderr starts with
+``sglang-ascend-hybrid <command>: `` (:func:`error`).
+"""
 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
+
+PROG = "sglang-ascend-hybrid"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sglang-ascend-hybrid",
+    parser = argparse.ArgumentParser(prog=PROG,
                                      description="Operator tools of the sglang-ascend-hybrid plugin.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("doctor", help="versions, NPU ops found, patch status, effective settings")
@@ -22,10 +29,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the SSM state dtype you will launch with (default: SGLang's: the model config's, "
                         "else float32); decides which GDN kernels can serve")
     st = sub.add_parser("selftest", help="check the plugin's ops against the pure-torch references on a device")
-    from sglang_ascend_hybrid import selftest
-
-    selftest.add_arguments(st)
+    add_selftest_arguments(st)
     return parser
+
+
+def add_selftest_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``selftest`` subcommand's options, declared here so that building the parser does not
+    import :mod:`sglang_ascend_hybrid.selftest` (which imports torch)."""
+    parser.add_argument("--device", choices=("cpu", "npu"), default="cpu",
+                        help="cpu: device paths through the CPU emulators (times are the emulators'); "
+                             "npu: the real kernels")
+    parser.add_argument("--quick", action="store_true", help="smaller cases")
+
+
+def error(command: str, message: str) -> None:
+    """One line on stderr: ``sglang-ascend-hybrid <command>: error: <message>``."""
+    print(f"{PROG} {command}: error: {message}", file=sys.stderr)
 
 
 def invalid_settings(command: str) -> bool:
@@ -34,12 +53,14 @@ def invalid_settings(command: str) -> bool:
 
     found = problems()
     for problem in found:
-        print(f"sglang-ascend-hybrid {command}: error: {problem}", file=sys.stderr)
+        error(command, problem)
     return bool(found)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    import logging
+
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # doctor reports invalid settings in its report; the other commands refuse to start.
     if args.command != "doctor" and invalid_settings(args.command):

@@ -18,7 +18,12 @@ dispatch paths run; a check also fails when the device kernel it targets was not
 called.  ``--device npu`` runs the same cases on NPU tensors with the real kernels
 (whatever rung each op's ladder picks) and nothing emulated.
 
-Exit code: 0 all checks pass, 1 any failure, 2 ``--device npu`` without a usable NPU.
+The time column is one call's wall time and says what it measured: on ``--device cpu`` it
+is the CPU emulators' time (seconds for the GDN cases; not the ops' speed on a device), on
+``--device npu`` the real kernels' (first call, compilation included).
+
+Exit code: 0 all checks pass, 1 any failure, 2 ``--device npu`` without a usable NPU (one
+line on stderr, ``sglang-ascend-hybrid selftest: error: ...``).
 """
 
 from __future__ import annotations
@@ -62,7 +67,7 @@ class Result:
 class Check:
     op: str
     case: str
-    run: Callable[[str, bool], tuple[float, float]]  # (device, quick) -> (max abs error, op time ms)
+    run: Callable[[str, bool], tuple[float, float]]  # (device, quick) -> (max abs error, one call's wall ms)
     tolerance: float
     emulators: Callable[[], dict] = field(default=dict)  # CPU only: seam name -> emulator
     expect: tuple[str, ...] = ()  # seam ops the case targets (CPU: must be called; NPU: must be installed)
@@ -399,8 +404,22 @@ def run_all(device: str = "cpu", quick: bool = False) -> list[Result]:
     return [run_check(c, device, quick) for c in checks()]
 
 
-def format_table(results: list[Result]) -> str:
-    head = ("op", "case", "max abs error", "tolerance", "time (ms)", "verdict")
+def time_column(device: str) -> str:
+    """What the time column measures: one call's wall time, of the CPU emulators standing in for
+    the device kernels on ``cpu`` (not the ops' speed on a device), of the real kernels on ``npu``."""
+    return "emulator wall (ms)" if device == "cpu" else "npu wall (ms)"
+
+
+TIME_NOTES = {
+    "cpu": "times: one call each, wall clock, of the pure-torch CPU emulators standing in for the device "
+           "kernels -- they say nothing about the ops' speed on an NPU",
+    "npu": "times: one call each (the first: compilation and caching included), wall clock with the "
+           "device synchronised before and after",
+}
+
+
+def format_table(results: list[Result], device: str = "cpu") -> str:
+    head = ("op", "case", "max abs error", "tolerance", time_column(device), "verdict")
     rows = [(r.op, r.case, f"{r.error:.3e}", f"{r.tolerance:.1e}", f"{r.ms:.1f}",
              r.verdict) for r in results]
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(head)]
@@ -410,33 +429,37 @@ def format_table(results: list[Result]) -> str:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
         if r.note:
             lines.append(f"    ^ {r.note}")
+    lines.append(TIME_NOTES[device])
     return "\n".join(lines)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``selftest`` subcommand's options (for the CLI)."""
-    parser.add_argument("--device", choices=("cpu", "npu"), default="cpu",
-                        help="cpu: device paths through the CPU emulators; npu: the real kernels")
-    parser.add_argument("--quick", action="store_true", help="smaller cases")
+    """The ``selftest`` subcommand's options (declared in :mod:`sglang_ascend_hybrid.cli`, which
+    must not import this module to build its parser)."""
+    from sglang_ascend_hybrid.cli import add_selftest_arguments
+
+    add_selftest_arguments(parser)
 
 
 def main(args) -> int:
+    from sglang_ascend_hybrid.cli import error
+
     device = getattr(args, "device", "cpu") or "cpu"
     quick = bool(getattr(args, "quick", False))
     if device not in ("cpu", "npu"):
-        print(f"selftest: --device {device!r}: expected 'cpu' or 'npu'")
+        error("selftest", f"--device {device!r}: expected 'cpu' or 'npu'")
         return 2
     if device == "npu":
         ok, why = npu_status()
         if not ok:
-            print(f"selftest: --device npu asked but no NPU is usable here ({why}); "
+            error("selftest", f"--device npu: no NPU is usable here ({why}); "
                   "run with --device cpu to test the plugin with the CPU emulators")
             return 2
     mode = "CPU emulators behind the device seam" if device == "cpu" else "real NPU kernels"
     print(f"sglang-ascend-hybrid selftest: device={device} ({mode}){' quick' if quick else ''}; "
           "references: pure torch, fp32 on CPU")
     results = run_all(device, quick)
-    print(format_table(results))
+    print(format_table(results, device))
     failed = [r for r in results if not r.ok]
     skipped = sum(r.skipped for r in results)
     print(f"{len(results) - len(failed) - skipped}/{len(results)} checks passed"

@@ -31,8 +31,11 @@ def test_cpu_quick_passes_and_lists_every_op(capsys):
     out = capsys.readouterr().out
     assert rc == 0, out
     header = out.splitlines()[1]
-    for col in ("op", "case", "max abs error", "tolerance", "time (ms)", "verdict"):
+    for col in ("op", "case", "max abs error", "tolerance", "emulator wall (ms)", "verdict"):
         assert col in header
+    # the times are the emulators': the table says so, and never calls them the ops' speed
+    assert "npu" not in header.lower()
+    assert "CPU emulators" in out.splitlines()[-2] and "nothing about the ops' speed" in out.splitlines()[-2]
     for op in OPS:
         rows = _rows(out, op)
         assert rows, f"{op} missing from the table:\n{out}"
@@ -73,18 +76,40 @@ def test_device_path_not_taken_fails(monkeypatch, capsys, conv_only):
     assert "device kernel not called" in out
 
 
-def test_npu_without_torch_npu_returns_2(monkeypatch, capsys):
+def test_npu_without_torch_npu_is_one_named_line_exit_2(monkeypatch, capsys):
     real = seam.package_available
     monkeypatch.setattr(seam, "package_available", lambda name: False if name == "torch_npu" else real(name))
     assert selftest.main(SimpleNamespace(device="npu", quick=True)) == 2
-    out = capsys.readouterr().out
-    assert "no NPU" in out and "torch_npu is not importable" in out
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("sglang-ascend-hybrid selftest: error: --device npu: no NPU is usable here "
+                               "(torch_npu is not importable)"), lines[0]
+    assert "--device cpu" in lines[0]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch_npu") is not None, reason="torch_npu installed here")
 def test_npu_on_this_machine_returns_2(capsys):
     assert selftest.main(SimpleNamespace(device="npu", quick=False)) == 2
-    assert "--device cpu" in capsys.readouterr().out
+    err = capsys.readouterr().err
+    assert err.startswith("sglang-ascend-hybrid selftest: error: ") and "--device cpu" in err
+
+
+def test_unknown_device_is_one_named_line_exit_2(capsys):
+    assert selftest.main(SimpleNamespace(device="tpu", quick=True)) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == ("sglang-ascend-hybrid selftest: error: --device 'tpu': expected 'cpu' or 'npu'\n")
+
+
+def test_time_column_names_what_it_measured():
+    """Same results, two devices: the emulators' times are never labelled as the device's."""
+    r = [selftest.Result("op", "case", 0.0, 1.0, 14000.0, True)]
+    cpu, npu = selftest.format_table(r, "cpu"), selftest.format_table(r, "npu")
+    assert "emulator wall (ms)" in cpu.splitlines()[0] and "npu" not in cpu.splitlines()[0]
+    assert "npu wall (ms)" in npu.splitlines()[0] and "emulator" not in npu
+    assert "CPU emulators" in cpu.splitlines()[-1] and "emulator" not in npu.splitlines()[-1]
 
 
 def test_npu_mode_skips_missing_kernels_and_forces_rungs(monkeypatch, capsys):
@@ -96,6 +121,7 @@ def test_npu_mode_skips_missing_kernels_and_forces_rungs(monkeypatch, capsys):
     monkeypatch.setattr(seam, "available", lambda name: False)
     assert selftest.main(SimpleNamespace(device="npu", quick=True)) == 0
     out = capsys.readouterr().out
+    assert "npu wall (ms)" in out.splitlines()[1]
     assert all(_rows(out, op) and all(r.rstrip().endswith("SKIP") for r in _rows(out, op)) for op in OPS), out
     n = len(selftest.checks())
     assert "kernel not installed" in out and f"0/{n} checks passed, {n} skipped" in out
