@@ -18,7 +18,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG,
                                      description="Operator tools of the sglang-ascend-hybrid plugin.")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("doctor", help="versions, NPU ops found, patch status, effective settings")
+    d = sub.add_parser("doctor", help="versions, NPU ops found, patch status, effective settings")
+    d.add_argument("--report", action="store_true",
+                   help="print one Markdown block to paste into an issue (nothing secret)")
+    d.add_argument("--model-path", help="with --report: a model directory (or config.json) to plan")
+    d.add_argument("--tp", type=int, default=1, help="with --report --model-path: the TP size to plan (default 1)")
     p = sub.add_parser("plan", help="what the plugin will run for a model config, per TP size")
     p.add_argument("--config", required=True, help="a Hugging Face config.json, or a directory holding one")
     p.add_argument("--tp", type=int, nargs="+", help="TP sizes (default: 1 2 4 8 16)")

@@ -268,9 +268,27 @@ def render(info: dict, out: TextIO | None = None) -> None:
         w(f"\nproblem: {err}\n")
 
 
+def _option_problem(args) -> str | None:
+    tp = getattr(args, "tp", 1)
+    if tp is not None and tp < 1:
+        return f"--tp {tp}: expected a positive integer"
+    if not getattr(args, "report", False) and (getattr(args, "model_path", None) or tp not in (None, 1)):
+        return "--model-path / --tp: expected --report with them (they choose the plan in the report)"
+    return None
+
+
 def main(args) -> int:
+    problem = _option_problem(args)
+    if problem:
+        print(f"sglang-ascend-hybrid doctor: error: {problem}", file=sys.stderr)
+        return 2
     info = collect()
-    render(info)
+    if getattr(args, "report", False):
+        from sglang_ascend_hybrid.doctor_report import render_report
+
+        render_report(info, sys.stdout.write, getattr(args, "model_path", None), getattr(args, "tp", None) or 1)
+    else:
+        render(info)
     for err in info["setting_problems"]:
         print(f"sglang-ascend-hybrid doctor: error: {err}", file=sys.stderr)
     return 2 if info["setting_problems"] else 0
