@@ -75,11 +75,16 @@ def _legacy_groups(grp):
             setattr(ps, name, value)
 
 
+# A tensor-parallel worker's ranks and real process groups (tests/e2e/tp.py sets it in its
+# forked rank processes); stated over the single-rank topology by sglang_process.
+TOPOLOGY: dict = {}
+
+
 @contextlib.contextmanager
 def sglang_process(**server_args):
     """What SGLang publishes in a scheduler process before it builds a model: a single
-    rank topology and the server arguments (SGLang's own test hook
-    ``override_server_args``)."""
+    rank topology (or :data:`TOPOLOGY` over it, in a tensor-parallel rank process) and the
+    server arguments (SGLang's own test hook ``override_server_args``)."""
     from sglang.srt.model_executor.cuda_graph_config import Backend, CudaGraphConfig, PhaseConfig
     from sglang.srt.runtime_context import get_context, get_parallel
 
@@ -100,6 +105,7 @@ def sglang_process(**server_args):
                  moe_tp_rank=0, moe_dp_rank=0, attn_cp_rank=0, attn_dp_rank=0, dp_rank=0, tp_group=grp,
                  pp_group=grp, attn_tp_group=grp, moe_ep_group=grp, moe_tp_group=grp, moe_dp_group=grp,
                  attn_cp_group=grp, world_group=grp)
+    ranks.update(TOPOLOGY)
     known = _parallel_names()
     try:
         with get_parallel().override(**{k: v for k, v in ranks.items() if known is None or k in known}), \
@@ -164,6 +170,16 @@ def cpu_model_construction():
 # --------------------------------------------------------------------------- engine: pools, backend, forward
 
 
+def _attn_tp_size() -> int:
+    """The attention-TP width the process states (1 in the single-rank harness)."""
+    from sglang.srt.runtime_context import get_parallel
+
+    try:
+        return int(get_parallel().attn_tp_size)
+    except Exception:  # not stated on this release
+        return 1
+
+
 class Engine:
     """The pools and the attention backend of one model, as a model runner builds them
     on NPU, and the forward of one batch (``ModelRunner._forward_raw``'s essentials:
@@ -188,9 +204,11 @@ class Engine:
             conv=conv_dtype or dtype, temporal=ssm_dtype or params.dtype.temporal))
         head_dim = getattr(text_cfg, "head_dim", None) or text_cfg.hidden_size // text_cfg.num_attention_heads
         kv_size = rows * MAX_CONTEXT + PAGE
-        # the KV pool is a plain CPU one (full attention runs on TorchNativeAttnBackend)
+        # the KV pool is a plain CPU one (full attention runs on TorchNativeAttnBackend); this
+        # rank's KV heads, as SGLang's ModelConfig.get_num_kv_heads(attn_tp_size) counts them
+        kv_heads = max(1, text_cfg.num_key_value_heads // _attn_tp_size())
         self.token_to_kv_pool = mp.MHATokenToKVPool(
-            size=kv_size, page_size=PAGE, dtype=dtype, head_num=text_cfg.num_key_value_heads,
+            size=kv_size, page_size=PAGE, dtype=dtype, head_num=kv_heads,
             head_dim=head_dim, layer_num=text_cfg.num_hidden_layers, device="cpu",
             enable_memory_saver=False, enable_alt_stream=False)
         with npu_detected():  # _init_npu_conv_state: window-major conv states

@@ -91,16 +91,18 @@ def run_family(name: str, *, dtype: torch.dtype = torch.float32,
                device: Optional[Callable[[], contextlib.AbstractContextManager]] = None,
                breakage: Optional[Callable[[pytest.MonkeyPatch], None]] = None,
                plan: harness.StepPlan = harness.StepPlan(), ssm_dtype: Optional[torch.dtype] = None,
-               plan_runner: Callable = harness.run_plan) -> Run:
+               plan_runner: Callable = harness.run_plan, models: Optional[Built] = None) -> Run:
     """Run the step plan of family ``name``.  ``device``: a context that installs the
     device ops (emulators; default: none, the ladders' torch rungs); ``breakage``: a
     deliberate fault put into the plugin for the run (negative controls); ``ssm_dtype``:
     the GDN state pool's dtype (default: the config's ``mamba_ssm_dtype``, fp32); ``plan_runner(engine,
-    plan)``: what drives the engine (default: :func:`harness.run_plan`, eager steps)."""
+    plan)``: what drives the engine (default: :func:`harness.run_plan`, eager steps); ``models``: the
+    family's models to run (default: :func:`built` / :func:`built_bf16`; a tensor-parallel rank
+    builds its own shard, :mod:`tests.e2e.tp`)."""
     from sglang_ascend_hybrid.backends import gdn_hooks
     from sglang_ascend_hybrid.ops import causal_conv1d as plugin_conv
 
-    b = built(name) if dtype == torch.float32 else built_bf16(name)
+    b = models if models is not None else built(name) if dtype == torch.float32 else built_bf16(name)
     records = _Records()
     plugin_logger = logging.getLogger("sglang_ascend_hybrid")
     calls: dict = {}
