@@ -1,0 +1,136 @@
+"""Whole-model decode in SGLang's NPU decode graph-runner order (:mod:`tests.e2e.graph_runner`):
+``init_cuda_graph_state``; per capture size (4, 2, 1) ``init_forward_metadata_out_graph(...,
+in_capture=True)``, two warm-ups and the captured ``init_forward_metadata_in_graph`` + forward;
+replays of live batches of 3, 2 and 1 requests padded to a capture size through SGLang's decode
+buffer registry and ``build_replay_fb_view``.
+
+For LFM2 the watched part is the short-conv mixer (the plugin's sidecar hands it pool views and
+the graph-stable slot-index buffer; the plugin's conv op runs); for Qwen3.5 the plugin's GDN
+decode hook.  A run replays on a device when every watched call of the capture and of every
+replay does no host sync, reads nothing made outside the graph but static buffers, and every
+replay runs the capture's op sequence on the capture's storage, reading the captured slot-index
+buffer; only the live requests' pool slots change (and the reserved pad slot 0, which SGLang's
+Ascend mamba backend gives padded requests).  The logits equal transformers' and, in bf16 where
+the device rungs serve, the eager decode's bit for bit."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from sglang_ascend_hybrid.backends import short_conv
+from sglang_ascend_hybrid.ops.gdn import decode
+from tests.e2e import device, graph_runner as gr
+from tests.e2e.runner import GDN_ROUTE, run_family
+
+CONV_LAYERS = 3  # of the tiny LFM2: conv, conv, full_attention, conv
+GDN_LAYERS = 3  # of the tiny Qwen3.5
+BUCKETS = [4, 2, 4, 1, 4, 2]  # the capture size each step of gr.STEPS replays
+FORWARDS = 3 * len(gr.CAPTURE_BS) + len(gr.STEPS)  # per capture size 2 warm-ups + the capture; the replays
+PAD_SLOT = 0
+
+
+def _graph_run(name: str, part: str, watched, *, dtype=torch.float32, dev=None, ssm_dtype=None, breakage=None):
+    """Family ``name``'s prefill eager, then its decode in graph-runner order; ``watched(mp, wrap)``
+    wraps the family's served part with ``wrap(part, fn)``."""
+    watch, holder = gr.Watch(), {}
+
+    def patch(mp):
+        watched(mp, watch.wrap)
+        if breakage is not None:
+            breakage(mp)
+
+    def plan_runner(engine, plan):
+        holder["graph"] = gr.run_graph_plan(engine, watch)
+        return holder["graph"].reqs
+
+    run = run_family(name, dtype=dtype, device=dev, ssm_dtype=ssm_dtype, breakage=patch, plan_runner=plan_runner)
+    return run, holder["graph"]
+
+
+def _watch_short_conv(mp, wrap):
+    from sglang.srt.models.lfm2 import Lfm2ShortConv
+
+    mp.setattr(Lfm2ShortConv, "forward", wrap("short_conv", Lfm2ShortConv.forward))
+
+
+def _watch_gdn_decode(mp, wrap):
+    mp.setattr(decode, "run_serving_decode", wrap("gdn_decode", decode.run_serving_decode))
+
+
+def _lfm2_problems(graph):
+    return gr.replay_problems(graph, "slot_index_buffer", "short_conv", pad_slots={PAD_SLOT})
+
+
+def _assert_watched(graph, part: str, layers: int):
+    calls = [c for c in graph.watch.calls if c.part == part]
+    assert len(calls) == layers * FORWARDS, len(calls)
+    assert graph.buckets == BUCKETS  # padded (3 -> 4) and exact (2, 1) replays
+
+
+def test_lfm2_graph_decode_on_the_device_conv_rung_replays_and_equals_eager_decode():
+    """bf16 with the device emulators behind the seam: the conv decode runs on the sgl-kernel-npu
+    v2 update op (a launch each); logits equal transformers' and the eager decode's bitwise."""
+    dev = gr.opaque_emulators(device.npu_emulators)
+    run, graph = _graph_run("lfm2", "short_conv", _watch_short_conv, dtype=torch.bfloat16, dev=dev)
+    assert not _lfm2_problems(graph), _lfm2_problems(graph)
+    _assert_watched(graph, "short_conv", CONV_LAYERS)
+    assert run.device_calls[device.OP_CONV_UPDATE_V2] == CONV_LAYERS * FORWARDS, run.device_calls
+    cmp = run.compare()
+    assert cmp.bf16_ok(), str(cmp)
+    eager = run_family("lfm2", dtype=torch.bfloat16, device=dev, plan_runner=lambda e, p: gr.run_eager_plan(e))
+    for g, e in zip(run.reqs, eager.reqs):
+        assert g.generated == e.generated, (g.name, g.generated, e.generated)
+        assert torch.equal(torch.stack(g.logits), torch.stack(e.logits)), g.name
+
+
+def test_lfm2_graph_decode_on_the_torch_conv_rung_replays_and_matches_transformers():
+    run, graph = _graph_run("lfm2", "short_conv", _watch_short_conv)
+    assert not _lfm2_problems(graph), _lfm2_problems(graph)
+    _assert_watched(graph, "short_conv", CONV_LAYERS)
+    cmp = run.compare()
+    assert cmp.tokens_equal and cmp.max_gap < 1e-5, str(cmp)
+    assert any(PAD_SLOT in changed for changed in graph.changed)  # padded rows did run (on slot 0)
+
+
+def _fresh_slot_indices_at_replay(mp):
+    """Breakage: at replay the sidecar hands the conv layers a fresh copy of the slot indices instead
+    of refilling the graph-stable buffer the capture read (a device graph would keep reading the
+    buffer, and so the capture's slots)."""
+    sidecar = short_conv.backend_classes()[0]
+    real = sidecar.init_forward_metadata_out_graph
+
+    def fresh(self, forward_batch, in_capture=False):
+        real(self, forward_batch, in_capture)
+        if not in_capture:
+            self._cache_indices = self._cache_indices.clone()
+
+    mp.setattr(sidecar, "init_forward_metadata_out_graph", fresh)
+
+
+def test_negative_control_a_fresh_copy_of_the_slot_indices_at_replay_is_caught():
+    run, graph = _graph_run("lfm2", "short_conv", _watch_short_conv, breakage=_fresh_slot_indices_at_replay)
+    problems = _lfm2_problems(graph)
+    differ = [p for p in problems if "not the captured op sequence on the captured storage" in p]
+    assert len(differ) == len(gr.STEPS), problems  # every replay: the storage differs from the capture's
+    assert all("on ('slot_index_buffer',) at capture" in p and "on ('ext',) at replay" in p for p in differ), differ
+    assert any("reads tensors made outside the graph" in p for p in problems), problems
+    assert run.compare().fp32_ok()  # on a CPU the eager re-run still computes the right logits: only
+    # the storage check sees what a replayed device graph would do
+
+
+@GDN_ROUTE
+def test_qwen3_5_graph_decode_replays_through_the_decode_hook():
+    """bf16 pool, key-first Triton decode kernel (the probe rules it out): the npu_recurrent rung."""
+    dev = gr.opaque_emulators(functools.partial(device.npu_emulators, decode_layout="key_first"))
+    run, graph = _graph_run("qwen3_5", "gdn_decode", _watch_gdn_decode, dtype=torch.bfloat16, dev=dev,
+                            ssm_dtype=torch.bfloat16)
+    problems = gr.replay_problems(graph, "state_indices[{bs}]", "gdn_decode")
+    assert not problems, problems
+    _assert_watched(graph, "gdn_decode", GDN_LAYERS)
+    assert "runs on the npu_recurrent kernel" in run.log_text()
+    assert run.device_calls["recurrent_gated_delta_rule"] == GDN_LAYERS * FORWARDS, run.device_calls
+    assert all(PAD_SLOT not in changed for changed in graph.changed)  # the hook leaves padded rows alone
+    cmp = run.compare()
+    assert cmp.bf16_ok(), str(cmp)
