@@ -13,8 +13,6 @@ module top.
 
 from __future__ import annotations
 
-import ast
-import functools
 import importlib
 import importlib.util
 import os
@@ -349,32 +347,6 @@ def by_name(name: str) -> Patch:
 
 # ----------------------------------------------------------------- verification
 
-@functools.lru_cache(maxsize=None)
-def _parse(path: str) -> ast.Module:
-    with open(path, encoding="utf-8") as fh:
-        return ast.parse(fh.read(), filename=path)
-
-
-def _defines(body: list[ast.stmt], name: str) -> ast.AST | None:
-    for node in body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
-            return node
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
-            return node
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
-            return node
-        if isinstance(node, (ast.ImportFrom, ast.Import)) and any((a.asname or a.name) == name for a in node.names):
-            return node
-        if isinstance(node, (ast.If, ast.Try)):  # conditional definitions at module level
-            inner = [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", [])]
-            for handler in getattr(node, "handlers", []):
-                inner.extend(handler.body)
-            found = _defines(inner, name)
-            if found is not None:
-                return found
-    return None
-
-
 def _locate_module(parts: list[str]) -> tuple[int, str | None]:
     """Longest module prefix of ``parts`` as (index past it, source file), found on disk
     without importing anything (not even parent packages: NPU packages must stay
@@ -405,8 +377,22 @@ def _locate_module(parts: list[str]) -> tuple[int, str | None]:
     return found
 
 
+def target_module(target: str) -> str | None:
+    """The module holding ``target`` (its longest module prefix on disk), or None; imports nothing."""
+    parts = target.split(".")
+    split, origin = _locate_module(parts)
+    if origin is None or split == len(parts):
+        return None
+    return ".".join(parts[:split])
+
+
 def find_target(target: str) -> str | None:
     """Check ``target`` exists in the installed sources without importing it.
+
+    A name exists when the module's source binds it at module level (``def``, ``class``,
+    assignment, annotated assignment, import, also inside every branch of ``if`` / ``try``);
+    a dotted rest goes through class bodies, with the same rules.  What a file defines is
+    cached across processes, keyed by its path and content (:mod:`sglang_ascend_hybrid.target_cache`).
 
     Returns None when found, else the reason it is missing.
     """
@@ -414,13 +400,14 @@ def find_target(target: str) -> str | None:
     split, origin = _locate_module(parts)
     if origin is None or split == len(parts) or not origin.endswith(".py") or not os.path.isfile(origin):
         return f"module of {target!r} not found"
+    from sglang_ascend_hybrid.target_cache import definitions
+
     module = ".".join(parts[:split])
-    body = _parse(origin).body
+    names = definitions(origin)
     for name in parts[split:]:
-        node = _defines(body, name)
-        if node is None:
+        if names is None or name not in names:
             return f"{name!r} not found in {module} ({origin})"
-        body = node.body if isinstance(node, ast.ClassDef) else []
+        names = names[name]  # a class's members, None for anything else
     return None
 
 
