@@ -88,8 +88,16 @@ def test_chunk_handles_large_head_dim_and_custom_scale():
     torch.testing.assert_close(final, ref_final, atol=3e-4, rtol=1e-4)
 
 
-def test_chunk_states_are_states_at_64_token_boundaries():
-    lens = [130, 64, 1]
+@pytest.mark.parametrize("lens,pairs_per_group", [
+    ([130, 64, 1], None),
+    # groups of 3 chunks: a chunk position's sequences straddle groups (pieces not starting at slot 0)
+    ([130, 130, 130, 130, 64], 6),
+])
+def test_chunk_states_are_states_at_64_token_boundaries(monkeypatch, lens, pairs_per_group):
+    if pairs_per_group is not None:
+        import sglang_ascend_hybrid.ops.gdn.reference as ref_mod
+
+        monkeypatch.setattr(ref_mod, "_CPU_BLOCK_HEAD_CHUNKS", pairs_per_group)
     q, k, v, g, beta, cu, h0 = _inputs(lens, 1, 2, 16, 16, torch.float32, 4, True)
     _, _, h = chunk_with_states(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0, use_qk_l2norm=True,
                                 chunk_states=True)
