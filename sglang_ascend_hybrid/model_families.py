@@ -15,11 +15,53 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
-GDN_MODEL_TYPES = {"qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text",
-                   "qwen3_6", "qwen3_6_moe"}
-SHORT_CONV_MODEL_TYPES = {"lfm2", "lfm2_moe", "lfm2_vl", "zaya"}
+
+@dataclass(frozen=True)
+class Family:
+    """One model type this plugin serves, and how SGLang reads its config.
+
+    ``layers`` names the rule that splits the layers into full-attention and linear (GDN /
+    short-conv) ones, as the config class SGLang builds for this model type does
+    (``config_class``; :func:`layer_split`).  ``text`` (composite configs): the model type of
+    the ``text_config`` the class builds, where every text field is read (the outer fields are
+    not); ``text_dtype_from_outer``: a text config without a dtype takes the outer one (what
+    transformers does for LFM2-VL; SGLang's Qwen3.5 classes do not).
+    """
+
+    model_type: str
+    kind: str                     # "gdn" | "short_conv"
+    architectures: tuple          # hf_config.architectures[0] values SGLang serves it as
+    layers: str                   # "interval" | "lfm2" | "lfm2_moe" | "zaya"
+    config_class: str
+    text: Optional[str] = None
+    text_dtype_from_outer: bool = False
+
+
+FAMILIES = (
+    Family("qwen3_next", "gdn", ("Qwen3NextForCausalLM",), "interval",
+           "sglang.srt.configs.qwen3_next.Qwen3NextConfig"),
+    Family("qwen3_5", "gdn", ("Qwen3_5ForConditionalGeneration",), "interval",
+           "sglang.srt.configs.qwen3_5.Qwen3_5Config", text="qwen3_5_text"),
+    Family("qwen3_5_moe", "gdn", ("Qwen3_5MoeForConditionalGeneration",), "interval",
+           "sglang.srt.configs.qwen3_5.Qwen3_5MoeConfig", text="qwen3_5_moe_text"),
+    Family("qwen3_5_text", "gdn", ("Qwen3_5ForCausalLM",), "interval",
+           "sglang.srt.configs.qwen3_5.Qwen3_5TextConfig"),
+    Family("qwen3_5_moe_text", "gdn", ("Qwen3_5MoeForCausalLM",), "interval",
+           "sglang.srt.configs.qwen3_5.Qwen3_5MoeTextConfig"),
+    Family("lfm2", "short_conv", ("Lfm2ForCausalLM",), "lfm2", "sglang.srt.configs.lfm2.Lfm2Config"),
+    Family("lfm2_moe", "short_conv", ("Lfm2MoeForCausalLM",), "lfm2_moe",
+           "sglang.srt.configs.lfm2_moe.Lfm2MoeConfig"),
+    Family("lfm2_vl", "short_conv", ("Lfm2VlForConditionalGeneration",), "lfm2",
+           "sglang.srt.configs.lfm2_vl.Lfm2VlConfig", text="lfm2", text_dtype_from_outer=True),
+    Family("zaya", "short_conv", ("ZayaForCausalLM",), "zaya", "sglang.srt.configs.zaya.ZayaConfig"),
+)
+BY_MODEL_TYPE = {f.model_type: f for f in FAMILIES}
+GDN_MODEL_TYPES = frozenset(f.model_type for f in FAMILIES if f.kind == "gdn")
+SHORT_CONV_MODEL_TYPES = frozenset(f.model_type for f in FAMILIES if f.kind == "short_conv")
+GDN_ARCHS = frozenset(a for f in FAMILIES if f.kind == "gdn" for a in f.architectures)
+SHORT_CONV_ARCHS = frozenset(a for f in FAMILIES if f.kind == "short_conv" for a in f.architectures)
 
 
 class ConfigError(ValueError):
@@ -55,6 +97,9 @@ class ModelFacts:
     linear_layers: int
     attention_heads: int   # global
     kv_heads: int          # global
+    layer_kinds_from: str  # the config fields the layer split came from (:func:`layer_split`)
+    dtype: str             # the model dtype SGLang runs with under --dtype auto (:func:`model_dtype`)
+    dtype_from: str
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
@@ -80,16 +125,32 @@ def load_config(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def _family_of(cfg: dict[str, Any]) -> Optional[Family]:
+    mt = cfg.get("model_type")
+    return BY_MODEL_TYPE.get(mt) if isinstance(mt, str) else None
+
+
 def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The dict the text fields are read from: ``text_config`` for a composite family (its
+    config class builds the text model from it and reads no outer text field), the config itself
+    otherwise."""
+    fam = _family_of(cfg)
+    if fam is None or fam.text is None:
+        return cfg
     inner = cfg.get("text_config")
-    if inner is not None and not isinstance(inner, dict):
+    if inner is None:
+        raise ConfigError(f"config of model_type {fam.model_type!r} lacks the field 'text_config' (its config class "
+                          f"builds the text model from it)")
+    if not isinstance(inner, dict):
         raise ConfigError(f"config field 'text_config' = {_show(inner)}: expected a JSON object")
-    if isinstance(inner, dict):
-        merged = dict(inner)
-        merged.setdefault("model_type", cfg.get("model_type"))
-        merged["_outer_model_type"] = cfg.get("model_type")
-        return merged
-    return cfg
+    merged = dict(inner)
+    if fam.model_type == "lfm2_vl" and merged.get("model_type", fam.text) != fam.text:
+        # Lfm2VlConfig builds the text config of its model_type; SGLang's LFM2-VL runs Lfm2ForCausalLM on it
+        raise ConfigError(f"config field 'text_config.model_type' = {_show(merged['model_type'])}: expected "
+                          f"{fam.text!r} (SGLang's LFM2-VL runs the LFM2 text model)")
+    merged["model_type"] = fam.text
+    merged["_outer_model_type"] = fam.model_type
+    return merged
 
 
 def _need(cfg: dict[str, Any], key: str) -> Any:
@@ -147,47 +208,173 @@ def model_type(cfg: dict[str, Any]) -> str:
 
 def family(cfg: dict[str, Any]) -> str:
     mt = model_type(cfg)
-    if mt in GDN_MODEL_TYPES:
-        return "gdn"
-    if mt in SHORT_CONV_MODEL_TYPES:
-        return "short_conv"
-    raise ConfigError(
-        f"model_type {mt!r} is not a family this plugin serves "
-        f"(GDN: {', '.join(sorted(GDN_MODEL_TYPES))}; short-conv: {', '.join(sorted(SHORT_CONV_MODEL_TYPES))})"
-    )
+    fam = BY_MODEL_TYPE.get(mt)
+    if fam is None:
+        raise ConfigError(
+            f"model_type {mt!r} is not a family this plugin serves "
+            f"(GDN: {', '.join(sorted(GDN_MODEL_TYPES))}; short-conv: {', '.join(sorted(SHORT_CONV_MODEL_TYPES))})"
+        )
+    return fam.kind
 
 
 def _is_zaya(t: dict[str, Any]) -> bool:
     return "zaya" in (t.get("model_type"), t.get("_outer_model_type"))
 
 
-def _layer_split(t: dict[str, Any]) -> tuple[int, int, int]:
-    n = _int(t, "num_hidden_layers")
-    if _is_zaya(t):
-        zl = _list(t, "zaya_layers", (str, int), "layer codes ('a' or an integer)")
-        full = sum(1 for x in zl if x == "a") if zl else (n + 1) // 2
-        return n, full, full  # CCA layers are the attention layers (conv + attention in one)
+# LFM2 layer kinds: SGLang's Lfm2Config / Lfm2MoeConfig count "full_attention" as attention layers and
+# "conv" / "short_conv" as conv layers (their conv-state pool); its model builds a conv block for every
+# non-attention layer, so any other kind would be a conv block without a state slot.
+LFM2_LAYER_KINDS = ("full_attention", "conv", "short_conv")
+
+
+@dataclass(frozen=True)
+class LayerSplit:
+    num_layers: int
+    full_attention: int
+    linear: int
+    source: str        # the fields the split came from
+
+
+def _layer_types(t: dict[str, Any], n: int, kinds: Optional[tuple] = None) -> Optional[list]:
+    """``layer_types`` as a list of ``n`` strings (of ``kinds`` when given), or None when absent / null."""
     types = _list(t, "layer_types")
-    if types:
-        full = sum(1 for x in types if x in ("full_attention", "attention"))
-        return len(types), full, len(types) - full
-    interval = _int(t, "full_attention_interval", 4)
-    full = sum(1 for i in range(n) if (i + 1) % interval == 0)
-    return n, full, n - full
+    if types is None:
+        return None
+    if len(types) != n:
+        raise ConfigError(f"config field 'layer_types' has {len(types)} entries and 'num_hidden_layers' = {n}: "
+                          "expected one layer type per hidden layer")
+    if kinds is not None:
+        bad = sorted({x for x in types if x not in kinds})
+        if bad:
+            raise ConfigError(f"config field 'layer_types' = {_show(types)}: expected entries from "
+                              f"{', '.join(repr(k) for k in kinds)} (got {', '.join(repr(x) for x in bad)})")
+    return types
+
+
+def layer_split(cfg: dict[str, Any]) -> LayerSplit:
+    """Full-attention and linear layers as SGLang's config class of the family counts them:
+
+    * Qwen3-Next / Qwen3.5 (``interval``): SGLang's ``Qwen3NextConfig.layers_block_type`` -- layer
+      ``i`` is full attention when ``(i + 1) % full_attention_interval == 0``; the field has no
+      default there (the class fails without it) and ``layer_types`` is not read beyond
+      transformers' check that it has one entry per layer;
+    * LFM2 and LFM2-VL's text config (``lfm2``): transformers' ``Lfm2Config`` -- ``layer_types``
+      when given, else ``full_attn_idxs`` (default: every layer) marks the attention layers;
+    * LFM2-MoE (``lfm2_moe``): ``Lfm2MoeConfig`` has no default for ``layer_types``;
+    * ZAYA1 (``zaya``): SGLang's ``ZayaConfig`` -- a non-empty ``zaya_layers`` is the layer list
+      (``"a"``: a CCA layer, an integer: an MoE layer) and its length the layer count, else every
+      even layer of ``num_hidden_layers`` is a CCA layer.  CCA layers are both the attention and
+      the conv-state layers.
+    """
+    fam = BY_MODEL_TYPE[model_type(cfg)]
+    t = text_config(cfg)
+    if fam.layers == "zaya":
+        zl = _list(t, "zaya_layers", (str, int), "layer codes ('a' or an integer)")
+        if zl and any(isinstance(x, str) and x != "a" for x in zl):
+            raise ConfigError(f"config field 'zaya_layers' = {_show(zl)}: expected a list of layer codes "
+                              "('a' or an integer)")
+        if zl:
+            full = sum(1 for x in zl if x == "a")
+            return LayerSplit(len(zl), full, full, "zaya_layers")
+        n = _int(t, "num_hidden_layers")
+        full = (n + 1) // 2
+        return LayerSplit(n, full, full, "num_hidden_layers (ZayaConfig: every even layer is a CCA layer)")
+    n = _int(t, "num_hidden_layers")
+    if fam.layers == "interval":
+        _layer_types(t, n)
+        if "full_attention_interval" not in t:
+            raise ConfigError(f"config of model_type {fam.model_type!r} lacks the field 'full_attention_interval' "
+                              "(SGLang's Qwen3NextConfig derives the layer kinds from it; it does not read "
+                              "layer_types)")
+        interval = _int(t, "full_attention_interval")
+        full = n // interval
+        return LayerSplit(n, full, n - full, "full_attention_interval")
+    types = _layer_types(t, n, LFM2_LAYER_KINDS)
+    if types is not None:
+        full = sum(1 for x in types if x == "full_attention")
+        return LayerSplit(n, full, n - full, "layer_types")
+    if fam.layers == "lfm2_moe":
+        raise ConfigError(f"config of model_type {fam.model_type!r} lacks the field 'layer_types' "
+                          "(Lfm2MoeConfig has no default for it)")
+    idxs = _list(t, "full_attn_idxs", (int,), "layer indices")
+    if idxs is None:
+        return LayerSplit(n, n, 0, "full_attn_idxs default (Lfm2Config: every layer is an attention layer)")
+    bad = sorted({i for i in idxs if not 0 <= i < n})
+    if bad:
+        raise ConfigError(f"config field 'full_attn_idxs' = {_show(idxs)}: expected layer indices from 0 to {n - 1} "
+                          f"('num_hidden_layers' = {n}; got {', '.join(map(str, bad))})")
+    full = len(set(idxs))
+    return LayerSplit(n, full, n - full, "full_attn_idxs")
+
+
+# SGLang's model dtype names (sglang/srt/configs/model_config.py _STR_DTYPE_TO_TORCH_DTYPE) and what
+# --dtype auto runs a model of that config dtype in (_get_and_verify_dtype: float32 -> float16).
+CONFIG_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "half": "float16", "float32": "float32",
+                 "float": "float32"}
+SSM_DTYPES = ("float32", "bfloat16", "float16")  # sglang/srt/configs/mamba_utils.py mamba2_state_dtype
+
+
+def _config_dtype(t: dict[str, Any]) -> tuple[Optional[str], Optional[str]]:
+    """(value, field) of the dtype a config states: ``dtype`` over ``torch_dtype`` (transformers);
+    both checked when present."""
+    found = (None, None)
+    for key in ("torch_dtype", "dtype"):
+        value = t.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str) or value not in CONFIG_DTYPES:
+            raise ConfigError(f"config field {key!r} = {_show(value)}: expected one of "
+                              f"{', '.join(json.dumps(k) for k in CONFIG_DTYPES)} or null")
+        found = (value, key)
+    return found
+
+
+def model_dtype(cfg: dict[str, Any]) -> tuple[str, str]:
+    """The dtype SGLang runs the model in with ``--dtype auto``, and where it comes from: the text
+    config's ``dtype`` / ``torch_dtype`` (LFM2-VL: else the outer one), a float32 or absent one
+    running in float16 (SGLang's ``_get_and_verify_dtype``)."""
+    fam = BY_MODEL_TYPE[model_type(cfg)]
+    t = text_config(cfg)
+    value, key = _config_dtype(t)
+    where = "text_config." if t is not cfg else ""
+    if value is None and fam.text_dtype_from_outer and t is not cfg:
+        value, key = _config_dtype(cfg)
+        where = ""
+    if value is None:
+        return "float16", "no dtype in the config: SGLang's --dtype auto runs it in float16"
+    dtype = CONFIG_DTYPES[value]
+    if dtype == "float32":
+        return "float16", f"{where}{key} {value}: SGLang's --dtype auto runs float32 models in float16"
+    return dtype, f"{where}{key}"
+
+
+def mamba_ssm_dtype(cfg: dict[str, Any]) -> Optional[str]:
+    """The config's ``mamba_ssm_dtype`` (SGLang's ``mamba2_state_dtype``: the text config's when it has
+    the field, else the outer one), None when absent or null."""
+    inner = text_config(cfg)
+    t = inner if inner is not cfg and "mamba_ssm_dtype" in inner else cfg
+    value = t.get("mamba_ssm_dtype")
+    if value is not None and value not in SSM_DTYPES:
+        raise ConfigError(f"config field 'mamba_ssm_dtype' = {_show(value)}: expected one of "
+                          f"{', '.join(json.dumps(k) for k in SSM_DTYPES)} or null")
+    return value
 
 
 def facts(cfg: dict[str, Any]) -> ModelFacts:
     fam = family(cfg)
     t = text_config(cfg)
-    n, full, linear = _layer_split(t)
+    split = layer_split(cfg)
     heads = _int(t, "num_attention_heads", maximum=MAX_HEADS)
     kv_heads = _int(t, "num_key_value_heads", heads, maximum=MAX_HEADS)
     if heads % kv_heads:
         raise ConfigError(f"config fields num_attention_heads = {heads}, num_key_value_heads = {kv_heads}: "
                           "expected the attention heads to be a multiple of the key/value heads")
     _list(cfg, "architectures")  # read by the launch-default decisions
-    return ModelFacts(model_type=model_type(cfg), family=fam, num_layers=n, full_attention_layers=full,
-                      linear_layers=linear, attention_heads=heads, kv_heads=kv_heads)
+    dtype, dtype_from = model_dtype(cfg)
+    return ModelFacts(model_type=model_type(cfg), family=fam, num_layers=split.num_layers,
+                      full_attention_layers=split.full_attention, linear_layers=split.linear,
+                      attention_heads=heads, kv_heads=kv_heads, layer_kinds_from=split.source,
+                      dtype=dtype, dtype_from=dtype_from)
 
 
 def per_rank(total: int, tp: int, what: str) -> int:

@@ -1,31 +1,34 @@
 """``sglang-ascend-hybrid plan``: what the plugin will run for a model, per TP size.
 
-Uses the runtime's own code: the GDN head planner and kernel capability table
-(:mod:`sglang_ascend_hybrid.ops.gdn`), the conv-kernel limits
-(:mod:`sglang_ascend_hybrid.ops.causal_conv1d`) and the launch-default
-decisions (:mod:`sglang_ascend_hybrid.backends.launch_defaults`).
+Uses the runtime's own code: the family table and config rules
+(:mod:`sglang_ascend_hybrid.model_families`), the GDN head planner and the prefill ladder's
+signature rules (:func:`sglang_ascend_hybrid.ops.gdn.dispatch.prefill_static_reasons`), the
+conv-kernel limits (:mod:`sglang_ascend_hybrid.ops.causal_conv1d`), the SSM state dtype rules
+(:mod:`sglang_ascend_hybrid.backends.gdn_state_dtype`) and the launch-default decisions
+(:mod:`sglang_ascend_hybrid.backends.launch_defaults`, which reads what it needs of SGLang from
+its installed source).  Nothing of SGLang or transformers is imported.
+
+``--json`` prints :func:`plan`'s document; its schema is ``docs/plan-json.md``
+(:data:`SCHEMA_VERSION`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any, Callable, Optional, TextIO
 
 from sglang_ascend_hybrid import model_families as mf
 
+SCHEMA_VERSION = 1
 DEFAULT_TP = (1, 2, 4, 8, 16)
-
-_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "fp16": "float16", "bf16": "bfloat16",
-           "float32": "float32"}
-
-
-def _dtype(cfg: dict):
-    import torch
-
-    t = mf.text_config(cfg)
-    name = t.get("torch_dtype") or t.get("dtype") or cfg.get("torch_dtype") or "bfloat16"
-    return getattr(torch, _DTYPES.get(str(name), "bfloat16"))
+# The chip plan answers for: an Atlas A3, where every GDN kernel is built (an A2 answers the same for
+# the chunk op; on Ascend 950 fp32 states run on the chunk op and the mega kernel is absent).
+ASSUMED_CHIP = "A3"
+# Settings outside the plugin's registry that change which GDN kernel runs (shown in the assumptions).
+KERNEL_ENV = ("GDN_USE_MEGA_GDN", "GDN_ATTN_BACKEND_TRITON", "SGLANG_MAMBA_SSM_DTYPE")
+LADDER_PATCH = "gdn-prefill-ladder"   # the hook that sends SGLang's GDN prefill through the ladder
 
 
 def kernel_predicate(kernel_heads: Optional[list[int]]) -> Optional[Callable[[int, int], bool]]:
@@ -44,62 +47,106 @@ def kernel_predicate(kernel_heads: Optional[list[int]]) -> Optional[Callable[[in
 def state_dtype(cfg: dict, override: Optional[str] = None) -> tuple[str, str]:
     """The SSM state dtype SGLang will give this model, and where it comes from (the runtime's
     precedence: --mamba-ssm-dtype, SGLANG_MAMBA_SSM_DTYPE, the config, float32)."""
-    import os
-
     from sglang_ascend_hybrid.backends.gdn_state_dtype import effective_dtype
 
-    t = mf.text_config(cfg)
-    config_dtype = t.get("mamba_ssm_dtype", cfg.get("mamba_ssm_dtype"))
-    return effective_dtype(override, config_dtype, os.environ.get("SGLANG_MAMBA_SSM_DTYPE"))
+    return effective_dtype(override, mf.mamba_ssm_dtype(cfg), os.environ.get("SGLANG_MAMBA_SSM_DTYPE"))
 
 
-def gdn_entry(cfg: dict, tp: int, predicate=None, ssm_dtype: Optional[str] = None) -> dict[str, Any]:
-    from sglang_ascend_hybrid.ops.gdn import capabilities as caps
+def prefill_route() -> str:
+    """``"ladder"``: the installed SGLang's GDN prefill goes through the plugin's ladder (0.5.21+);
+    ``"entry"``: it calls sgl-kernel-npu's ``chunk_gated_delta_rule_npu`` itself, the ladder
+    (mega, torch) serving only the calls that entry refuses (older releases)."""
+    from sglang_ascend_hybrid import patches
+
+    return "ladder" if patches.matches(patches.by_name(LADDER_PATCH).releases, None) else "entry"
+
+
+def _ops() -> dict[str, str]:
+    from sglang_ascend_hybrid.ops.gdn import dispatch
+
+    return {"npu_chunk": f"torch.ops.npu.{dispatch.OP_NPU_CHUNK}", "mega": dispatch.OP_MEGA,
+            "triton": dispatch.OP_TRITON, "torch": "the plugin's torch chunk path"}
+
+
+def prefill_entry(lay: mf.GDNLayout, dtype: str, state: str, chunk_states: bool, predicate=None,
+                  route: str = "ladder") -> dict[str, Any]:
+    """Which prefill rung serves calls of this layout (per rank), the reasons of every other rung."""
+    import torch
+
+    from sglang_ascend_hybrid.backends.gdn_hooks import prefill_skip
+    from sglang_ascend_hybrid.envs import ENV
+    from sglang_ascend_hybrid.ops.gdn import dispatch
+
+    sig = dispatch.GdnSignature(lay.value_heads, lay.key_heads, lay.head_dim, lay.value_head_dim,
+                                getattr(torch, dtype), chunk_states, getattr(torch, state))
+    verdicts = dispatch.prefill_static_reasons(sig, chip=ASSUMED_CHIP, predicate=predicate)
+    ops = _ops()
+    if route == "entry":  # SGLang calls the Triton entry; the ladder below it skips npu_chunk and triton
+        by_name = {name: (reason, probe) for name, reason, probe in verdicts}
+        entry_reason = by_name["triton"][0]
+        order = [("triton", entry_reason, False), ("npu_chunk", "SGLang of this release does not call it "
+                  "(its prefill calls sgl-kernel-npu's chunk_gated_delta_rule_npu)", False),
+                 ("mega", *by_name["mega"]), ("torch", *by_name["torch"])]
+        verdicts = order
+    else:
+        skip = prefill_skip()
+        verdicts = [(name, "skipped: GDN_ATTN_BACKEND_TRITON=1 sends prefill to the Triton chunk path"
+                     if name in skip else reason, probe) for name, reason, probe in verdicts]
+    rungs = [{"rung": name, "op": ops[name], "serves": reason is None, "reason": reason,
+              "decided_by_probe": probe and reason is None} for name, reason, probe in verdicts]
+    forced = ENV.GDN_BACKEND.get()
+    forced = forced if route == "ladder" and forced in ops else None
+    kernel, error = next((r["rung"] for r in rungs if r["serves"]), None), None
+    if forced is not None:
+        kernel = forced if next(r for r in rungs if r["rung"] == forced)["serves"] else None
+        if kernel is None:
+            error = (f"{ENV.GDN_BACKEND.name}={forced} forces a rung that cannot serve these calls: prefill "
+                     "raises ForcedRungUnavailable")
+    return {"kernel": kernel, "op": ops[kernel] if kernel else None, "forced": forced, "error": error,
+            "rungs": rungs}
+
+
+def gdn_entry(cfg: dict, tp: int, predicate=None, ssm_dtype: Optional[str] = None,
+              route: Optional[str] = None) -> dict[str, Any]:
+    import torch
+
+    from sglang_ascend_hybrid.backends.gdn_state_dtype import plan_state
     from sglang_ascend_hybrid.ops.gdn.dispatch import plan_for_layout
 
     lay = mf.gdn_layout(cfg, tp)
-    dtype = _dtype(cfg)
-    plan = plan_for_layout(lay.value_heads, lay.key_heads, lay.head_dim, lay.value_head_dim, dtype,
+    dtype, _ = mf.model_dtype(cfg)
+    state, source = state_dtype(cfg, ssm_dtype)
+    route = route or prefill_route()
+    mega = plan_for_layout(lay.value_heads, lay.key_heads, lay.head_dim, lay.value_head_dim, getattr(torch, dtype),
                            predicate=predicate)
-    fast = plan.strategy != "none"
-    fallback = None
-    if not fast:
-        fallback = "triton" if caps.triton_supports(lay.value_heads, lay.key_heads, dtype) else "torch"
+    kernels = plan_state(state, source)  # verify / decode on an A2 / A3
     return {
         "value_heads": lay.value_heads,
         "key_heads": lay.key_heads,
         "head_dim": lay.head_dim,
         "value_head_dim": lay.value_head_dim,
-        "dtype": str(dtype).replace("torch.", ""),
-        "strategy": plan.strategy if fast else f"fallback:{fallback}",
-        "launches": [list(p) for p in plan.launches] if fast else [],
-        # Compute overhead of what runs: the plan's padding, or none on a fallback rung.
-        "overhead": float(plan.overhead) if fast else 1.0,
-        "fast_kernel": fast,
-        "fallback": fallback,
-        "npu_chunk_op_supports": caps.npu_op_supports(lay.value_heads, lay.key_heads, lay.head_dim,
-                                                      lay.value_head_dim, dtype),
-        **_state_fields(cfg, ssm_dtype),
+        "dtype": dtype,
+        "state_dtype": state,
+        "state_dtype_source": source,
+        "prefill": prefill_entry(lay, dtype, state, False, predicate, route),
+        "prefill_with_chunk_states": prefill_entry(lay, dtype, state, True, predicate, route),
+        "mega_plan": {"strategy": mega.strategy, "launches": [list(p) for p in mega.launches],
+                      "overhead": float(mega.overhead) if mega.strategy != "none" else None},
+        "verify_kernels": kernels.verify,
+        "decode_kernels": kernels.decode,
     }
 
 
-def _state_fields(cfg: dict, ssm_dtype: Optional[str]) -> dict[str, Any]:
-    from sglang_ascend_hybrid.backends.gdn_state_dtype import plan_state
-
-    dtype, source = state_dtype(cfg, ssm_dtype)
-    kernels = plan_state(dtype, source)  # an A2 / A3 (Ascend 950: fp32 states on the chunk op)
-    return {"state_dtype": dtype, "state_dtype_source": source, "prefill_kernels": kernels.prefill,
-            "verify_kernels": kernels.verify, "decode_kernels": kernels.decode}
-
-
 def short_conv_entry(cfg: dict, tp: int) -> dict[str, Any]:
+    import torch
+
     from sglang_ascend_hybrid.ops.causal_conv1d import npu_conv_supports
 
     lay = mf.short_conv_layout(cfg, tp)
-    dtype = _dtype(cfg)
+    dtype, _ = mf.model_dtype(cfg)
     if lay.kind == "zaya_cca":
         kernel = "torch (ZAYA1 CCA conv is pure torch in the model, run on the pool in place)"
-    elif npu_conv_supports(lay.width, lay.channels, dtype):
+    elif npu_conv_supports(lay.width, lay.channels, getattr(torch, dtype)):
         kernel = ("npu (sgl-kernel-npu window-major conv ops where installed, else torch.ops.npu.causal_conv1d; "
                   "decode also causal_conv1d_update_v2 in fp16; torch on Ascend 950 builds)")
     else:
@@ -108,62 +155,120 @@ def short_conv_entry(cfg: dict, tp: int) -> dict[str, Any]:
             "extra_state_channels": lay.extra_state_channels, "kernel": kernel}
 
 
+def _overhead_limit() -> Optional[float]:
+    from sglang_ascend_hybrid.envs import ENV
+
+    limit = ENV.GDN_MAX_OVERHEAD.get()
+    return None if limit == float("inf") else float(limit)
+
+
+def assumptions(kernel_heads: Optional[list[int]], route: str) -> dict[str, Any]:
+    from sglang_ascend_hybrid.envs import ENV
+    from sglang_ascend_hybrid.ops import seam
+    from sglang_ascend_hybrid.ops.gdn import capabilities as caps
+    from sglang_ascend_hybrid.versioning import installed_version
+
+    variant = caps.mega_variant()
+    env = {name: os.environ.get(name) for name in KERNEL_ENV}
+    env.update({v.name: os.environ.get(v.name) for v in (ENV.GDN_BACKEND, ENV.GDN_MAX_OVERHEAD)})
+    return {
+        "chip": ASSUMED_CHIP,
+        "sglang": installed_version("sglang"),
+        "prefill_route": route,
+        "sgl_kernel_npu": seam.kernel_package_version(),
+        "mega_kernel": variant.name,
+        "kernel_heads": sorted(set(kernel_heads)) if kernel_heads else None,
+        "triton_entry_mega_mode": caps.triton_mega_mode(mega_present=True),
+        "max_overhead": _overhead_limit(),
+        "dtype_flag": "auto",
+        "environment": env,
+    }
+
+
 def plan(cfg: dict, tp_sizes=DEFAULT_TP, kernel_heads: Optional[list[int]] = None,
-         ssm_dtype: Optional[str] = None) -> list[dict[str, Any]]:
+         ssm_dtype: Optional[str] = None) -> dict[str, Any]:
+    """The plan document (``docs/plan-json.md``) of ``cfg`` at each TP size."""
     from sglang_ascend_hybrid.backends.launch_defaults import planned_adjustments
 
     facts = mf.facts(cfg)
     # Malformed configs fail as a whole (missing fields show at TP=1 already).
     mf.gdn_layout(cfg, 1) if facts.family == "gdn" else mf.short_conv_layout(cfg, 1)
+    if facts.family == "gdn":
+        state_dtype(cfg, ssm_dtype)
     predicate = kernel_predicate(kernel_heads)
+    route = prefill_route() if facts.family == "gdn" else "ladder"
+    archs = cfg.get("architectures") or []
     rows = []
     for tp in tp_sizes:
-        row: dict[str, Any] = {"tp": tp, "model_type": facts.model_type, "family": facts.family,
-                               "layers": facts.num_layers, "full_attention_layers": facts.full_attention_layers,
-                               "linear_layers": facts.linear_layers, "gdn": None, "short_conv": None}
+        row: dict[str, Any] = {"tp": tp, "error": None, "attention_heads_per_rank": None, "gdn": None,
+                               "short_conv": None, "launch_adjustments": []}
         try:
             if facts.family == "gdn":
-                row["gdn"] = gdn_entry(cfg, tp, predicate, ssm_dtype)
+                row["gdn"] = gdn_entry(cfg, tp, predicate, ssm_dtype, route)
             else:
                 row["short_conv"] = short_conv_entry(cfg, tp)
             row["attention_heads_per_rank"] = mf.per_rank(facts.attention_heads, tp, "num_attention_heads")
             row["launch_adjustments"] = planned_adjustments(cfg, tp)
-            row["error"] = None
         except mf.TPSplitError as exc:
-            row["error"] = str(exc)
+            row["error"] = str(exc)  # what was computed before the split failed stays (docs/plan-json.md)
         rows.append(row)
-    return rows
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "model": {"model_type": facts.model_type, "family": facts.family,
+                  "architecture": archs[0] if archs else None, "layers": facts.num_layers,
+                  "full_attention_layers": facts.full_attention_layers, "linear_layers": facts.linear_layers,
+                  "layer_kinds_from": facts.layer_kinds_from, "dtype": facts.dtype, "dtype_from": facts.dtype_from,
+                  "attention_heads": facts.attention_heads, "kv_heads": facts.kv_heads},
+        "assumptions": assumptions(kernel_heads, route),
+        "rows": rows,
+    }
 
 
-def render(rows: list[dict[str, Any]], out: TextIO | None = None) -> None:
+def _rung_line(r: dict, mega_plan: dict) -> str:
+    verdict = "yes" if r["serves"] else "no "
+    note = r["reason"] or ""
+    if r["decided_by_probe"]:
+        note = "the probe of its chunk-state stride at startup confirms it (else the next rung)"
+    if r["rung"] == "mega" and mega_plan["strategy"] != "none":
+        plan_txt = (f"head plan {mega_plan['strategy']}, launches {mega_plan['launches']}, overhead "
+                    f"{mega_plan['overhead']:.2f}")
+        note = f"{note}; {plan_txt}" if note else plan_txt
+    return f"           {r['rung']:<10} {verdict} {note}".rstrip() + "\n"
+
+
+def render(doc: dict[str, Any], out: TextIO | None = None) -> None:
     w = (out or sys.stdout).write
-    if not rows:
-        return
-    first = rows[0]
-    w(f"model_type {first['model_type']} ({first['family']}): {first['layers']} layers, "
-      f"{first['full_attention_layers']} full-attention, {first['linear_layers']} "
-      f"{'GDN' if first['family'] == 'gdn' else 'short-conv'}\n")
-    for r in rows:
+    m, a = doc["model"], doc["assumptions"]
+    w(f"model_type {m['model_type']} ({m['family']}): {m['layers']} layers, {m['full_attention_layers']} "
+      f"full-attention, {m['linear_layers']} {'GDN' if m['family'] == 'gdn' else 'short-conv'} "
+      f"(from {m['layer_kinds_from']}); dtype {m['dtype']} ({m['dtype_from']})\n")
+    if m["family"] == "gdn":
+        route = ("SGLang's prefill through the plugin's GDN ladder" if a["prefill_route"] == "ladder" else
+                 "SGLang calling sgl-kernel-npu's chunk_gated_delta_rule_npu for prefill (the plugin's ladder "
+                 "serves what it refuses)")
+        w(f"assuming an Atlas {a['chip']}, --dtype auto, {route}; mega kernel {a['mega_kernel']}\n")
+    for r in doc["rows"]:
         if r["error"]:
             w(f"  TP={r['tp']:<3} cannot run: {r['error']}\n")
             continue
         if r["gdn"]:
             g = r["gdn"]
-            head = f"GDN per rank (Hv={g['value_heads']}, Hk={g['key_heads']}, d={g['head_dim']})"
-            if g["fast_kernel"]:
-                w(f"  TP={r['tp']:<3} {head}: mega kernel {g['strategy']}, launches {g['launches']}, "
-                  f"overhead {g['overhead']:.2f} (with a 16-bit SSM state)\n")
-            else:
-                w(f"  TP={r['tp']:<3} {head}: mega kernel cannot serve; falls back to {g['fallback']}\n")
-            npu_op = "within" if g["npu_chunk_op_supports"] else "outside"
-            w(f"         torch.ops.npu.chunk_gated_delta_rule (first rung): heads, dims and dtype {npu_op} its "
-              f"limits; it needs a bf16 SSM state on A2/A3\n")
-            w(f"         SSM state {g['state_dtype']} (from {g['state_dtype_source']}): prefill {g['prefill_kernels']}; "
-              f"verify (MTP) {g['verify_kernels']}; decode {g['decode_kernels']}\n")
+            p, pc = g["prefill"], g["prefill_with_chunk_states"]
+            runs = (f"prefill runs on {p['kernel']} ({p['op']})" if p["kernel"] else f"prefill fails: {p['error']}")
+            w(f"  TP={r['tp']:<3} GDN per rank (Hv={g['value_heads']}, Hk={g['key_heads']}, d={g['head_dim']}), "
+              f"{g['dtype']} inputs, SSM state {g['state_dtype']} (from {g['state_dtype_source']}): {runs}\n")
+            for rung in p["rungs"]:
+                w(_rung_line(rung, g["mega_plan"]))
+            if pc["kernel"] != p["kernel"]:
+                tracked = pc["kernel"] or f"fails ({pc['error']})"
+                why = next((x["reason"] for x in pc["rungs"] if x["rung"] == p["kernel"]), None)
+                suffix = f" ({p['kernel']}: {why})" if why else ""
+                w(f"         with 64-token chunk states (radix-cache tracking): prefill runs on {tracked}{suffix}\n")
+            w(f"         verify (MTP) {g['verify_kernels']}; decode {g['decode_kernels']}\n")
         if r["short_conv"]:
             s = r["short_conv"]
             w(f"  TP={r['tp']:<3} {s['kind']} width {s['width']}, {s['channels']} channels per rank: {s['kernel']}\n")
-        w(f"         full attention: {r['full_attention_layers']} layers, {r['attention_heads_per_rank']} "
+        w(f"         full attention: {m['full_attention_layers']} layers, {r['attention_heads_per_rank']} "
           f"query heads per rank (Ascend attention backend)\n")
         for adj in r["launch_adjustments"]:
             w(f"         launch adjustment: {adj}\n")
@@ -187,13 +292,13 @@ def main(args) -> int:
         if any(tp < 1 for tp in args.tp or ()):
             raise ValueError(f"--tp {args.tp}: expected positive integers")
         ssm = getattr(args, "mamba_ssm_dtype", None)
-        rows = plan(cfg, tuple(args.tp) if args.tp else DEFAULT_TP, heads, ssm)
+        doc = plan(cfg, tuple(args.tp) if args.tp else DEFAULT_TP, heads, ssm)
     except (mf.ConfigError, ValueError) as exc:
         print(f"sglang-ascend-hybrid plan: error: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        json.dump(rows, sys.stdout, indent=2)
+        json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        render(rows)
+        render(doc)
     return 0

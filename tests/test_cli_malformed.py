@@ -203,7 +203,7 @@ def test_kernel_heads_with_no_limit(capsys, monkeypatch):
     code, out, err = run_main(capsys, "plan", "--config", str(CONFIGS / "qwen3_6-27b"), "--tp", "16",
                               "--kernel-heads", "16", "--json")
     assert code == 0, err
-    g = json.loads(out)[0]["gdn"]
+    g = json.loads(out)["rows"][0]["gdn"]["mega_plan"]
     assert g["strategy"] == "pad" and g["launches"] == [[16, 4]] and g["overhead"] == pytest.approx(16 / 3)
 
 
@@ -247,8 +247,8 @@ def test_plan_accepts_inf_overhead(capsys, monkeypatch):
     monkeypatch.setenv("SGLANG_ASCEND_HYBRID_GDN_MAX_OVERHEAD", "inf")
     code, out, err = run_main(capsys, "plan", "--config", str(CONFIGS / "qwen3_6-27b"), "--json")
     assert code == 0, err
-    g16 = {r["tp"]: r for r in json.loads(out)}[16]["gdn"]  # (3, 1): padded, no longer a fallback
-    assert g16["fast_kernel"] and g16["launches"] == [[8, 2]]
+    g16 = {r["tp"]: r for r in json.loads(out)["rows"]}[16]["gdn"]  # (3, 1): padded, no longer "none"
+    assert g16["mega_plan"]["strategy"] == "pad" and g16["mega_plan"]["launches"] == [[8, 2]]
 
 
 # -- as users run them: subprocesses ----------------------------------------
@@ -271,9 +271,9 @@ def test_subprocess_plan_inf_overhead_and_bad_overhead():
     proc = run_cli("plan", "--config", str(CONFIGS / "qwen3-next-80b-a3b"), "--tp", "16",
                    env_extra={"SGLANG_ASCEND_HYBRID_GDN_MAX_OVERHEAD": "inf"})
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
-    # (2, 1) per rank: a fallback under the default limit, a 4x padded plan without a limit
-    assert ("TP=16  GDN per rank (Hv=2, Hk=1, d=128): mega kernel pad, launches [[8, 4]], overhead 4.00"
-            in proc.stdout)
+    # (2, 1) per rank: no head plan under the default limit, a 4x padded plan without a limit
+    tp16 = proc.stdout.split("TP=16  GDN per rank (Hv=2, Hk=1, d=128)", 1)[1]
+    assert "head plan pad, launches [[8, 4]], overhead 4.00" in tp16.split("verify (MTP)", 1)[0]
     proc = run_cli("plan", "--config", str(CONFIGS / "qwen3_6-27b"),
                    env_extra={"SGLANG_ASCEND_HYBRID_GDN_MAX_OVERHEAD": "nan"})
     assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "plan",

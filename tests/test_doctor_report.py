@@ -52,8 +52,11 @@ def test_report_shows_the_settings_in_force_and_nothing_secret(report):
     assert str(CONFIG) not in report  # the model directory's last component only
 
 
-def test_report_holds_the_plan_of_the_model_at_that_tp(report):
+def test_report_holds_the_plan_of_the_model_at_that_tp(report, monkeypatch):
     plan_block = report.split("**Plan** of `qwen3_6-27b` at TP=8\n\n```\n", 1)[1].split("```", 1)[0]
+    # the plan depends on the settings that choose kernels: the report's
+    monkeypatch.setenv("GDN_USE_MEGA_GDN", "1")
+    monkeypatch.setenv("SGLANG_ASCEND_HYBRID_GDN_MAX_OVERHEAD", "2.0")
     assert plan_block == doctor_report.plan_text(str(CONFIG), 8)
     assert "TP=8" in plan_block and "TP=1 " not in plan_block
 

@@ -13,6 +13,24 @@ from sglang_ascend_hybrid import cli
 from sglang_ascend_hybrid.ops import seam
 
 CONFIGS = Path(__file__).parent.parent / "examples" / "configs"
+# What changes which kernel runs, outside the config: cleared for every test here.
+KERNEL_ENV = ("GDN_USE_MEGA_GDN", "GDN_ATTN_BACKEND_TRITON", "SGLANG_MAMBA_SSM_DTYPE",
+              "SGLANG_ASCEND_HYBRID_GDN_BACKEND", "SGLANG_ASCEND_HYBRID_GDN_MAX_OVERHEAD")
+
+
+@pytest.fixture(autouse=True)
+def _kernel_env(monkeypatch):
+    for name in KERNEL_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def ladder_route(monkeypatch):
+    """Plan for the route of SGLang 0.5.21+ (its GDN prefill through the plugin's ladder) on any
+    installed release."""
+    from sglang_ascend_hybrid import plan as plan_cli
+
+    monkeypatch.setattr(plan_cli, "prefill_route", lambda: "ladder")
 
 
 def run_plan(capsys, *argv):
@@ -27,53 +45,69 @@ def plan_json(capsys, *argv):
     return json.loads(out)
 
 
-def test_qwen36_27b_strategies_across_tp(capsys):
-    rows = plan_json(capsys, "--config", str(CONFIGS / "qwen3_6-27b"))
-    by_tp = {r["tp"]: r for r in rows}
+def plan_rows(capsys, *argv):
+    return plan_json(capsys, *argv)["rows"]
+
+
+def test_qwen36_27b_head_plans_across_tp(capsys):
+    # TP=16 is a `cannot run` row (24 attention heads); the (3, 1) layout is the next test's.
+    doc = plan_json(capsys, "--config", str(CONFIGS / "qwen3_6-27b"))
+    assert doc["schema_version"] == 1 and doc["model"]["model_type"] == "qwen3_5"
+    by_tp = {r["tp"]: r for r in doc["rows"]}
     assert sorted(by_tp) == [1, 2, 4, 8, 16]
-    for r in rows:
-        assert r["model_type"] == "qwen3_5" and r["short_conv"] is None
-        assert set(r["gdn"]) >= {"value_heads", "key_heads", "head_dim", "strategy", "launches", "overhead"}
-    expect_pairs = {1: (48, 16), 2: (24, 8), 4: (12, 4), 8: (6, 2), 16: (3, 1)}
+    assert "num_attention_heads (24) is not divisible by tp=16" in by_tp[16]["error"]
+    assert by_tp[16]["gdn"]["mega_plan"]["strategy"] == "none"  # (3, 1): 8/3 > 1.5, the next test's layout
+    expect_pairs = {1: (48, 16), 2: (24, 8), 4: (12, 4), 8: (6, 2)}
     for tp, (hv, hk) in expect_pairs.items():
-        assert (by_tp[tp]["gdn"]["value_heads"], by_tp[tp]["gdn"]["key_heads"]) == (hv, hk)
-        assert by_tp[tp]["gdn"]["head_dim"] == 128
-    for tp in (1, 2, 4):  # in the kernel's set: native, one launch, no overhead
         g = by_tp[tp]["gdn"]
-        assert g["strategy"] == "native" and g["launches"] == [[g["value_heads"], g["key_heads"]]]
-        assert g["overhead"] == 1.0
-    g8 = by_tp[8]["gdn"]  # (6, 2): pad each key group 3 -> 4 value heads: (8, 2), 8/6 work
-    assert g8["strategy"] == "pad" and g8["launches"] == [[8, 2]]
-    assert g8["overhead"] == pytest.approx(8 / 6)
-    g16 = by_tp[16]["gdn"]  # (3, 1): cheapest fit (8, 1) costs 8/3 > 1.5 -> fall back
-    assert g16["strategy"].startswith("fallback:") and g16["launches"] == [] and not g16["fast_kernel"]
-    assert g16["overhead"] == 1.0 and isinstance(g16["overhead"], float)  # the fallback pads nothing
-    for r in rows:
-        assert isinstance(r["gdn"]["overhead"], float)
+        assert by_tp[tp]["short_conv"] is None and by_tp[tp]["error"] is None
+        assert (g["value_heads"], g["key_heads"], g["head_dim"]) == (hv, hk, 128)
+    for tp in (1, 2, 4):  # in the kernel's set: native, one launch, no overhead
+        m = by_tp[tp]["gdn"]["mega_plan"]
+        assert m == {"strategy": "native", "launches": [list(expect_pairs[tp])], "overhead": 1.0}
+    m8 = by_tp[8]["gdn"]["mega_plan"]  # (6, 2): pad each key group 3 -> 4 value heads: (8, 2), 8/6 work
+    assert m8["strategy"] == "pad" and m8["launches"] == [[8, 2]]
+    assert m8["overhead"] == pytest.approx(8 / 6)
 
 
-def test_text_output_names_strategy_launches_and_attention(capsys):
+def test_a_layout_without_a_head_plan_has_none(tmp_path, capsys, ladder_route):
+    """(3, 1): the cheapest fit (8, 1) costs 8/3 > 1.5: no plan, and the mega rung says why."""
+    cfg = json.loads((CONFIGS / "qwen3_6-27b" / "config.json").read_text())
+    cfg["text_config"]["num_attention_heads"] = 32
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    g = plan_rows(capsys, "--config", str(tmp_path), "--tp", "16", "--mamba-ssm-dtype", "float16")[0]["gdn"]
+    assert (g["value_heads"], g["key_heads"]) == (3, 1)
+    assert g["mega_plan"] == {"strategy": "none", "launches": [], "overhead": None}
+    mega = next(r for r in g["prefill"]["rungs"] if r["rung"] == "mega")
+    assert not mega["serves"] and "overhead limit" in mega["reason"]
+    assert g["prefill"]["kernel"] == "triton"
+
+
+def test_text_output_names_the_head_plan_and_attention(capsys):
     code, out, _ = run_plan(capsys, "--config", str(CONFIGS / "qwen3_6-27b" / "config.json"), "--tp", "8")
     assert code == 0
-    assert "TP=8" in out and "pad" in out and "[[8, 2]]" in out and "overhead 1.33" in out
-    assert "full attention" in out
+    mega_line = next(line for line in out.splitlines() if line.strip().startswith("mega "))
+    assert "head plan pad, launches [[8, 2]], overhead 1.33" in mega_line
+    assert "full attention: 16 layers, 3 query heads per rank" in out
 
 
-def test_kernel_heads_option_changes_the_accepted_set(capsys):
-    rows = plan_json(capsys, "--config", str(CONFIGS / "qwen3_6-27b"), "--tp", "8", "--kernel-heads", "6,12")
-    assert rows[0]["gdn"]["strategy"] == "native" and rows[0]["gdn"]["launches"] == [[6, 2]]
-    rows = plan_json(capsys, "--config", str(CONFIGS / "qwen3_6-27b"), "--tp", "1", "--kernel-heads", "16")
-    g = rows[0]["gdn"]
+def test_kernel_heads_option_changes_the_accepted_set(capsys, ladder_route):
+    rows = plan_rows(capsys, "--config", str(CONFIGS / "qwen3_6-27b"), "--tp", "8", "--kernel-heads", "6,12")
+    assert rows[0]["gdn"]["mega_plan"]["strategy"] == "native" and rows[0]["gdn"]["mega_plan"]["launches"] == [[6, 2]]
+    doc = plan_json(capsys, "--config", str(CONFIGS / "qwen3_6-27b"), "--tp", "1", "--kernel-heads", "16",
+                    "--mamba-ssm-dtype", "float16")
+    assert doc["assumptions"]["kernel_heads"] == [16]
+    g = doc["rows"][0]["gdn"]
     # (48, 16) with only 16-value-head launches: four launches of 4 key groups, each group padded
-    # from 3 to 4 value heads (64/48 of the work) -- the mega kernel, not a fallback row.
-    assert g["fast_kernel"] and g["fallback"] is None
-    assert g["strategy"] == "split+pad" and g["launches"] == [[16, 4]] * 4
-    assert g["overhead"] == pytest.approx(64 / 48)
+    # from 3 to 4 value heads (64/48 of the work); with an fp16 state the mega rung runs it.
+    assert g["mega_plan"]["strategy"] == "split+pad" and g["mega_plan"]["launches"] == [[16, 4]] * 4
+    assert g["mega_plan"]["overhead"] == pytest.approx(64 / 48)
+    assert g["prefill"]["kernel"] == "mega"
 
 
 @pytest.mark.parametrize("name", ["lfm2-1.2b", "lfm2-8b-a1b", "lfm2-vl-1.6b", "zaya1-base"])
 def test_short_conv_models(capsys, name):
-    rows = plan_json(capsys, "--config", str(CONFIGS / name), "--tp", "1", "2")
+    rows = plan_rows(capsys, "--config", str(CONFIGS / name), "--tp", "1", "2")
     for r in rows:
         assert r["gdn"] is None
         sc = r["short_conv"]
@@ -83,7 +117,7 @@ def test_short_conv_models(capsys, name):
 
 
 def test_lfm2_conv_kernel_is_the_npu_one_within_limits(capsys):
-    rows = plan_json(capsys, "--config", str(CONFIGS / "lfm2-1.2b"), "--tp", "1")
+    rows = plan_rows(capsys, "--config", str(CONFIGS / "lfm2-1.2b"), "--tp", "1")
     sc = rows[0]["short_conv"]
     assert sc["kind"] == "lfm2_short_conv" and sc["width"] == 3
     assert sc["kernel"].startswith("npu")
@@ -118,10 +152,10 @@ def test_plan_matches_what_the_runtime_launches(capsys):
     from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule
     from sglang_ascend_hybrid.ops.gdn.dispatch import OP_MEGA
 
-    rows = plan_json(capsys, "--config", str(CONFIGS / "qwen3_6-27b"), "--tp", "1", "4", "8")
+    rows = plan_rows(capsys, "--config", str(CONFIGS / "qwen3_6-27b"), "--tp", "1", "4", "8")
     mega = make_mega_emulator()
     for row in rows:
-        g = row["gdn"]
+        g = dict(row["gdn"], launches=row["gdn"]["mega_plan"]["launches"])
         seen = []
 
         def recording(q, k, v, *args, **kwargs):
@@ -142,7 +176,7 @@ def test_plan_matches_what_the_runtime_launches(capsys):
         assert seen == g["launches"], (row["tp"], seen, g["launches"])
 
 
-def test_plan_shows_the_ssm_state_dtype_and_the_kernels_it_means(capsys):
+def test_plan_shows_the_ssm_state_dtype_and_the_kernels_it_means(capsys, ladder_route):
     """Qwen3.6-27B: the config's fp32 state (Triton prefill, torch verify on A2/A3) unless the
     operator plans for --mamba-ssm-dtype bfloat16 (the fused NPU ops)."""
     from pathlib import Path
@@ -154,13 +188,13 @@ def test_plan_shows_the_ssm_state_dtype_and_the_kernels_it_means(capsys):
     args = SimpleNamespace(config=str(cfg), tp=[8], json=False, kernel_heads=None, mamba_ssm_dtype=None)
     assert plan_cli.main(args) == 0
     out = capsys.readouterr().out
-    assert "SSM state float32 (from the model config's mamba_ssm_dtype)" in out
-    assert "verify (MTP) the plugin's torch verify path" in out and "prefill sgl-kernel-npu's Triton" in out
+    assert "SSM state float32 (from the model config's mamba_ssm_dtype): prefill runs on triton" in out
+    assert "verify (MTP) the plugin's torch verify path" in out
     args.mamba_ssm_dtype = "bfloat16"
     assert plan_cli.main(args) == 0
     out = capsys.readouterr().out
-    assert "SSM state bfloat16 (from --mamba-ssm-dtype)" in out
+    assert "SSM state bfloat16 (from --mamba-ssm-dtype): prefill runs on npu_chunk" in out
     assert "verify (MTP) torch.ops.npu.recurrent_gated_delta_rule" in out
-    rows = plan_cli.plan(plan_cli.mf.load_config(cfg), (8,), None, "bfloat16")
-    assert rows[0]["gdn"]["state_dtype"] == "bfloat16"
-    assert rows[0]["gdn"]["prefill_kernels"].startswith("torch.ops.npu.chunk_gated_delta_rule")
+    doc = plan_cli.plan(plan_cli.mf.load_config(cfg), (8,), None, "bfloat16")
+    assert doc["rows"][0]["gdn"]["state_dtype"] == "bfloat16"
+    assert doc["rows"][0]["gdn"]["prefill"]["op"] == "torch.ops.npu.chunk_gated_delta_rule"

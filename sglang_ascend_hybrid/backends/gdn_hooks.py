@@ -65,6 +65,15 @@ def _triton_requested() -> bool:
     return os.environ.get("GDN_ATTN_BACKEND_TRITON", "0").strip() == "1"
 
 
+# The prefill rungs ``GDN_ATTN_BACKEND_TRITON=1`` takes out of ascend_chunk_gdn's ladder (also read by ``plan``).
+TRITON_REQUESTED_SKIP = ("npu_chunk", "mega")
+
+
+def prefill_skip() -> tuple:
+    """The prefill rungs ascend_chunk_gdn skips under the current environment."""
+    return TRITON_REQUESTED_SKIP if _triton_requested() else ()
+
+
 def _log_refusal(sig, kernel: str, exc: BaseException, taken: str) -> None:
     first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     log_once(logger, ("gdn-hook-refusal", kernel, sig),
@@ -79,9 +88,8 @@ def ascend_chunk_gdn(original, self, q, k, v, g, beta, initial_state, cu_seqlens
     T, Hk, K = q.shape
     Hv, V = v.shape[-2], v.shape[-1]
     need_h = bool(getattr(getattr(self, "forward_metadata", None), "has_mamba_track_mask", True))
-    skip: tuple = ()
-    if _triton_requested():
-        skip = ("npu_chunk", "mega")
+    skip = prefill_skip()
+    if skip:
         log_once(logger, ("gdn-hook-triton",), "sglang-ascend-hybrid: GDN_ATTN_BACKEND_TRITON=1: GDN prefill "
                  "uses the Triton chunk kernel (torch if it refuses)")
     o, final, h = chunk_with_states(

@@ -48,6 +48,7 @@ The decision is a pure function (:func:`decide`) shared by the resolution hook
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -57,6 +58,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.logutil import log_once
+from sglang_ascend_hybrid.model_families import GDN_ARCHS, SHORT_CONV_ARCHS
 
 logger = logging.getLogger(__name__)
 
@@ -67,24 +69,7 @@ SOURCE = "ascend_hybrid.launch_defaults"
 # Bookkeeping attribute on the ServerArgs record (underscore: allowed during resolution).
 _ADJUSTMENTS_ATTR = "_ascend_hybrid_launch_adjustments"
 
-# Architectures this plugin serves (hf_config.architectures[0]).
-SHORT_CONV_ARCHS = frozenset(
-    {
-        "Lfm2ForCausalLM",
-        "Lfm2MoeForCausalLM",
-        "Lfm2VlForConditionalGeneration",
-        "ZayaForCausalLM",
-    }
-)
-GDN_ARCHS = frozenset(
-    {
-        "Qwen3NextForCausalLM",
-        "Qwen3_5ForConditionalGeneration",
-        "Qwen3_5MoeForConditionalGeneration",
-        "Qwen3_5ForCausalLM",
-        "Qwen3_5MoeForCausalLM",
-    }
-)
+# Architectures this plugin serves (hf_config.architectures[0]): the family table's.
 SUPPORTED_ARCHS = SHORT_CONV_ARCHS | GDN_ARCHS
 
 # Paged attention on Ascend (FIA block_size) needs a multiple of this.
@@ -242,12 +227,33 @@ def _load_config(config: Mapping[str, Any] | str | os.PathLike) -> dict:
         return json.load(fh)
 
 
+# Where SGLang lists the architectures that support the extra_buffer strategy (0.5.20 .. 0.5.23).
+EXTRA_BUFFER_SOURCE = ("sglang/srt/arg_groups/overrides.py", "_MAMBA_EXTRA_BUFFER_ARCHS")
+
+
+@functools.lru_cache(maxsize=1)
 def _upstream_extra_buffer_archs() -> Optional[frozenset]:
-    try:
-        from sglang.srt.arg_groups.overrides import _MAMBA_EXTRA_BUFFER_ARCHS
-    except Exception:
+    """SGLang's ``_MAMBA_EXTRA_BUFFER_ARCHS`` read from the installed source (nothing imported:
+    ``plan`` stays fast), or None when SGLang or the assignment is not found."""
+    import ast
+    from importlib.machinery import PathFinder
+
+    spec = PathFinder.find_spec("sglang")
+    if spec is None or not spec.submodule_search_locations:
         return None
-    return frozenset(_MAMBA_EXTRA_BUFFER_ARCHS)
+    rel, name = EXTRA_BUFFER_SOURCE
+    for root in spec.submodule_search_locations:
+        path = os.path.join(os.path.dirname(root), rel)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                tree = ast.parse(fh.read(), filename=path)
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+                return frozenset(c.value for c in ast.walk(node.value)
+                                 if isinstance(c, ast.Constant) and isinstance(c.value, str))
+    return None
 
 
 def planned_adjustments(
@@ -265,8 +271,8 @@ def planned_adjustments(
 
     ``config`` is a config.json dict, file or model directory.  Keyword
     arguments are the user's flags (defaults = not given).  Pure: reads the
-    config and, when SGLang is importable, its extra_buffer architecture list;
-    resolves nothing.  ``tp_size`` does not change today's decisions (the
+    config and, when SGLang is installed, its extra_buffer architecture list
+    from its source (nothing of SGLang is imported); resolves nothing.  ``tp_size`` does not change today's decisions (the
     page-size / radix-cache conflict is per model, not per rank); it is part of
     the signature so ``plan`` has one call shape.
 
@@ -279,7 +285,7 @@ def planned_adjustments(
     archs = cfg.get("architectures") or []
     arch = archs[0] if archs else ""
     extra_archs = _upstream_extra_buffer_archs()
-    if extra_archs is None:  # SGLang not importable: 0.5.23's list for our families
+    if extra_archs is None:  # SGLang not installed: 0.5.23's list for our families
         extra_archs = GDN_ARCHS
     extra_ok = arch in extra_archs and linear_attn_backend == "triton"
     reason = ""

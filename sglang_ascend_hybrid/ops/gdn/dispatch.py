@@ -182,18 +182,31 @@ def npu_chunk_state_dtype(pool_dtype: Optional[torch.dtype], chip: Optional[str]
     return None
 
 
+def npu_chunk_reason(sig: GdnSignature, chip: Optional[str]) -> Optional[str]:
+    """Why the npu_chunk rung cannot serve any call of ``sig`` on ``chip`` (None: it can, given
+    non-empty sequences).  The rung's predicate asks this; so does the ``plan`` CLI."""
+    state_dtype = npu_chunk_state_dtype(sig.state_dtype, chip)
+    if state_dtype is None and sig.state_dtype == torch.float32:
+        return (f"it keeps {_dtype_name(sig.state_dtype)} states only on Ascend 950 (chip: {chip or 'unknown'}); "
+                "using a kernel that keeps the pool's precision")
+    if state_dtype is None:
+        accepted = " or ".join(_dtype_name(d) for d in caps.npu_chunk_state_dtypes(chip))
+        return f"it keeps {accepted} states on chip {chip or 'unknown'}, not the pool's {_dtype_name(sig.state_dtype)}"
+    return caps.npu_chunk_refusal_reason(sig.value_heads, sig.key_heads, sig.head_dim_k, sig.head_dim_v,
+                                         sig.dtype, state_dtype, chip)
+
+
 def _npu_chunk_supports(sig: GdnSignature, call: ChunkCall) -> bool:
     if not (seam.serves(OP_NPU_CHUNK, call.q) and call.q.shape[0] == 1):
         return False
     chip = seam.chip_generation()
-    state_dtype = npu_chunk_state_dtype(sig.state_dtype, chip)
-    if state_dtype is None:
-        _skipped("prefill", "npu_chunk", sig, f"it keeps {_dtype_name(sig.state_dtype)} states only on Ascend 950 "
-                 f"(chip: {chip or 'unknown'}); using a kernel that keeps the pool's precision")
+    reason = npu_chunk_reason(sig, chip)
+    if reason is not None:
+        _skipped("prefill", "npu_chunk", sig, reason)
         return False
-    reason = caps.npu_chunk_refusal_reason(sig.value_heads, sig.key_heads, sig.head_dim_k, sig.head_dim_v,
-                                           sig.dtype, state_dtype, chip, call.lengths)
-    return reason is None
+    state_dtype = npu_chunk_state_dtype(sig.state_dtype, chip)
+    return caps.npu_chunk_refusal_reason(sig.value_heads, sig.key_heads, sig.head_dim_k, sig.head_dim_v,
+                                         sig.dtype, state_dtype, chip, call.lengths) is None  # this call's lengths
 
 
 def _npu_chunk_run(call: ChunkCall):
@@ -227,17 +240,16 @@ def _plan(sig: GdnSignature) -> planner.Plan:
     return plan_for_layout(sig.value_heads, sig.key_heads, sig.head_dim_k, sig.head_dim_v, sig.dtype)
 
 
-def _mega_state_ok(rung: str, sig: GdnSignature) -> bool:
+def _mega_state_reason(rung: str, sig: GdnSignature) -> Optional[str]:
     """The mega kernel keeps the state in fp16: never for a pool of higher precision (fp32)."""
     if _keeps_precision(caps.MEGA_STATE_DTYPE, sig.state_dtype):
-        return True
+        return None
     hint = ""
     if rung == "triton":  # the entry runs the mega kernel inside: its own Triton path would keep fp32
         hint = (f"; without {caps.TRITON_MEGA_ENV}=1 (sgl-kernel-npu 2026.6.1 and later) its Triton path keeps the "
                 "pool's precision")
-    _skipped("prefill", rung, sig, f"it keeps the state in {_dtype_name(caps.MEGA_STATE_DTYPE)}, below "
-             f"the pool's {_dtype_name(sig.state_dtype)}{hint}")
-    return False
+    return (f"it keeps the state in {_dtype_name(caps.MEGA_STATE_DTYPE)}, below the pool's "
+            f"{_dtype_name(sig.state_dtype)}{hint}")
 
 
 def _fits_fp16(rung: str, sig: GdnSignature, call: ChunkCall) -> bool:
@@ -263,13 +275,31 @@ def _finite_or_decline(rung: str, *tensors) -> None:
                            f"(an fp16 overflow inside the kernel)")
 
 
+def mega_reason(sig: GdnSignature, predicate=None) -> Optional[str]:
+    """Why the mega rung cannot serve any call of ``sig`` (None: it can, given inputs within fp16's
+    range).  ``predicate``: the kernel's accepted head pairs (default: the installed kernel's).  The
+    rung's predicate asks this; so does the ``plan`` CLI."""
+    if sig.chunk_states:  # its per-chunk states are per 128 tokens
+        return "its per-chunk states are per 128 tokens, and 64-token chunk states were asked for"
+    reason = _mega_state_reason("mega", sig)
+    if reason is not None:
+        return reason
+    if not caps.mega_supports_layout(sig.head_dim_k, sig.head_dim_v, sig.dtype):
+        return f"it takes head dim {caps.MEGA_HEAD_DIM} and fp16 / bf16 inputs only"
+    if plan_for_layout(sig.value_heads, sig.key_heads, sig.head_dim_k, sig.head_dim_v, sig.dtype,
+                       predicate=predicate).strategy == "none":
+        return "no head plan of launches it accepts within the overhead limit (SGLANG_ASCEND_HYBRID_GDN_MAX_OVERHEAD)"
+    return None
+
+
 def _mega_supports(sig: GdnSignature, call: ChunkCall) -> bool:
-    # The mega kernel's per-chunk states are per 128 tokens: no 64-token chunk states.
-    if sig.chunk_states or not seam.serves(OP_MEGA, call.q) or call.q.shape[0] != 1:
+    if not seam.serves(OP_MEGA, call.q) or call.q.shape[0] != 1:
         return False
-    if not _mega_state_ok("mega", sig):
+    reason = mega_reason(sig)
+    if reason is not None:
+        _skipped("prefill", "mega", sig, reason)
         return False
-    return _plan(sig).strategy != "none" and _fits_fp16("mega", sig, call)
+    return _fits_fp16("mega", sig, call)
 
 
 def _mega_run(call: ChunkCall):
@@ -292,27 +322,46 @@ def _mega_run(call: ChunkCall):
     return o.to(call.q.dtype), final.float().contiguous(), None
 
 
-def triton_runs_mega(sig: GdnSignature, environ=None) -> bool:
+def triton_runs_mega(sig: GdnSignature, environ=None, mega_present: Optional[bool] = None) -> bool:
     """Whether sgl-kernel-npu's Triton entry, as installed, runs the mega kernel for this signature
     now (its release and the environment decide, read at every call as the entry reads them:
-    :func:`caps.triton_mega_mode`).  The plugin never changes the environment for a call (it is
-    process-wide: another thread's call would see it); it takes the mega kernel's contract instead."""
-    mode = caps.triton_mega_mode(mega_present=seam.available(OP_MEGA))
+    :func:`caps.triton_mega_mode`; ``mega_present`` None: whether the seam has the mega wrapper).
+    The plugin never changes the environment for a call (it is process-wide: another thread's call
+    would see it); it takes the mega kernel's contract instead."""
+    mode = caps.triton_mega_mode(mega_present=seam.available(OP_MEGA) if mega_present is None else mega_present)
     return caps.triton_runs_mega(mode, os.environ if environ is None else environ, sig.value_heads,
                                  sig.key_heads, sig.head_dim_k, sig.head_dim_v)
 
 
-def _triton_mega_reason(sig: GdnSignature, call: ChunkCall) -> Optional[str]:
-    """Why the Triton entry in mega mode cannot serve the call correctly (None: it can)."""
-    if not seam.serves(OP_MEGA, call.q):
-        return "this sgl-kernel-npu build has no torch.ops.npu.mega_chunk_gdn (Ascend 950 builds leave it out)"
-    if sig.chunk_states:
-        return "its per-chunk states are per 128 tokens, and 64-token chunk states were asked for"
-    if not caps.mega_supports_layout(sig.head_dim_k, sig.head_dim_v, sig.dtype):
-        return f"the mega kernel takes head dim {caps.MEGA_HEAD_DIM} only"
-    if not caps.mega_variant().supports(sig.value_heads, sig.key_heads):
-        return "the installed mega kernel refuses this head pair (the Triton entry does not plan heads)"
-    return None
+def triton_reason(sig: GdnSignature, runs_mega: bool, mega_present: bool) -> Optional[str]:
+    """Why the triton rung cannot serve any call of ``sig`` (None: it can, given inputs within fp16's
+    range when ``runs_mega``), the entry running the mega kernel inside or not (``runs_mega``) and
+    ``torch.ops.npu.mega_chunk_gdn`` present or not.  The rung's predicate asks this (after the
+    stride probe where :func:`triton_needs_probe`); so does the ``plan`` CLI."""
+    if not caps.triton_supports(sig.value_heads, sig.key_heads, sig.dtype, sig.head_dim_k, sig.head_dim_v):
+        return (f"it takes fp16 / bf16 inputs, value heads a multiple of the key heads and head dims <= "
+                f"{caps.TRITON_MAX_HEAD_DIM}")
+    if not runs_mega:
+        return None
+    why = None
+    if not mega_present:
+        why = "this sgl-kernel-npu build has no torch.ops.npu.mega_chunk_gdn (Ascend 950 builds leave it out)"
+    elif sig.chunk_states:
+        why = "its per-chunk states are per 128 tokens, and 64-token chunk states were asked for"
+    elif not caps.mega_supports_layout(sig.head_dim_k, sig.head_dim_v, sig.dtype):
+        why = f"the mega kernel takes head dim {caps.MEGA_HEAD_DIM} only"
+    elif not caps.mega_variant().supports(sig.value_heads, sig.key_heads):
+        why = "the installed mega kernel refuses this head pair (the Triton entry does not plan heads)"
+    if why is not None:
+        return (f"sgl-kernel-npu's Triton entry runs the mega kernel here ({caps.TRITON_MEGA_ENV}=1 or its "
+                f"release's default) and {why}")
+    return _mega_state_reason("triton", sig)
+
+
+def triton_needs_probe(sig: GdnSignature, runs_mega: bool) -> bool:
+    """Where the entry's mode decides silently between right and wrong (64- vs 128-token chunk states,
+    fp32 vs fp16 states), the installed entry is probed instead of trusting the release and settings."""
+    return not runs_mega and (sig.chunk_states or sig.state_dtype == torch.float32)
 
 
 def _triton_supports(sig: GdnSignature, call: ChunkCall) -> bool:
@@ -320,9 +369,7 @@ def _triton_supports(sig: GdnSignature, call: ChunkCall) -> bool:
             and caps.triton_supports(sig.value_heads, sig.key_heads, sig.dtype, sig.head_dim_k, sig.head_dim_v)):
         return False
     runs_mega = triton_runs_mega(sig)
-    if not runs_mega and (sig.chunk_states or sig.state_dtype == torch.float32):
-        # where the entry's mode decides silently between right and wrong (64- vs 128-token chunk states,
-        # fp32 vs fp16 states), the installed entry is probed instead of trusting the release and settings
+    if triton_needs_probe(sig, runs_mega):
         verdict = chunk_stride_probe.stride_verdict(sig.value_heads, sig.key_heads, sig.head_dim_k,
                                                     sig.head_dim_v, sig.dtype, call.q.device)
         if verdict is None or verdict.verdict not in (chunk_stride_probe.STRIDE_64, chunk_stride_probe.STRIDE_128):
@@ -330,14 +377,11 @@ def _triton_supports(sig: GdnSignature, call: ChunkCall) -> bool:
                      f"({'not run yet' if verdict is None else verdict.verdict})")
             return False
         runs_mega = verdict.verdict == chunk_stride_probe.STRIDE_128   # what the installed entry does now
-    if not runs_mega:
-        return True
-    reason = _triton_mega_reason(sig, call)
+    reason = triton_reason(sig, runs_mega, seam.serves(OP_MEGA, call.q))
     if reason is not None:
-        _skipped("prefill", "triton", sig, f"sgl-kernel-npu's Triton entry runs the mega kernel here "
-                 f"({caps.TRITON_MEGA_ENV}=1 or its release's default) and {reason}")
+        _skipped("prefill", "triton", sig, reason)
         return False
-    return _mega_state_ok("triton", sig) and _fits_fp16("triton", sig, call)
+    return not runs_mega or _fits_fp16("triton", sig, call)
 
 
 def call_triton_entry(q, k, v, g, beta, *, scale: float, initial_state, cu_seqlens):
@@ -455,6 +499,34 @@ DECODE = Ladder("gdn_decode", [
 
 def prefill_rungs() -> tuple[str, ...]:
     return PREFILL.names
+
+
+def prefill_static_reasons(sig: GdnSignature, *, chip: Optional[str] = None, mega_present: bool = True,
+                           environ=None, predicate=None) -> list[tuple[str, Optional[str], bool]]:
+    """The prefill ladder's verdict on calls of ``sig`` from the signature alone, with every device
+    kernel installed: ``(rung, why it cannot serve them or None, whether the stride probe at
+    startup decides)`` per rung, fastest first; the first None is the rung that runs.  The same
+    rules as the rungs' predicates (which add the per-call checks: tensors on the NPU, packed
+    B == 1, non-empty sequences, inputs within fp16's range for the mega kernel).  ``environ``:
+    the settings the Triton entry reads (default ``os.environ``); ``predicate``: the mega kernel's
+    accepted head pairs (default: the installed kernel's).  Used by the ``plan`` CLI."""
+    out: list[tuple[str, Optional[str], bool]] = []
+    for name in PREFILL.names:
+        probe = False
+        if name == "npu_chunk":
+            reason = npu_chunk_reason(sig, chip)
+        elif name == "mega":
+            reason = mega_reason(sig, predicate)
+        elif name == "triton":
+            runs_mega = triton_runs_mega(sig, environ, mega_present)
+            probe = triton_needs_probe(sig, runs_mega)
+            reason = triton_reason(sig, runs_mega, mega_present)
+        elif name == "torch":
+            reason = None
+        else:  # a rung added to PREFILL without a rule here
+            raise AssertionError(f"prefill_static_reasons has no rule for the prefill rung {name!r}")
+        out.append((name, reason, probe))
+    return out
 
 
 def decode_rungs() -> tuple[str, ...]:
