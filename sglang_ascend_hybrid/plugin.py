@@ -8,21 +8,35 @@ entry of the diffusion runtime.  Both are idempotent, cheap (no ``torch_npu`` /
 problem is recorded in :data:`sglang_ascend_hybrid.status.STATUS` and logged;
 strict mode turns recorded failures into a startup error at resolution time
 (:func:`enforce_strict`).
+
+Registration imports nothing SGLang's process has not imported already: every
+target is verified statically from its source (parsed once per file content,
+:mod:`sglang_ascend_hybrid.target_cache`); a hook or backend-registry patch whose
+target module is not imported yet is put in place the moment SGLang imports that
+module (:mod:`sglang_ascend_hybrid.import_watch`; state :data:`ON_IMPORT` until
+then), so a process that never imports SGLang's attention registry (the launcher,
+the detokenizer) never pays for it.  :func:`import_pending` imports those modules
+now (``doctor`` does, to report every patch in place).
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 
-from sglang_ascend_hybrid import __version__, patches
+from sglang_ascend_hybrid import __version__, import_watch, patches
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.status import (
-    APPLIED, DEFERRED, DISABLED, FAILED, REGISTERED, SKIPPED, STATUS, UNAVAILABLE, hook_registry,
+    APPLIED, DEFERRED, DISABLED, FAILED, NOT_APPLIED, REGISTERED, SKIPPED, STATUS, UNAVAILABLE, hook_registry,
 )
 from sglang_ascend_hybrid.versioning import installed_version, sglang_version_problem
 
 logger = logging.getLogger("sglang_ascend_hybrid")
+
+# Verified; put in place when SGLang imports the target's module (not imported in this process
+# yet).  Not a failure in strict mode: nothing can call the target before that import.
+ON_IMPORT = "on import"
 
 
 def register() -> None:
@@ -82,7 +96,7 @@ def warn_untested_release() -> None:
 
 def _apply(patch: patches.Patch) -> None:
     current = STATUS.patches.get(patch.name)
-    if current is not None and current.state in (REGISTERED, APPLIED):
+    if current is not None and current.state in (REGISTERED, APPLIED, ON_IMPORT):
         return  # idempotent
     on_release = patches.release_state(patch, STATUS.sglang_version)
     if on_release is not None:  # this release takes another route (or offers no mechanism)
@@ -99,6 +113,11 @@ def _apply(patch: patches.Patch) -> None:
     if patch.requires:  # its module imports NPU packages: apply on first NPU backend build
         STATUS.set(patch.name, patch.target, DEFERRED)
         return
+    module = _lazy_module(patch)
+    if module is not None:
+        STATUS.set(patch.name, patch.target, ON_IMPORT, f"put in place when SGLang imports {module}")
+        import_watch.when_imported(module, lambda _module, patch=patch: _apply_on_import(patch))
+        return
     try:
         hook = patch.load_hook()
         if patch.kind == "hook":
@@ -112,6 +131,76 @@ def _apply(patch: patches.Patch) -> None:
             STATUS.set(patch.name, patch.target, APPLIED)
     except Exception as exc:
         STATUS.set(patch.name, patch.target, FAILED, f"{type(exc).__name__}: {exc}")
+
+
+def _lazy_module(patch: patches.Patch) -> str | None:
+    """The module whose import puts ``patch`` in place, when that should wait: an srt hook or
+    backend-registry patch whose target module is not imported yet (but can be)."""
+    if patch.runtime != "srt" or patch.kind not in ("hook", "backend_registry"):
+        return None
+    module = patches.target_module(patch.target)
+    return module if module is not None and import_watch.importable_later(module) else None
+
+
+def _apply_on_import(patch: patches.Patch) -> None:
+    """Run right after SGLang imported the target's module (before the importer gets it)."""
+    try:
+        hook = patch.load_hook()
+        if patch.kind == "hook":
+            registry = hook_registry(patch.runtime)
+            _register_hook(patch, hook)
+            if _applying_now(registry, patch.target, hook):
+                STATUS.set(patch.name, patch.target, REGISTERED)
+            else:
+                _apply_target(registry, patch.target)
+                STATUS.set(patch.name, patch.target, APPLIED)
+        else:  # backend_registry: the hook performs the change itself
+            hook()
+            STATUS.set(patch.name, patch.target, APPLIED)
+    except Exception as exc:
+        STATUS.set(patch.name, patch.target, FAILED, f"{type(exc).__name__}: {exc}")
+        logger.warning("sglang-ascend-hybrid %s: %s could not be put in place on import of its module: %s",
+                       __version__, patch.name, STATUS.patches[patch.name].reason)
+        from sglang_ascend_hybrid.mode import hybrid_requested
+
+        if hybrid_requested():
+            enforce_strict()  # raises PluginPatchError: this import is part of startup
+
+
+def _applying_now(registry, target: str, ours) -> bool:
+    """Whether SGLang's HookRegistry is applying ``target`` at this moment: another plugin's hook
+    on it, not yet applied, means its ``apply_hooks`` is importing the module (that is the only
+    way the module gets imported with such a hook pending) and will build the chain from the
+    same list, ours included; applying it here too would wrap it twice."""
+    return target not in registry._patched and any(h is not ours for _, h, _ in registry._hooks.get(target, ()))
+
+
+def _apply_target(registry, target: str) -> None:
+    """Apply the hooks of ``target`` alone, as SGLang's ``apply_hooks`` does for each target."""
+    if target in registry._patched:
+        raise RuntimeError(f"SGLang's HookRegistry already applied {target} without this hook")
+    apply_one = getattr(registry, "_apply_target", None)
+    if apply_one is None:  # a registry without the per-target step: apply whatever is pending
+        registry.apply_hooks()
+    else:
+        apply_one(target, registry._hooks[target])
+        registry._patched.add(target)
+    if target not in registry._patched:
+        raise RuntimeError(NOT_APPLIED)
+
+
+def import_pending() -> list[str]:
+    """Import every module a patch waits for (:data:`ON_IMPORT`), as a process that runs a model
+    does, so that every patch is in place and its state final; returns one line per module that
+    failed to import.  For ``doctor`` and tests: a server never needs it."""
+    errors = []
+    for name in import_watch.watched():
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001  (reported, never raised into doctor)
+            errors.append(f"importing {name} failed: {type(exc).__name__}: {exc}")
+    STATUS.refresh_applied()
+    return errors
 
 
 def _register_hook(patch: patches.Patch, hook) -> None:
@@ -136,12 +225,17 @@ def register_resolution_hook_once(step: str, hook) -> None:
 
 
 def apply_deferred() -> None:
-    """Apply the patches whose targets live in modules importing NPU packages.
+    """Apply the patches whose targets live in modules importing NPU packages, and put in
+    place those still waiting for their module's import (:data:`ON_IMPORT`: that module is
+    imported now, a few hundredths of a second in a process about to run a model).
 
     Called when SGLang builds the attention backend on NPU (from the
     ``attn_backend_wrapper`` hook), where those modules are imported anyway.
     Idempotent; failures are recorded, and stop startup in strict mode.
     """
+    if import_watch.watched():
+        for problem in import_pending():
+            logger.warning("sglang-ascend-hybrid: %s", problem)
     deferred = STATUS.in_state(DEFERRED)
     if not deferred:
         return

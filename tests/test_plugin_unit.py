@@ -1,4 +1,5 @@
-"""Plugin registration against a mocked SGLang (no SGLang import)."""
+"""Plugin registration against a mocked SGLang (no SGLang import in this process; the last test
+runs the real one in fresh interpreters)."""
 
 from __future__ import annotations
 
@@ -288,3 +289,208 @@ def test_deferred_patch_that_does_not_apply_stops_strict_startup(fake_sglang, mo
     mode.record_request()
     with pytest.raises(plugin.PluginPatchError, match=p.target.replace(".", r"\.")):
         plugin.apply_deferred()
+
+
+# ---------------------------------------------------------------------------
+# Targets in modules not imported yet: put in place when SGLang imports them
+# ---------------------------------------------------------------------------
+
+LAZY_PKG = "lazydemo_pkg_t24"
+
+
+class ApplyingHookRegistry(FakeHookRegistry):
+    """SGLang's HookRegistry as far as the plugin relies on it: ``apply_hooks`` walks a snapshot of
+    the targets, skips patched ones, resolves (imports) each target's module, then wraps it with
+    the target's hook list; ``_apply_target`` is that per-target step."""
+
+    @classmethod
+    def apply_hooks(cls):
+        for target, hooks in sorted(cls._hooks.items()):
+            if target in cls._patched:
+                continue
+            cls._apply_target(target, hooks)
+            cls._patched.add(target)
+
+    @classmethod
+    def _apply_target(cls, target, hooks):
+        import importlib
+
+        module_name, attr = target.rsplit(".", 1)
+        module = importlib.import_module(module_name)  # resolves first, as pkgutil.resolve_name does
+        wrapped = getattr(module, attr)
+        for _, hook, _ in hooks:  # AROUND: hook(original, *args)
+            wrapped = (lambda original, hook: lambda *a, **k: hook(original, *a, **k))(wrapped, hook)
+        setattr(module, attr, wrapped)
+
+
+CALLS = []
+
+
+def lazy_hook(original, *args, **kwargs):
+    CALLS.append("hook")
+    return ("hooked", original(*args, **kwargs))
+
+
+def failing_hook_loader():
+    raise ImportError("hook module broke")
+
+
+@pytest.fixture
+def lazy_target(fake_sglang, tmp_path, monkeypatch):
+    """A one-patch registry whose hook target lives in a real, not yet imported module."""
+    from sglang_ascend_hybrid import import_watch
+
+    pkg = tmp_path / LAZY_PKG
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "mod.py").write_text("IMPORTS = []\nIMPORTS.append(1)\ndef f():\n    return 'orig'\n")
+    (pkg / "user.py").write_text(f"from {LAZY_PKG}.mod import f\n")
+    (pkg / "broken.py").write_text("raise RuntimeError('upstream module broke')\ndef g():\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys.modules["sglang.srt.plugins.hook_registry"], "HookRegistry", ApplyingHookRegistry)
+    ApplyingHookRegistry._hooks, ApplyingHookRegistry._patched = defaultdict(list), set()
+    patch = patches.Patch(name="lazy-demo", target=f"{LAZY_PKG}.mod.f", kind="hook", hook_type="around",
+                          hook="tests.test_plugin_unit:lazy_hook", why="w", how="h", removal="r")
+    monkeypatch.setattr(patches, "PATCHES", (patch,))
+    CALLS.clear()
+    import_watch._reset_for_tests()
+    yield patch
+    import_watch._reset_for_tests()
+    for name in [m for m in sys.modules if m.startswith(LAZY_PKG)]:
+        del sys.modules[name]
+
+
+def test_a_target_in_a_module_not_imported_yet_waits_for_its_import(lazy_target):
+    from importlib.machinery import SourceFileLoader
+
+    from sglang_ascend_hybrid import import_watch
+
+    plugin.register()
+    assert f"{LAZY_PKG}.mod" not in sys.modules  # registration imported nothing
+    st = status.STATUS.patches[lazy_target.name]
+    assert (st.state, st.reason) == (plugin.ON_IMPORT, f"put in place when SGLang imports {LAZY_PKG}.mod")
+    plugin.enforce_strict()  # waiting for an import is not a failure, even strict
+    mode.record_request()
+    plugin.enforce_strict()
+
+    import importlib
+
+    user = importlib.import_module(f"{LAZY_PKG}.user")  # imports mod; its from-import copy gets the hook
+    mod = sys.modules[f"{LAZY_PKG}.mod"]
+    assert user.f() == ("hooked", "orig") and mod.f() == ("hooked", "orig")
+    assert CALLS == ["hook", "hook"]
+    assert mod.IMPORTS == [1]  # executed once
+    assert type(mod.__loader__) is SourceFileLoader  # the real loader, untouched
+    assert status.STATUS.patches[lazy_target.name].state == status.APPLIED
+    assert lazy_target.target in ApplyingHookRegistry._patched
+    assert import_watch.watched() == [] and import_watch._FINDER not in sys.meta_path
+    plugin.register()  # idempotent afterwards too
+    assert len(ApplyingHookRegistry._hooks[lazy_target.target]) == 1
+
+
+def test_a_target_module_imported_already_is_registered_for_sglangs_apply(lazy_target):
+    import importlib
+
+    importlib.import_module(f"{LAZY_PKG}.mod")
+    plugin.register()
+    assert status.STATUS.patches[lazy_target.name].state == status.REGISTERED
+    ApplyingHookRegistry.apply_hooks()  # what load_plugins does next
+    status.STATUS.refresh_applied()
+    assert status.STATUS.patches[lazy_target.name].state == status.APPLIED
+    assert sys.modules[f"{LAZY_PKG}.mod"].f() == ("hooked", "orig")
+
+
+def test_sglangs_apply_of_another_hook_on_the_target_wraps_ours_once(lazy_target):
+    """Another plugin hooks the same target; SGLang's apply_hooks imports the module to apply
+    it, which fires our callback mid-apply: ours joins that one chain (no double wrap)."""
+    def someone_elses(original, *a, **k):
+        CALLS.append("other")
+        return original(*a, **k)
+
+    plugin.register()
+    ApplyingHookRegistry.register(lazy_target.target, someone_elses, FakeHookType.AROUND)
+    ApplyingHookRegistry.apply_hooks()
+    status.STATUS.refresh_applied()
+    assert sys.modules[f"{LAZY_PKG}.mod"].f() == ("hooked", "orig")
+    assert CALLS == ["hook", "other"]  # each hook ran once
+    assert status.STATUS.patches[lazy_target.name].state == status.APPLIED
+
+
+def test_a_failure_on_import_is_recorded_or_stops_strict_startup(lazy_target, monkeypatch, caplog):
+    import importlib
+
+    monkeypatch.setattr(patches.Patch, "load_hook", lambda self: failing_hook_loader())
+    plugin.register()
+    with caplog.at_level(logging.WARNING, logger="sglang_ascend_hybrid"):
+        importlib.import_module(f"{LAZY_PKG}.mod")  # plain 'ascend': the import goes on
+    st = status.STATUS.patches[lazy_target.name]
+    assert (st.state, st.reason) == (status.FAILED, "ImportError: hook module broke")
+    assert any("lazy-demo could not be put in place" in r.getMessage() for r in caplog.records)
+
+    del sys.modules[f"{LAZY_PKG}.mod"]
+    status._reset_for_tests()
+    mode.record_request()  # --attention-backend ascend_hybrid
+    plugin.register()
+    with pytest.raises(plugin.PluginPatchError, match=r"lazydemo_pkg_t24\.mod\.f: ImportError: hook module broke"):
+        importlib.import_module(f"{LAZY_PKG}.mod")
+
+
+def test_import_pending_and_the_backend_build_put_every_waiting_patch_in_place(lazy_target, monkeypatch):
+    broken = patches.Patch(name="lazy-broken", target=f"{LAZY_PKG}.broken.g", kind="hook", hook_type="around",
+                           hook="tests.test_plugin_unit:lazy_hook", why="w", how="h", removal="r")
+    monkeypatch.setattr(patches, "PATCHES", (lazy_target, broken))
+    plugin.register()
+    assert {s.state for s in status.STATUS.patches.values()} == {plugin.ON_IMPORT}
+    plugin.apply_deferred()  # the first NPU attention-backend build imports what is waited for
+    assert status.STATUS.patches[lazy_target.name].state == status.APPLIED
+    assert status.STATUS.patches[broken.name].state == plugin.ON_IMPORT  # its module cannot import
+    assert plugin.import_pending() == [
+        f"importing {LAZY_PKG}.broken failed: RuntimeError: upstream module broke"]
+
+
+def test_sglang_plugin_load_imports_no_attention_registry_and_parses_nothing_when_warm(tmp_path):
+    """With the real SGLang, in fresh interpreters: plugin loading leaves SGLang's attention
+    registry (and the short-conv kernels module) unimported, and once the target cache is warm
+    it parses no source; importing the registry later still puts every patch in place."""
+    import json
+    import os
+    import subprocess
+
+    import importlib.util
+
+    if importlib.util.find_spec("sglang") is None:
+        pytest.skip("sglang is not installed")
+    code = (
+        "import ast, json, sys\n"
+        "parsed = []\n"
+        "real = ast.parse\n"
+        "ast.parse = lambda src, filename='<unknown>', *a, **k: parsed.append(filename) or real(src, filename, *a, **k)\n"
+        "from sglang.srt.plugins import load_plugins\n"
+        "lazy = ('sglang.srt.layers.attention.attention_registry', 'sglang.srt.layers.attention.mamba.causal_conv1d')\n"
+        "before = [m for m in lazy if m in sys.modules]\n"
+        "load_plugins()\n"
+        "from sglang_ascend_hybrid.status import STATUS\n"
+        "out = {'before': before, 'after': [m for m in lazy if m in sys.modules],\n"
+        "       'parsed': [p for p in parsed if '/sglang/' in p],\n"
+        "       'states': {n: s.state for n, s in STATUS.patches.items()}}\n"
+        "import sglang.srt.layers.attention.attention_registry as reg\n"
+        "import sglang.srt.models.lfm2\n"
+        "out['later'] = {n: s.state for n, s in STATUS.patches.items()}\n"
+        "out['factory'] = getattr(reg.ATTENTION_BACKENDS.get('ascend_hybrid'), 'entry_point', None)\n"
+        "print(json.dumps(out))\n"
+    )
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0", HF_HUB_OFFLINE="1", XDG_CACHE_HOME=str(tmp_path))
+    env.pop("SGLANG_ASCEND_HYBRID_STRICT", None)
+    runs = []
+    for _ in range(2):  # cold cache, then warm
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    cold, warm = runs
+    assert cold["before"] == [] and cold["after"] == [] and warm["after"] == []
+    assert cold["parsed"], "the cold run should have parsed the targets (else the warm check proves nothing)"
+    assert warm["parsed"] == []
+    for name in ("backend-factories", "short-conv-backend", "conv1d-prefill", "conv1d-decode"):
+        assert warm["states"][name] == plugin.ON_IMPORT, (name, warm["states"][name])
+        assert warm["later"][name] == status.APPLIED, (name, warm["later"][name])
+    assert warm["factory"] == "sglang_ascend_hybrid.backends.ascend_hybrid:create_ascend_hybrid_backend"
