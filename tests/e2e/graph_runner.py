@@ -106,6 +106,7 @@ class Call:
     bs: int
     syncs: int
     ops: list
+    replay: Optional[int] = None  # the n-th replay (phase "replay")
 
 
 @dataclass
@@ -130,7 +131,7 @@ class Watch:
     def of(self, phase: str, bs: Optional[int] = None, index: Optional[int] = None) -> list:
         """The watched calls of a phase (and capture size; ``index``: the n-th replay)."""
         calls = [c for c in self.calls if c.phase == phase and (bs is None or c.bs == bs)]
-        return calls if index is None else [c for c in calls if getattr(c, "replay", None) == index]
+        return calls if index is None else [c for c in calls if c.replay == index]
 
 
 def opaque_emulators(ctx_factory):
@@ -393,7 +394,7 @@ def replay_problems(run: GraphRun, slot_buffer: str, part: str, pad_slots=frozen
         buffer = slot_buffer.format(bs=bs)
         if not any(w.labels[buffer] in where for p, ops in captured if p == part for _, where in ops):
             problems.append(f"{part} (capture, bs {bs}) never reads {buffer}")
-        for n in sorted({getattr(c, "replay") for c in w.of("replay", bs)}):
+        for n in sorted({c.replay for c in w.of("replay", bs)}):
             replay = [(c.part, c.ops) for c in w.of("replay", bs, n)]
             if replay != captured:
                 problems.append(f"replay {n} (bs {bs}): not the captured op sequence on the captured storage"

@@ -1,6 +1,7 @@
 """Whole models at tensor parallelism 2 over a real gloo process group (:mod:`tests.e2e.tp`):
 SGLang's distributed init, its parallel layers and weight loaders, the plugin's backends on each
-rank's shard; rank 0's logits against transformers' class at TP=1 with the same weights.
+rank's shard; rank 0's logits against transformers' class at TP=1 with the same weights (in
+float64: the gap is the TP=2 run's fp32 rounding alone).
 
 Plan: a chunked prefill of request A, one EXTEND batch of A's continuation with B and C, then 4
 DECODE steps of all three (:data:`tests.e2e.tp.PLAN`), fp32."""

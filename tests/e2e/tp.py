@@ -24,6 +24,7 @@ traceback, and a rank that hangs is killed after a timeout (gloo's own timeout i
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 import multiprocessing
@@ -171,8 +172,11 @@ def _rank_job(rank: int, name: str, breakage: Optional[str]) -> RankResult:
 
     run = run_family(name, device=device.gdn_fp32 if name in GDN_FAMILIES else None, breakage=patch,
                      plan=PLAN, models=b)
+    # rank 0: against transformers at TP=1 on the same weights, computed in float64 so that the gap
+    # is this run's fp32 rounding alone (not that plus the reference's own)
+    cmp = harness.compare(run.reqs, copy.deepcopy(b.hf).double(), run.seconds) if rank == 0 else None
     return RankResult(rank, [r.generated for r in run.reqs], [torch.stack(r.logits).tolist() for r in run.reqs],
-                      run.compare() if rank == 0 else None, shapes, _facts(run, b.sglang), run.log_text())
+                      cmp, shapes, _facts(run, b.sglang), run.log_text())
 
 
 def _rank_main(rank: int, port: int, name: str, breakage: Optional[str], conn) -> None:
