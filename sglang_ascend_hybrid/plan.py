@@ -14,6 +14,7 @@ its installed source).  Nothing of SGLang or transformers is imported.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -57,8 +58,10 @@ def prefill_route() -> str:
     ``"entry"``: it calls sgl-kernel-npu's ``chunk_gated_delta_rule_npu`` itself, the ladder
     (mega, torch) serving only the calls that entry refuses (older releases)."""
     from sglang_ascend_hybrid import patches
+    from sglang_ascend_hybrid.versioning import installed_version
 
-    return "ladder" if patches.matches(patches.by_name(LADDER_PATCH).releases, None) else "entry"
+    spec = patches.by_name(LADDER_PATCH).releases
+    return "ladder" if patches.matches(spec, installed_version("sglang")) else "entry"
 
 
 def _ops() -> dict[str, str]:
@@ -83,7 +86,9 @@ def prefill_entry(lay: mf.GDNLayout, dtype: str, state: str, chunk_states: bool,
     ops = _ops()
     if route == "entry":  # SGLang calls the Triton entry; the ladder below it skips npu_chunk and triton
         by_name = {name: (reason, probe) for name, reason, probe in verdicts}
-        entry_reason = by_name["triton"][0]
+        # what SGLang's own call meets is the entry's refusals only: no precision or chunk-state rule of the ladder
+        entry_reason = dispatch.triton_reason(dataclasses.replace(sig, state_dtype=None, chunk_states=False),
+                                              dispatch.triton_runs_mega(sig, None, True), True)
         order = [("triton", entry_reason, False), ("npu_chunk", "SGLang of this release does not call it "
                   "(its prefill calls sgl-kernel-npu's chunk_gated_delta_rule_npu)", False),
                  ("mega", *by_name["mega"]), ("torch", *by_name["torch"])]
@@ -285,6 +290,9 @@ def parse_heads(text: str) -> list[int]:
 
 
 def main(args) -> int:
+    # torch is imported for the kernels' dtype rules only: never let it autoload torch_npu (an Ascend
+    # host's device backend), which plan does not use and which costs seconds and touches the device.
+    os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
     try:
         cfg = mf.load_config(args.config)
         mf.family(cfg)
