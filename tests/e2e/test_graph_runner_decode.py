@@ -121,6 +121,28 @@ def test_negative_control_a_fresh_copy_of_the_slot_indices_at_replay_is_caught()
     # the storage check sees what a replayed device graph would do
 
 
+def _host_read_in_conv_decode(mp):
+    """Breakage: the plugin's conv decode op reads its slot indices on the host first (a value check
+    left on): a sync inside the captured part."""
+    from sglang_ascend_hybrid.ops import causal_conv1d as plugin_conv
+
+    real = plugin_conv.causal_conv1d_update
+
+    def checked(x, conv_state, weight, *args, conv_state_indices=None, **kwargs):
+        assert bool((conv_state_indices >= -1).all())
+        return real(x, conv_state, weight, *args, conv_state_indices=conv_state_indices, **kwargs)
+
+    mp.setattr(plugin_conv, "causal_conv1d_update", checked)
+
+
+def test_negative_control_a_host_read_in_the_conv_decode_is_caught():
+    _, graph = _graph_run("lfm2", "short_conv", _watch_short_conv, breakage=_host_read_in_conv_decode)
+    problems = _lfm2_problems(graph)
+    synced = [p for p in problems if p.endswith("1 host syncs")]
+    # every conv layer of every capture and replay (warm-ups may sync: they run eagerly)
+    assert len(synced) == CONV_LAYERS * (len(gr.CAPTURE_BS) + len(gr.STEPS)), problems
+
+
 @GDN_ROUTE
 def test_qwen3_5_graph_decode_replays_through_the_decode_hook():
     """bf16 pool, key-first Triton decode kernel (the probe rules it out): the npu_recurrent rung."""
