@@ -1,8 +1,12 @@
 """What a Hugging Face ``config.json`` means for this plugin: model family,
-GDN head layout, short-conv geometry, full-attention layers, per TP rank.
+GDN head layout, short-conv geometry, full-attention layers, model dtype, per TP rank.
 
-Pure functions on the JSON dict (no transformers / SGLang import), shared by
-``plan`` and the launch-resolution helpers.
+:data:`FAMILIES` is the one table of the model types served (kind, architectures, the
+config class SGLang builds and its layer rule); the model-type and architecture lists
+derive from it.  The rules are those of the config classes SGLang builds (read from
+their source; ``tests/test_plan_layer_kinds.py`` compares them with the installed
+release), as pure functions on the JSON dict (no transformers / SGLang import), shared
+by ``plan`` and the launch-resolution helpers.
 
 Every field read is type- and range-checked: a malformed config (a null, zero,
 negative, fractional or non-numeric count, a non-list layer list, value heads

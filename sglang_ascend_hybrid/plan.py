@@ -83,6 +83,7 @@ def prefill_entry(lay: mf.GDNLayout, dtype: str, state: str, chunk_states: bool,
     sig = dispatch.GdnSignature(lay.value_heads, lay.key_heads, lay.head_dim, lay.value_head_dim,
                                 getattr(torch, dtype), chunk_states, getattr(torch, state))
     verdicts = dispatch.prefill_static_reasons(sig, chip=ASSUMED_CHIP, predicate=predicate)
+    unskipped = {name: reason is None for name, reason, _ in verdicts}  # a forced rung ignores the skip
     ops = _ops()
     if route == "entry":  # SGLang calls the Triton entry; the ladder below it skips npu_chunk and triton
         by_name = {name: (reason, probe) for name, reason, probe in verdicts}
@@ -103,7 +104,7 @@ def prefill_entry(lay: mf.GDNLayout, dtype: str, state: str, chunk_states: bool,
     forced = forced if route == "ladder" and forced in ops else None
     kernel, error = next((r["rung"] for r in rungs if r["serves"]), None), None
     if forced is not None:
-        kernel = forced if next(r for r in rungs if r["rung"] == forced)["serves"] else None
+        kernel = forced if unskipped[forced] else None
         if kernel is None:
             error = (f"{ENV.GDN_BACKEND.name}={forced} forces a rung that cannot serve these calls: prefill "
                      "raises ForcedRungUnavailable")
