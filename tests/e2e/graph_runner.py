@@ -84,19 +84,38 @@ class _Producers(TorchDispatchMode):
 
 class ProducerOpLog(StaticOpLog):
     """:class:`tests.op_log.StaticOpLog` whose non-static tensors are ``"tmp"`` when the captured
-    region made them and ``"ext"`` when they came from outside it."""
+    region made them and ``"ext"`` when they came from outside it.  A device kernel launched through
+    the seam (:func:`opaque_emulators`) is one entry, ``launch <op>``, with its tensor arguments."""
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+    active: Optional["ProducerOpLog"] = None
+
+    def record(self, name: str, args, kwargs) -> None:
         made = _Producers.active.made if _Producers.active is not None else set()
 
         def where(t):
-            ptr = t.untyped_storage().data_ptr()
+            storage = t.untyped_storage()
+            if not storage.nbytes():
+                return "empty"  # no data a graph could freeze (LFM2's zero-size SSM pool)
+            ptr = storage.data_ptr()
             return self.static.get(ptr, "tmp" if ptr in made else "ext")
 
-        self.ops.append((str(func), tuple(where(a) for a in list(args) + list(kwargs.values())
-                                          if isinstance(a, torch.Tensor) and a.device.type != "meta")))
+        flat = [x for a in list(args) + list(kwargs.values())
+                for x in (a if isinstance(a, (list, tuple)) else (a,))]
+        self.ops.append((name, tuple(where(t) for t in flat
+                                     if isinstance(t, torch.Tensor) and t.device.type != "meta")))
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        self.record(str(func), args, kwargs)
         return func(*args, **kwargs)
+
+    def __enter__(self):
+        self._outer, ProducerOpLog.active = ProducerOpLog.active, self
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        ProducerOpLog.active = self._outer
+        return super().__exit__(*exc)
 
 
 @dataclass
@@ -144,8 +163,10 @@ def opaque_emulators(ctx_factory):
         with ctx_factory() as calls:
             saved = dict(seam._emulators)
             for name, fn in saved.items():
-                def launch(*a, _fn=fn, **k):
-                    producers = _Producers.active
+                def launch(*a, _fn=fn, _name=name, **k):
+                    producers, log = _Producers.active, ProducerOpLog.active
+                    if log is not None:
+                        log.record(f"launch {_name}", a, k)
                     with _disable_current_modes():
                         out = _fn(*a, **k)
                     if producers is not None:
@@ -193,8 +214,8 @@ class GraphRunner:
         w, linear = self.watch, self.linear
         cache = self.engine.req_to_token_pool.mamba_pool.mamba_cache
 
-        def add(label, t):
-            if isinstance(t, torch.Tensor) and label not in w.labels:
+        def add(label, t):  # (an empty tensor has no storage to tell apart: "empty" in the log)
+            if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes() and label not in w.labels:
                 w.labels[label] = len(w.static)
                 w.static.append(t)
 
