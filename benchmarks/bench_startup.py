@@ -59,6 +59,7 @@ REGISTRATION_GOAL_S = 0.1
 HELP_GOAL = 1.5
 DOCTOR_REPS = 3
 MARK = "@@BENCH_STARTUP@@"
+TABLES = ("cli", "plan", "registration", "doctor")
 
 REGISTRATION_CHILD = f"""
 import json, time
@@ -223,14 +224,78 @@ def _tag(t: Table) -> str:
     return " [loaded]" if t.loaded else " [noisy]" if t.noisy else ""
 
 
+def cli_table(cli, reps, warmup, threads, bytecode, note, **_) -> tuple[Table, None]:
+    env = child_env(threads, bytecode)
+    t = interleaved("CLI: --help and an argument error vs a bare interpreter", [
+        ("python -c pass", wall([sys.executable, "-c", "pass"], env)),
+        ("cli --help", wall([*cli, "--help"], env)),
+        ("cli plan --tp two (usage error)", wall([*cli, "plan", "--config", "x", "--tp", "two"], env, expect=2)),
+    ], "cli --help", reps, warmup, threads, goals=[
+        Goal("--help / bare interpreter", "cli --help", "python -c pass", HELP_GOAL, at_least=False),
+        Goal("argument error / bare interpreter", "cli plan --tp two (usage error)", "python -c pass",
+             HELP_GOAL, at_least=False),
+    ], notes=[note])
+    report(t)
+    return t, None
+
+
+def plan_table(cli, reps, warmup, threads, bytecode, note, **_) -> tuple[Table, Absolute]:
+    env = child_env(threads, bytecode)
+    t = interleaved(f"plan --config {PLAN_CONFIG.relative_to(ROOT)}", [
+        ("python -c pass", wall([sys.executable, "-c", "pass"], env)),
+        ("plan", wall([*cli, "plan", "--config", str(PLAN_CONFIG)], env)),
+    ], "plan", reps, warmup, threads, notes=[note])
+    report(t)
+    a = absolute("plan seconds", t, "plan", PLAN_GOAL_S)
+    print_absolute(a)
+    return t, a
+
+
+def registration_table(reps, warmup, threads, bytecode, disabled, note, **_) -> tuple[Table, Absolute]:
+    def cold_env() -> dict:  # a fresh, empty cache directory per run
+        return child_env(threads, bytecode, XDG_CACHE_HOME=tempfile.mkdtemp(prefix="bench-startup-xdg-"))
+
+    def drop(env) -> None:
+        shutil.rmtree(env["XDG_CACHE_HOME"], ignore_errors=True)
+
+    warm = child_env(threads, bytecode)
+    t = interleaved("registration: SGLang's load_plugins() after importing sglang.launch_server", [
+        ("plugin disabled", in_child(REGISTRATION_CHILD, lambda: child_env(threads, bytecode, SGLANG_PLUGINS=disabled))),
+        ("plugin enabled", in_child(REGISTRATION_CHILD, lambda: warm)),
+        ("plugin enabled, cold target cache", in_child(REGISTRATION_CHILD, cold_env, drop)),
+    ], "plugin enabled", reps, warmup, threads, notes=[
+        note, f"disabled: SGLANG_PLUGINS={disabled!r} (SGLang's own whitelist: the plugin is never loaded)",
+        "times: load_plugins() measured inside each child (perf_counter), SGLang's import excluded"])
+    report(t)
+    a = absolute("registration cost (enabled - disabled)", t, "plugin enabled", REGISTRATION_GOAL_S,
+                 minus="plugin disabled")
+    print_absolute(a)
+    cold = absolute("", t, "plugin enabled, cold target cache", 0.0, minus="plugin disabled")
+    print(f"   cold target cache - disabled: {cold.median:.3f} s (median), {cold.minimum:.3f} s (min); no goal: "
+          "the first start after an install or upgrade")
+    return t, a
+
+
+def doctor_table(cli, doctor_reps, warmup, threads, bytecode, note, **_) -> tuple[Table, None]:
+    t = interleaved("doctor (no goal)", [("doctor", wall([*cli, "doctor"], child_env(threads, bytecode)))],
+                    "doctor", doctor_reps, warmup, threads, notes=[note])
+    report(t)
+    return t, None
+
+
 def main(argv=None) -> int:
     parser = arguments(__doc__.splitlines()[0])
     parser.set_defaults(threads="1")
     parser.add_argument("--doctor-reps", type=int, default=DOCTOR_REPS,
                         help=f"repetitions of the doctor table (default {DOCTOR_REPS}; no goal)")
+    parser.add_argument("--only", default=",".join(TABLES),
+                        help=f"comma-separated tables to run, of {', '.join(TABLES)} (default: all)")
     parser.add_argument("--no-bytecode", action="store_true",
                         help="keep this environment's PYTHONDONTWRITEBYTECODE for the children")
     args = parser.parse_args(argv)
+    only = [x.strip() for x in args.only.split(",") if x.strip()]
+    if not only or any(x not in TABLES for x in only):
+        raise SystemExit(f"--only={args.only!r}: expected comma-separated names of {', '.join(TABLES)}")
     for name in ("reps", "doctor_reps"):
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name.replace('_', '-')}={getattr(args, name)}: expected a positive integer")
@@ -245,62 +310,18 @@ def main(argv=None) -> int:
           + (f" (goals need >= {MIN_REPS})" if reps < MIN_REPS else ""))
     disabled = other_plugins_only()
     tables, absolutes = [], []
+    run = {"cli": cli_table, "plan": plan_table, "registration": registration_table, "doctor": doctor_table}
     for threads in thread_counts(args.threads):
-        env = child_env(threads, bytecode)
-        note = f"children: OMP_NUM_THREADS={threads} (the parent's threads are irrelevant: the timed work is theirs)"
-
-        t = interleaved("CLI: --help and an argument error vs a bare interpreter", [
-            ("python -c pass", wall([sys.executable, "-c", "pass"], env)),
-            ("cli --help", wall([*cli, "--help"], env)),
-            ("cli plan --tp two (usage error)", wall([*cli, "plan", "--config", "x", "--tp", "two"], env, expect=2)),
-        ], "cli --help", reps, warmup, threads, goals=[
-            Goal("--help / bare interpreter", "cli --help", "python -c pass", HELP_GOAL, at_least=False),
-            Goal("argument error / bare interpreter", "cli plan --tp two (usage error)", "python -c pass",
-                 HELP_GOAL, at_least=False),
-        ], notes=[note])
-        report(t)
-        tables.append(t)
-
-        t = interleaved(f"plan --config {PLAN_CONFIG.relative_to(ROOT)}", [
-            ("python -c pass", wall([sys.executable, "-c", "pass"], env)),
-            ("plan", wall([*cli, "plan", "--config", str(PLAN_CONFIG)], env)),
-        ], "plan", reps, warmup, threads, notes=[note])
-        report(t)
-        a = absolute("plan seconds", t, "plan", PLAN_GOAL_S)
-        print_absolute(a)
-        tables.append(t)
-        absolutes.append(a)
-
-        cold_dirs: list[str] = []
-
-        def cold_env(threads=threads) -> dict:
-            cold_dirs.append(tempfile.mkdtemp(prefix="bench-startup-xdg-"))
-            return child_env(threads, bytecode, XDG_CACHE_HOME=cold_dirs[-1])
-
-        def drop(env) -> None:
-            shutil.rmtree(env["XDG_CACHE_HOME"], ignore_errors=True)
-
-        t = interleaved("registration: SGLang's load_plugins() after importing sglang.launch_server", [
-            ("plugin disabled", in_child(REGISTRATION_CHILD, lambda: child_env(threads, bytecode,
-                                                                                SGLANG_PLUGINS=disabled))),
-            ("plugin enabled", in_child(REGISTRATION_CHILD, lambda: env)),
-            ("plugin enabled, cold target cache", in_child(REGISTRATION_CHILD, cold_env, drop)),
-        ], "plugin enabled", reps, warmup, threads, notes=[
-            note, f"disabled: SGLANG_PLUGINS={disabled!r} (SGLang's own whitelist: the plugin is never loaded)",
-            "times: load_plugins() measured inside each child (perf_counter), SGLang's import excluded"])
-        report(t)
-        a = absolute("registration cost (enabled - disabled)", t, "plugin enabled", REGISTRATION_GOAL_S,
-                     minus="plugin disabled")
-        print_absolute(a)
-        print(f"   cold target cache - disabled: {t.median('plugin enabled, cold target cache') - t.median('plugin disabled'):.3f} s "
-              f"(median), no goal: the first start after an install or upgrade")
-        tables.append(t)
-        absolutes.append(a)
-
-        t = interleaved("doctor (no goal)", [("doctor", wall([*cli, "doctor"], env))], "doctor",
-                        doctor_reps, warmup, threads, notes=[note])
-        report(t)
-        tables.append(t)
+        ctx = dict(cli=cli, reps=reps, doctor_reps=doctor_reps, warmup=warmup, threads=threads,
+                   bytecode=bytecode, disabled=disabled,
+                   note=f"children: OMP_NUM_THREADS={threads} (the parent's threads are irrelevant: "
+                        "the timed work is theirs)")
+        for name in TABLES:
+            if name in only:
+                table, goal = run[name](**ctx)
+                tables.append(table)
+                if goal is not None:
+                    absolutes.append(goal)
     ok = summary(tables, absolutes)
     if args.json:
         write_json(args.json, tables, {"absolute_goals": [

@@ -9,14 +9,44 @@ only when that command runs.  Every message a command prints on stderr starts wi
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 PROG = "sglang-ascend-hybrid"
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, with the terminal width read without :mod:`shutil` (argparse imports
+    it only for ``get_terminal_size``, and it pulls in the compression modules: a tenth of a bare
+    interpreter's start).  Same answer: ``$COLUMNS``, else the terminal's, else 80."""
+
+    def __init__(self, prog, *args, width=None, **kwargs):
+        super().__init__(prog, *args, width=(terminal_columns() - 2) if width is None else width, **kwargs)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose formatter is :class:`_HelpFormatter`; subcommand parsers are of the
+    same class (argparse's default ``parser_class``), so they get it too."""
+
+    def __init__(self, *args, formatter_class=_HelpFormatter, **kwargs):
+        super().__init__(*args, formatter_class=formatter_class, **kwargs)
+
+
+def terminal_columns() -> int:
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns if columns > 0 else 80
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG,
-                                     description="Operator tools of the sglang-ascend-hybrid plugin.")
+    parser = _Parser(prog=PROG, description="Operator tools of the sglang-ascend-hybrid plugin.")
     sub = parser.add_subparsers(dest="command", required=True)
     d = sub.add_parser("doctor", help="versions, NPU ops found, patch status, effective settings")
     d.add_argument("--report", action="store_true",

@@ -85,3 +85,23 @@ def test_selftest_still_imports_what_it_needs():
     assert proc.returncode == 2, err
     assert "torch" in imported
     assert err.strip().splitlines()[-1].startswith("sglang-ascend-hybrid selftest: error: --device npu: "), err
+
+
+@pytest.mark.parametrize("columns", ["50", "200", "0", "wide"])
+def test_help_is_what_stock_argparse_prints(monkeypatch, columns):
+    """The parser reads the terminal width itself (so that --help does not import shutil), with
+    shutil.get_terminal_size's answer: the help equals stock argparse's for every $COLUMNS."""
+    import argparse
+
+    from sglang_ascend_hybrid import cli
+
+    monkeypatch.setenv("COLUMNS", columns)
+    ours, stock = cli.build_parser(), cli.build_parser()
+    for parser in (stock, *stock._subparsers._group_actions[0].choices.values()):
+        parser.formatter_class = argparse.HelpFormatter
+    plan = [p._subparsers._group_actions[0].choices["plan"] for p in (ours, stock)]
+    assert type(plan[0]._get_formatter()) is cli._HelpFormatter
+    assert type(plan[1]._get_formatter()) is argparse.HelpFormatter
+    assert ours.format_help() == stock.format_help()
+    assert plan[0].format_help() == plan[1].format_help()
+    assert plan[0].format_usage() == plan[1].format_usage()
