@@ -1,0 +1,394 @@
+"""In-process checks of backend-module behaviour that otherwise only subprocess resolutions or an NPU
+reach: the ascend_hybrid factory, the window-major conv views, the GDN probe at backend construction,
+the GDN state-dtype plan and report, the launch-default helpers and the entry-point registry (CPU,
+stand-ins for SGLang records / runners; SGLang's own resolving-view accessors where they apply)."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from typing import Optional
+
+import msgspec
+import pytest
+import torch
+
+from sglang_ascend_hybrid import mode
+from sglang_ascend_hybrid.backends import conv_state_layout, gdn_hooks, gdn_state_dtype, launch_defaults, registry
+from sglang_ascend_hybrid.model_families import GDN_ARCHS, SHORT_CONV_ARCHS
+
+NS = types.SimpleNamespace
+GDN_ARCH = sorted(GDN_ARCHS)[0]
+SHORT_CONV_ARCH = sorted(SHORT_CONV_ARCHS)[0]
+
+
+# ------------------------------------------------------------------ ascend_hybrid factory
+
+
+def test_ascend_hybrid_factory_passes_the_model_runner_to_sglangs_ascend_factory(monkeypatch):
+    import sglang.srt.utils as sgl_utils
+    from sglang.srt.layers.attention import attention_registry
+
+    from sglang_ascend_hybrid import plugin
+    from sglang_ascend_hybrid.backends import ascend_hybrid
+
+    seen = []
+    monkeypatch.setattr(sgl_utils, "is_npu", lambda: True)
+    monkeypatch.setattr(plugin, "enforce_strict", lambda: None)
+    monkeypatch.setitem(attention_registry.ATTENTION_BACKENDS, "ascend", lambda r: seen.append(r) or ("ascend", r))
+    runner = NS(name="the model runner")
+    mode._reset_for_tests()
+    try:
+        built = ascend_hybrid.create_ascend_hybrid_backend(runner)
+        assert mode.hybrid_requested()
+    finally:
+        mode._reset_for_tests()
+    assert built == ("ascend", runner)
+    assert seen == [runner] and seen[0] is runner
+
+
+# ------------------------------------------------------------------ conv_state_layout
+
+
+@dataclasses.dataclass(frozen=True)
+class _State:  # the shape of MambaPool.State: frozen, a list of conv states next to other fields
+    conv: list
+    temporal: torch.Tensor
+
+
+def _window_major_state(slots=3, window=4, channels=5):
+    convs = [torch.arange(slots * window * channels, dtype=torch.float32).reshape(slots, window, channels) + 1000 * i
+             for i in range(2)]
+    return _State(conv=convs, temporal=torch.zeros(slots, 2))
+
+
+def test_layer_cache_cuda_view_treats_every_conv_state_as_window_major_by_default():
+    state = _window_major_state()
+    out = conv_state_layout.layer_cache_cuda_view(state)
+    assert out.temporal is state.temporal
+    assert len(out.conv) == 2
+    for pool, view in zip(state.conv, out.conv):
+        assert view.shape == (3, 5, 4)  # [slots, channels, window]: the CUDA layout
+        assert conv_state_layout.shares_storage(view, pool)
+        torch.testing.assert_close(view, pool.transpose(-1, -2))
+        view[1, 2, 3] = -7.0  # writes through the view land in the window-major pool
+        assert pool[1, 3, 2].item() == -7.0
+
+
+def test_layer_cache_cuda_view_leaves_entries_marked_false_unchanged():
+    state = _window_major_state()
+    out = conv_state_layout.layer_cache_cuda_view(state, window_major=[True, False])
+    assert out.conv[0].shape == (3, 5, 4)
+    assert out.conv[1] is state.conv[1]
+
+
+# ------------------------------------------------------------------ probe_gdn_backend
+
+
+class AscendGDNAttnBackend:  # stand-in carrying the upstream class name (the probe goes by name)
+    pass
+
+
+class _TunedAscendGDN(AscendGDNAttnBackend):
+    pass
+
+
+class _OtherLinearBackend:
+    pass
+
+
+def _gdn_runner(Hv=2, V=32, K=16, pool_dtype=torch.float32, model_dtype=torch.bfloat16):
+    temporal = torch.zeros(3, 4, Hv, V, K, dtype=pool_dtype)  # [layers, slots, Hv, V, K]
+    pool = NS(mamba_pool=NS(mamba_cache=NS(temporal=temporal)))
+    return NS(req_to_token_pool=pool, dtype=model_dtype)
+
+
+@pytest.fixture
+def probe_calls(monkeypatch):
+    from sglang_ascend_hybrid.ops.gdn import decode, decode_contract
+
+    calls = []
+    monkeypatch.setattr(decode_contract, "installed_decode_entry", lambda: "the-installed-entry")
+    monkeypatch.setattr(decode, "probe_before_serving", lambda *a, **kw: calls.append((a, kw)))
+    return calls
+
+
+@pytest.mark.parametrize("cls", [AscendGDNAttnBackend, _TunedAscendGDN], ids=["ascend-gdn", "subclass"])
+def test_probe_asks_for_the_installed_decode_entry_with_model_and_pool_signature(probe_calls, cls):
+    runner = _gdn_runner(V=32, K=16, pool_dtype=torch.float32, model_dtype=torch.bfloat16)
+    gdn_hooks.probe_gdn_backend(runner, NS(linear_attn_backend=cls()))
+    assert len(probe_calls) == 1
+    args, kwargs = probe_calls[0]
+    bound = dict(zip(("entry", "q_dtype", "pool_dtype", "head_dim_k", "head_dim_v", "device"), args), **kwargs)
+    assert bound == {"entry": "the-installed-entry", "q_dtype": torch.bfloat16, "pool_dtype": torch.float32,
+                     "head_dim_k": 16, "head_dim_v": 32, "device": torch.device("cpu")}
+
+
+@pytest.mark.parametrize("backend", [NS(linear_attn_backend=_OtherLinearBackend()), NS(), object()],
+                         ids=["other-linear-backend", "no-linear-backend", "plain-backend"])
+def test_probe_skips_backends_that_serve_no_ascend_gdn_layers(probe_calls, backend):
+    gdn_hooks.probe_gdn_backend(_gdn_runner(), backend)
+    assert probe_calls == []
+
+
+# ------------------------------------------------------------------ gdn_state_dtype
+
+
+def test_bf16_plan_runs_the_fused_npu_ops():
+    plan = gdn_state_dtype.plan_state("bfloat16", "--mamba-ssm-dtype")
+    assert (plan.dtype, plan.source) == ("bfloat16", "--mamba-ssm-dtype")
+    assert plan.prefill.startswith("torch.ops.npu.chunk_gated_delta_rule ")
+    assert "mega kernel" in plan.prefill  # later rungs
+    assert plan.verify == "torch.ops.npu.recurrent_gated_delta_rule"
+    assert "torch.ops.npu.recurrent_gated_delta_rule" in plan.decode and "bfloat16 storage" in plan.decode
+
+
+def test_fp16_plan_names_the_mega_kernel_with_fp16_states_first():
+    plan = gdn_state_dtype.plan_state("float16", "the model config's mamba_ssm_dtype")
+    assert plan.prefill == "sgl-kernel-npu's mega kernel (fp16 states), then Triton, torch"
+    assert "torch verify path" in plan.verify and "bf16-only" in plan.verify
+    assert "recurrent_gated_delta_rule," not in plan.decode and "float16 storage" in plan.decode
+
+
+def test_fp32_plan_runs_triton_prefill_and_torch_verify_on_a2_a3():
+    plan = gdn_state_dtype.plan_state("float32", "SGLang default")
+    assert plan.prefill.startswith("sgl-kernel-npu's Triton chunk kernel, torch if absent")
+    assert "mega" not in plan.prefill.split("(")[0]
+    assert "torch verify path, fp32 compute and storage" in plan.verify
+    assert "recurrent_gated_delta_rule," not in plan.decode and "float32 storage" in plan.decode
+    plan950 = gdn_state_dtype.plan_state("float32", "SGLang default", chip="950")
+    assert plan950.prefill == "torch.ops.npu.chunk_gated_delta_rule with fp32 states (Ascend 950)"
+
+
+def test_plans_differ_per_dtype():
+    prefills = {d: gdn_state_dtype.plan_state(d, "x").prefill for d in gdn_state_dtype.DTYPES}
+    assert len(set(prefills.values())) == len(gdn_state_dtype.DTYPES)
+
+
+def test_message_mentions_speculative_verify_only_when_speculative():
+    plan = gdn_state_dtype.plan_state("float32", "SGLang default")
+    spec = plan.message(GDN_ARCH, speculative=True)
+    plain = plan.message(GDN_ARCH, speculative=False)
+    assert f" Speculative verify (MTP): {plan.verify}." in spec
+    assert "Speculative" not in plain and plan.verify not in plain
+    for text in (spec, plain):
+        assert f"GDN prefill: {plan.prefill}." in text and "--mamba-ssm-dtype bfloat16" in text
+
+
+def test_config_dtype_prefers_the_text_config_when_it_sets_one():
+    both = NS(mamba_ssm_dtype="float16", text_config=NS(mamba_ssm_dtype="bfloat16"))
+    assert gdn_state_dtype._config_dtype(both) == "bfloat16"
+
+
+@pytest.mark.parametrize("text", [NS(), NS(mamba_ssm_dtype=None)], ids=["text-without-field", "text-field-none"])
+def test_config_dtype_falls_back_to_the_top_level_when_the_text_config_sets_none(text):
+    assert gdn_state_dtype._config_dtype(NS(mamba_ssm_dtype="float16", text_config=text)) == "float16"
+    assert gdn_state_dtype._config_dtype(NS(text_config=text)) is None
+
+
+def test_config_dtype_without_text_config_reads_the_top_level():
+    assert gdn_state_dtype._config_dtype(NS(mamba_ssm_dtype="bfloat16")) == "bfloat16"
+    assert gdn_state_dtype._config_dtype(NS()) is None
+
+
+# ------------------------------------------------------------------ stand-in records
+# SGLang's resolving_view reads a record's attributes under its declarations; model_config_of hands
+# back a ModelConfig a fixture put on the record (``_model_config`` without a build key).
+
+
+def _record(arch, *, device="npu", model_path="/models/m", declared=None, architectures=None, **fields):
+    hf_config = NS(architectures=[arch] if architectures is None else architectures, **fields.pop("hf", {}))
+    values = dict(device=device, model_path=model_path, page_size=128, disable_radix_cache=False,
+                  mamba_radix_cache_strategy="auto", enable_hierarchical_cache=False, linear_attn_backend="triton",
+                  mamba_ssm_dtype=None, speculative_algorithm=None)
+    values.update(fields)
+    rec = NS(**values, _model_config=NS(hf_config=hf_config), _resolved_overrides=list(declared or []))
+    return rec
+
+
+def test_gdn_state_report_records_the_decision_on_the_server_args(monkeypatch):
+    monkeypatch.delenv("SGLANG_MAMBA_SSM_DTYPE", raising=False)
+    rec = _record(GDN_ARCH, speculative_algorithm="NEXTN", hf={"mamba_ssm_dtype": "float32"})
+    plan = gdn_state_dtype.report(rec)
+    assert plan == gdn_state_dtype.plan_state("float32", "the model config's mamba_ssm_dtype")
+    assert getattr(rec, gdn_state_dtype.RECORD_ATTR) == {
+        "dtype": "float32", "source": "the model config's mamba_ssm_dtype", "prefill": plan.prefill,
+        "verify": plan.verify, "speculative": True}
+
+
+def test_gdn_state_report_ignores_non_gdn_and_non_npu_launches(monkeypatch):
+    monkeypatch.delenv("SGLANG_MAMBA_SSM_DTYPE", raising=False)
+    for rec in (_record(SHORT_CONV_ARCH), _record(GDN_ARCH, device="cuda")):
+        assert gdn_state_dtype.report(rec) is None
+        assert not hasattr(rec, gdn_state_dtype.RECORD_ATTR)
+
+
+# ------------------------------------------------------------------ launch_defaults
+
+
+def test_decide_changes_nothing_when_extra_buffer_serves_the_default_strategy():
+    facts = launch_defaults.LaunchFacts(arch=GDN_ARCH, extra_buffer_supported=True)
+    assert facts.strategy == "auto" and facts.page_size == 128
+    assert launch_defaults.decide(facts) == launch_defaults.Decision()
+    for strategy in ("extra_buffer", "extra_buffer_lazy"):
+        d = launch_defaults.decide(dataclasses.replace(facts, strategy=strategy, strategy_explicit=True))
+        assert d == launch_defaults.Decision()
+
+
+def test_decide_disables_the_radix_cache_without_extra_buffer():
+    d = launch_defaults.decide(launch_defaults.LaunchFacts(arch=SHORT_CONV_ARCH))
+    assert d.declare == {"disable_radix_cache": True} and d.error is None
+
+
+def test_npu_model_is_the_first_architecture_of_an_npu_launch():
+    archs = frozenset({"FirstArch"})
+    rec = _record("FirstArch", architectures=["FirstArch", "SecondArch"])
+    found = launch_defaults.npu_model(rec, archs)
+    assert found is not None
+    cfg, hf_config, arch = found
+    assert arch == "FirstArch"
+    assert hf_config is rec._model_config.hf_config
+    assert (cfg.device, cfg.model_path) == ("npu", "/models/m")
+    assert launch_defaults.npu_model(_record("x", architectures=["SecondArch", "FirstArch"]), archs) is None
+    assert launch_defaults.npu_model(_record("x", architectures=[]), archs) is None
+
+
+def test_npu_model_reads_the_resolving_view_not_the_raw_record():
+    rec = _record(GDN_ARCH, device="cpu", declared=[("sglang", {"device": "npu"})])
+    found = launch_defaults.npu_model(rec, GDN_ARCHS)
+    assert found is not None and found[0].device == "npu" and found[2] == GDN_ARCH
+    gone = _record(GDN_ARCH, declared=[("sglang", {"device": "cpu"})])
+    assert launch_defaults.npu_model(gone, GDN_ARCHS) is None
+
+
+@pytest.mark.parametrize("device,model_path", [("cuda", "/models/m"), ("cpu", "/models/m"), ("npu", "dummy"),
+                                               ("npu", "DUMMY"), ("npu", None), ("npu", "None")])
+def test_npu_model_is_none_off_npu_or_for_a_dummy_model(device, model_path):
+    assert launch_defaults.npu_model(_record(GDN_ARCH, device=device, model_path=model_path), GDN_ARCHS) is None
+
+
+def test_explicit_tells_a_given_flag_from_a_default_on_a_plain_record():
+    rec = NS(_raw_input={"mamba_radix_cache_strategy": "auto", "page_size": None, "disable_radix_cache": True})
+    assert launch_defaults._explicit(rec, "mamba_radix_cache_strategy") is False
+    assert launch_defaults._explicit(rec, "page_size") is False
+    assert launch_defaults._explicit(rec, "disable_radix_cache") is True
+    assert launch_defaults._explicit(NS(_raw_input={"page_size": 128}), "page_size") is True
+    # without a raw snapshot the record's own values are compared with the defaults
+    assert launch_defaults._explicit(NS(linear_attn_backend="triton"), "linear_attn_backend") is False
+    assert launch_defaults._explicit(NS(linear_attn_backend="ascend"), "linear_attn_backend") is True
+
+
+class _StructRecord(msgspec.Struct, dict=True):  # a msgspec record like SGLang's ServerArgs
+    page_size: Optional[int] = None
+    mamba_radix_cache_strategy: str = "extra_buffer"  # a release default unlike the plugin's table
+    disable_radix_cache: bool = False
+
+
+def test_explicit_compares_with_the_records_own_field_default():
+    rec = _StructRecord()
+    rec._raw_input = {"page_size": 128, "mamba_radix_cache_strategy": "extra_buffer", "disable_radix_cache": False}
+    assert launch_defaults._explicit(rec, "page_size") is True
+    assert launch_defaults._explicit(rec, "mamba_radix_cache_strategy") is False  # the struct's default
+    assert launch_defaults._explicit(rec, "disable_radix_cache") is False
+    rec._raw_input = {"mamba_radix_cache_strategy": "auto"}
+    assert launch_defaults._explicit(rec, "mamba_radix_cache_strategy") is True
+
+
+def test_adjustments_of_returns_what_was_recorded_on_the_server_args():
+    rec = NS(**{launch_defaults._ADJUSTMENTS_ATTR: ["disable_radix_cache=True (page_size=128 kept): x"]},
+             _resolved_overrides=[(launch_defaults.SOURCE, {"disable_radix_cache": True})])
+    assert launch_defaults.adjustments_of(rec) == ["disable_radix_cache=True (page_size=128 kept): x"]
+
+
+def test_adjustments_of_falls_back_to_the_plugins_declarations():
+    rec = NS(_resolved_overrides=[("sglang", {"page_size": 128}),
+                                  (launch_defaults.SOURCE, {"disable_radix_cache": True})])
+    assert launch_defaults.adjustments_of(rec) == ["disable_radix_cache=True"]
+    assert launch_defaults.adjustments_of(NS()) == []
+
+
+HELPER = "_platform_supports_mamba_cache_extra_buffer"
+
+
+@pytest.mark.parametrize("answer", [True, False])
+def test_platform_extra_buffer_support_asks_the_releases_helper(monkeypatch, answer):
+    from sglang.srt import runtime_context
+    from sglang.srt.arg_groups import mamba_hook
+
+    asked = []
+    # where a release has no helper this installs one: the function must then ask it too
+    monkeypatch.setattr(mamba_hook, HELPER, lambda: asked.append(1) or answer, raising=False)
+    opposite = not answer  # the inline predicate would say the opposite
+    monkeypatch.setattr(runtime_context, "get_platform",
+                        lambda: NS(is_cuda=False, is_musa=False, is_npu=opposite, is_hip=False, is_xpu=False))
+    assert launch_defaults._platform_supports_extra_buffer() is answer
+    assert asked == [1]
+
+
+@pytest.mark.parametrize("flag", ["is_cuda", "is_musa", "is_npu", "is_hip", "is_xpu", None])
+def test_platform_extra_buffer_support_without_a_helper_uses_the_inline_predicate(monkeypatch, flag):
+    from sglang.srt import runtime_context
+    from sglang.srt.arg_groups import mamba_hook
+
+    monkeypatch.delattr(mamba_hook, HELPER, raising=False)
+    flags = {f: f == flag for f in ("is_cuda", "is_musa", "is_npu", "is_hip", "is_xpu")}
+    monkeypatch.setattr(runtime_context, "get_platform", lambda: NS(**flags))
+    assert launch_defaults._platform_supports_extra_buffer() is (flag is not None)
+
+
+def test_facts_from_server_args_describe_an_npu_launch_of_a_supported_model(monkeypatch):
+    monkeypatch.setattr(launch_defaults, "_arch_supports_extra_buffer", lambda cfg, hf: False)
+    monkeypatch.setattr(launch_defaults, "_platform_supports_extra_buffer", lambda: True)
+    rec = _record(SHORT_CONV_ARCH, declared=[("sglang", {"page_size": 128})], page_size=None,
+                  mamba_radix_cache_strategy="auto")
+    rec._raw_input = {"page_size": None, "mamba_radix_cache_strategy": "auto", "enable_hierarchical_cache": False}
+    facts = launch_defaults._facts_from_server_args(rec)
+    assert facts == launch_defaults.LaunchFacts(arch=SHORT_CONV_ARCH, device="npu", page_size=128)
+    # a GDN model whose linear-attention backend rules extra_buffer out says why
+    gdn = _record(GDN_ARCH, linear_attn_backend="ascend")
+    gdn._raw_input = {"linear_attn_backend": "ascend"}
+    facts = launch_defaults._facts_from_server_args(gdn)
+    assert facts.arch == GDN_ARCH and not facts.extra_buffer_supported
+    assert facts.extra_buffer_reason == " with --linear-attn-backend ascend (needs triton)"
+
+
+def test_facts_from_server_args_are_none_for_unsupported_or_off_npu_launches(monkeypatch):
+    monkeypatch.setattr(launch_defaults, "_arch_supports_extra_buffer", lambda cfg, hf: pytest.fail("asked"))
+    monkeypatch.setattr(launch_defaults, "_platform_supports_extra_buffer", lambda: pytest.fail("asked"))
+    assert launch_defaults._facts_from_server_args(_record("LlamaForCausalLM")) is None
+    assert launch_defaults._facts_from_server_args(_record(SHORT_CONV_ARCH, device="cuda")) is None
+
+
+# ------------------------------------------------------------------ registry
+
+
+class _EP:
+    def __init__(self, name, value="pkg.mod:factory"):
+        self.name, self.value = name, value
+
+    def load(self):
+        return lambda runner: (self.name, runner)
+
+
+def test_backend_factories_after_an_already_registered_name_are_still_added(monkeypatch):
+    from sglang.srt.layers.attention import attention_registry
+
+    def existing(runner):
+        return "existing"
+
+    backends = {"survivor_taken": existing}
+    monkeypatch.setattr(attention_registry, "ATTENTION_BACKENDS", backends)
+    monkeypatch.delenv("SGLANG_PLUGINS", raising=False)
+    eps = [_EP("survivor_first"), _EP("survivor_taken"), _EP("survivor_second"), _EP("survivor_third")]
+    monkeypatch.setattr(registry, "entry_points", lambda group: eps if group == registry.GROUP else [])
+    assert registry.add_backend_factories() == ["survivor_first", "survivor_second", "survivor_third"]
+    assert backends["survivor_taken"] is existing
+    assert backends["survivor_third"]("runner") == ("survivor_third", "runner")
+
+
+def test_discover_keeps_entries_after_a_skipped_or_duplicate_one(monkeypatch):
+    eps = [_EP("a"), _EP("skipped"), _EP("a", "other.pkg:factory"), _EP("b")]
+    monkeypatch.setattr(registry, "entry_points", lambda group: eps if group == registry.GROUP else [])
+    monkeypatch.setenv("SGLANG_PLUGINS", "a, b")
+    found = registry.discover()
+    assert [(ep.name, ep.value) for ep in found] == [("a", "pkg.mod:factory"), ("b", "pkg.mod:factory")]
