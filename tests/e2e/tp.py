@@ -57,7 +57,7 @@ class RankResult:
     rank: int
     tokens: list  # per request: the greedy tokens
     logits: list  # per request: [generated, vocab] fp32 rows (nested lists)
-    comparison: Optional[harness.Comparison]  # rank 0: against transformers at TP=1
+    comparison: Optional[harness.Comparison]  # rank 0: against transformers at TP=1 (float64)
     shapes: dict = field(default_factory=dict)  # what the plugin's ops were handed, per op
     facts: dict = field(default_factory=dict)  # the rank's groups, layer widths, pool shapes
     log: str = ""
@@ -182,8 +182,8 @@ def _rank_job(rank: int, name: str, breakage: Optional[str]) -> RankResult:
 def _rank_main(rank: int, port: int, name: str, breakage: Optional[str], conn) -> None:
     try:
         torch.set_num_threads(1)  # one core per rank; no OpenMP pool inherited across the fork
-        # SGLang compiles a few TP>1 helpers with torch.compile (the vocab-parallel embedding's
-        # masked lookup): eager here, the same arithmetic without a minute of Inductor on a CPU
+        # SGLang compiles a few TP>1 helpers with torch.compile off NPU (the vocab-parallel
+        # embedding's masked lookup; its NPU build disables that compile): eager here, as on NPU
         torch._dynamo.config.disable = True
         harness.TOPOLOGY.update(_init_groups(rank, port))
         conn.send(("ok", _rank_job(rank, name, breakage)))
