@@ -43,7 +43,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "mode": (["sglang_ascend_hybrid/mode.py"],
              ["tests/test_plugin_unit.py", "tests/test_plugin_strength.py"]),
     "plugin": (["sglang_ascend_hybrid/plugin.py"],
-               ["tests/test_plugin_unit.py", "tests/test_plugin_strength.py"]),
+               ["tests/test_plugin_unit.py", "tests/test_plugin_strength.py", "tests/test_plugin_survivors.py"]),
     "patches": (["sglang_ascend_hybrid/patches.py"],
                 ["tests/test_patches_registry.py", "tests/test_patches_strength.py", "tests/test_plugin_unit.py",
                  "tests/test_plugin_strength.py"]),
