@@ -274,8 +274,9 @@ def render(doc: dict[str, Any], out: TextIO | None = None) -> None:
         if r["short_conv"]:
             s = r["short_conv"]
             w(f"  TP={r['tp']:<3} {s['kind']} width {s['width']}, {s['channels']} channels per rank: {s['kernel']}\n")
-        w(f"         full attention: {m['full_attention_layers']} layers, {r['attention_heads_per_rank']} "
-          f"query heads per rank (Ascend attention backend)\n")
+        heads = r["attention_heads_per_rank"]
+        w(f"         full attention: {m['full_attention_layers']} layers, {heads} "
+          f"query head{'' if heads == 1 else 's'} per rank (Ascend attention backend)\n")
         for adj in r["launch_adjustments"]:
             w(f"         launch adjustment: {adj}\n")
 

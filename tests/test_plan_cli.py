@@ -91,6 +91,11 @@ def test_text_output_names_the_head_plan_and_attention(capsys):
     assert "full attention: 16 layers, 3 query heads per rank" in out
 
 
+def test_one_query_head_per_rank_is_singular(capsys):
+    code, out, _ = run_plan(capsys, "--config", str(CONFIGS / "qwen3-next-80b-a3b"), "--tp", "16")
+    assert code == 0 and "12 layers, 1 query head per rank (" in out
+
+
 def test_kernel_heads_option_changes_the_accepted_set(capsys, ladder_route):
     rows = plan_rows(capsys, "--config", str(CONFIGS / "qwen3_6-27b"), "--tp", "8", "--kernel-heads", "6,12")
     assert rows[0]["gdn"]["mega_plan"]["strategy"] == "native" and rows[0]["gdn"]["mega_plan"]["launches"] == [[6, 2]]
