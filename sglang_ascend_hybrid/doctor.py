@@ -231,9 +231,9 @@ def _load_plugins_like_sglang() -> list[str]:
             mm.apply_plugin_hooks()
         except Exception as exc:
             errors.append(f"diffusion plugin loading failed: {type(exc).__name__}: {exc}")
-    from sglang_ascend_hybrid.status import STATUS
+    from sglang_ascend_hybrid import plugin
 
-    STATUS.refresh_applied()
+    errors.extend(plugin.import_pending())  # the modules patches wait for, as a model run imports them
     return errors
 
 

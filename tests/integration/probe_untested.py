@@ -28,6 +28,7 @@ for backend in ("ascend", "ascend_hybrid"):
     res = resolve_launch(model, tp_size=1, attention_backend=backend, load_plugins=True)
     out[backend] = res.to_json()
 plugin.register()  # a second registration in the same process says nothing new
+out["import_errors"] = plugin.import_pending()  # as a process that runs a model: every patch in place
 out["sglang_version"] = STATUS.sglang_version
 out["status"] = {n: [s.state, s.reason] for n, s in STATUS.patches.items()}
 out["lines"] = lines
