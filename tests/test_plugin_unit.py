@@ -69,6 +69,11 @@ def fake_sglang(monkeypatch):
     res.register_resolution_hook = register_resolution_hook
     reg = types.ModuleType("sglang.srt.layers.attention.attention_registry")
     reg.ATTENTION_BACKENDS = {"ascend": lambda runner: "ascend-backend"}
+    # The fake tree replaces the whole of SGLang: a real SGLang package imported earlier in this
+    # worker (e.g. sglang.srt.layers.attention.mamba) would otherwise make its submodules look
+    # importable later and turn the hooks on them into on-import patches, test order deciding.
+    for name in [n for n in sys.modules if n == "sglang" or n.startswith("sglang.")]:
+        monkeypatch.delitem(sys.modules, name)
     for name, mod in {
         "sglang": types.ModuleType("sglang"),
         "sglang.srt": types.ModuleType("sglang.srt"),
