@@ -50,7 +50,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.harness import (  # noqa: E402
-    MIN_REPS, QUIET_LOAD, Goal, Table, _busy_seconds, aa_name, arguments, report, thread_counts, write_json,
+    MIN_REPS, QUIET_LOAD, Goal, OthersLoad, Table, aa_name, arguments, report, rotated, thread_counts,
+    write_json,
 )
 
 PLAN_CONFIG = ROOT / "examples" / "configs" / "qwen3_6-27b"
@@ -83,33 +84,6 @@ class Absolute:
     @property
     def met(self) -> bool:
         return self.median <= self.bar and self.minimum <= self.bar
-
-
-class _OthersLoad:
-    """Cores used by processes other than this one *and its waited-for children* (the harness's
-    measure counts the children as others)."""
-
-    def __init__(self):
-        self._busy, self._own, self._wall = self._busy_now(), self._own_now(), time.perf_counter()
-
-    @staticmethod
-    def _busy_now():
-        try:
-            return _busy_seconds()
-        except (OSError, ValueError, IndexError):  # pragma: no cover - no /proc/stat
-            return None
-
-    @staticmethod
-    def _own_now() -> float:
-        t = os.times()
-        return t.user + t.system + t.children_user + t.children_system
-
-    def cores(self) -> float:
-        busy = self._busy_now()
-        if busy is None or self._busy is None:
-            return float("nan")
-        wall = time.perf_counter() - self._wall
-        return max((busy - self._busy) - (self._own_now() - self._own), 0.0) / max(wall, 1e-9)
 
 
 def child_env(threads: int, bytecode: bool, **extra) -> dict:
@@ -170,13 +144,9 @@ def interleaved(title: str, methods: list[tuple[str, Callable[[], float]]], subj
         for _, fn in runs:
             fn()
     times: dict[str, list[float]] = {n: [] for n, _ in runs}
-    load = _OthersLoad()
+    load = OthersLoad(children=True)   # the measured subjects are this process's children
     for rep in range(reps):
-        shift = rep % len(runs)
-        order = runs[shift:] + runs[:shift]
-        if rep % 2:
-            order = order[::-1]
-        for name, fn in order:
+        for name, fn in rotated(runs, rep):
             times[name].append(fn())
     return Table(title, threads, reps, load.cores(), times, list(goals), subject, list(notes))
 

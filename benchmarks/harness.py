@@ -150,27 +150,42 @@ def _busy_seconds() -> float:
     return (sum(fields) - idle - guest) / os.sysconf("SC_CLK_TCK")
 
 
-def _own_seconds() -> float:
+def _own_seconds(children: bool = False) -> float:
     t = os.times()
-    return t.user + t.system
+    return t.user + t.system + (t.children_user + t.children_system if children else 0.0)
 
 
 class OthersLoad:
-    """Cores used by other processes between construction and :meth:`cores`."""
+    """Cores used by other processes between construction and :meth:`cores`; with
+    ``children=True`` this process's waited-for children count as its own (benchmarks whose
+    subjects are child processes)."""
 
-    def __init__(self):
+    def __init__(self, children: bool = False):
         try:
             self._busy = _busy_seconds()
         except (OSError, ValueError, IndexError):  # pragma: no cover - no /proc/stat
             self._busy = None
-        self._own, self._wall = _own_seconds(), time.perf_counter()
+        self._children = children
+        self._own, self._wall = _own_seconds(children), time.perf_counter()
 
     def cores(self) -> float:
         if self._busy is None:
             return float("nan")
+        try:
+            busy = _busy_seconds()
+        except (OSError, ValueError, IndexError):  # pragma: no cover - /proc/stat gone
+            return float("nan")
         wall = time.perf_counter() - self._wall
-        others = (_busy_seconds() - self._busy) - (_own_seconds() - self._own)
+        others = (busy - self._busy) - (_own_seconds(self._children) - self._own)
         return max(others, 0.0) / max(wall, 1e-9)
+
+
+def rotated(runs: list, rep: int) -> list:
+    """The order of ``runs`` in repetition ``rep``: rotated by ``rep``, reversed every other
+    repetition (each method once per repetition, no fixed position)."""
+    shift = rep % len(runs)
+    order = runs[shift:] + runs[:shift]
+    return order[::-1] if rep % 2 else order
 
 
 def measure(title: str, methods: Sequence[tuple[str, Callable[[], object]]], subject: str,
@@ -212,11 +227,7 @@ def _measure_once(title, methods, subject, goals, reps, threads, warmup, notes, 
         times: dict[str, list[float]] = {n: [] for n, _ in runs}
         others = OthersLoad()
         for rep in range(reps):
-            shift = rep % len(runs)
-            order = runs[shift:] + runs[:shift]
-            if rep % 2:
-                order = order[::-1]
-            for name, fn in order:
+            for name, fn in rotated(runs, rep):
                 t0 = time.perf_counter()
                 fn()
                 times[name].append(time.perf_counter() - t0)
