@@ -1,4 +1,4 @@
-"""Tests for mutants a sampled mutation run found alive (issue 24, item 6; triage in
+"""Tests for mutants a sampled mutation run found alive (triage in
 docs/mutation-report.md): probe verdicts are read back, the capture question is asked of
 torch_npu, the npu_v2 prefill rung without cache indices on a batch of several sequences, the
 torch decode rung's own bias check, the decode-v2 kernel gets the caller's pad slot id, and the
