@@ -1,5 +1,5 @@
-"""The plugin core's on-import patch application, for mutants a sampled mutation run found alive
-: a release-decided patch is recorded under its own name, an on-import patch
+"""The plugin core's on-import patch application, for mutants a sampled mutation run found alive: a
+release-decided patch is recorded under its own name, an on-import patch
 under its own target, a target is applied alone through the registry's per-target step, and a
 target without pending hooks is not being applied by anybody."""
 
