@@ -96,10 +96,14 @@ def ascend_chunk_gdn(original, self, q, k, v, g, beta, initial_state, cu_seqlens
         q.reshape(1, T, Hk, K), k.reshape(1, T, Hk, K), v.reshape(1, T, Hv, V),
         g.reshape(1, T, Hv).float(), beta.reshape(1, T, Hv), cu_seqlens=cu_seqlens,
         initial_state=initial_state, use_qk_l2norm=True, chunk_states=need_h, skip=skip)
+    # the per-chunk states in the pool's dtype: SGLang's _track_mamba_state_extend copies h[...] into
+    # track slots, and a radix-cache hit resumes from them; rounding an fp32 pool's snapshot through
+    # the activation dtype would make a hit differ from a fresh prefill of the same prefix
+    state_dtype = initial_state.dtype if initial_state is not None else k.dtype
     if h is None:  # nobody reads it (no radix-cache tracking): upstream's shape, zeros
         num_chunks = dispatch.ChunkCall(q, k, v, g, beta, cu_seqlens, None, 1.0).num_chunks()
-        h = k.new_zeros(num_chunks, Hv, V, K)
-    return o.reshape(T, Hv, V), final, h.to(k.dtype)
+        h = k.new_zeros(num_chunks, Hv, V, K, dtype=state_dtype)
+    return o.reshape(T, Hv, V), final, h.to(state_dtype)
 
 
 def ascend_verify_update(original, self, mix_qkv, num_heads, num_value_heads, head_k_dim, head_v_dim,

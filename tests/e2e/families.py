@@ -18,7 +18,7 @@ def _lfm2_dict(example: str, n_layers: int = 4, **extra) -> Callable[[], dict]:
         cfg = harness.example_config(example)
         cfg.update(hidden_size=64, num_hidden_layers=n_layers, layer_types=cfg["layer_types"][:n_layers],
                    vocab_size=160, num_attention_heads=8, num_heads=8, num_key_value_heads=2,
-                   max_position_embeddings=256, intermediate_size=128, block_multiple_of=32,
+                   max_position_embeddings=512, intermediate_size=128, block_multiple_of=32,
                    block_dim=64, block_ff_dim=128, conv_dim=64, conv_dim_out=64, **extra)
         return cfg
     return make
@@ -35,7 +35,7 @@ def _gdn_dict(example: str, *, value_heads: int, key_heads: int, head_dim: int, 
         cfg.update(hidden_size=64, num_hidden_layers=n_layers, full_attention_interval=4, vocab_size=160,
                    num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=128,
                    linear_num_value_heads=value_heads, linear_num_key_heads=key_heads,
-                   linear_key_head_dim=head_dim, linear_value_head_dim=head_dim, max_position_embeddings=256,
+                   linear_key_head_dim=head_dim, linear_value_head_dim=head_dim, max_position_embeddings=512,
                    mtp_num_hidden_layers=0, **extra)
         if "num_experts" in cfg:
             cfg.update(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
@@ -66,7 +66,7 @@ def _zaya_dict() -> dict:
     n = ZAYA_LAYERS
     experts = 4
     cfg.update(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, kv_channels=16,
-               vocab_size=160, num_experts=experts, max_position_embeddings=256, num_hidden_layers=n,
+               vocab_size=160, num_experts=experts, max_position_embeddings=512, num_hidden_layers=n,
                zaya_layers=["a" if x == "a" else experts for x in cfg["zaya_layers"][:n]],
                cca_num_q_heads=[4 if x else 0 for x in cfg["cca_num_q_heads"][:n]],
                num_query_groups_list=[2 if x else 0 for x in cfg["num_query_groups_list"][:n]],
@@ -82,7 +82,7 @@ def _zaya_hf_dict() -> dict:
                 num_attention_heads=z["num_attention_heads"], num_key_value_heads=z["num_key_value_heads"],
                 head_dim=z["head_dim"], moe_intermediate_size=64, num_experts=z["num_experts"],
                 num_experts_per_tok=z["moe_router_topk"], router_hidden_size=32, rms_norm_eps=z["norm_epsilon"],
-                cca_time0=z["cca_time0"], cca_time1=z["cca_time1"], max_position_embeddings=256,
+                cca_time0=z["cca_time0"], cca_time1=z["cca_time1"], max_position_embeddings=512,
                 tie_word_embeddings=True,
                 rope_parameters={"hybrid": {"rope_type": "default", "rope_theta": z["rope_theta"],
                                             "partial_rotary_factor": z["partial_rotary_factor"]}})

@@ -186,7 +186,8 @@ class Engine:
     ``init_forward_metadata``, a published ``ForwardContext``, ``model.forward``)."""
 
     def __init__(self, model, cfg, *, dtype: torch.dtype, mamba_slots: int = 12, rows: int = 8,
-                 conv_dtype: Optional[torch.dtype] = None, ssm_dtype: Optional[torch.dtype] = None):
+                 conv_dtype: Optional[torch.dtype] = None, ssm_dtype: Optional[torch.dtype] = None,
+                 max_context: int = MAX_CONTEXT, extra_buffer: bool = False):
         import dataclasses
 
         import sglang.srt.mem_cache.memory_pool as mp
@@ -195,7 +196,7 @@ class Engine:
         from sglang.srt.layers.attention import attention_registry
         from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 
-        self.model, self.cfg, self.dtype = model, cfg, dtype
+        self.model, self.cfg, self.dtype, self.max_context = model, cfg, dtype, max_context
         text_cfg = getattr(cfg, "text_config", cfg)
         params = mambaish_config(NS(hf_config=cfg, hf_text_config=text_cfg)).mamba2_cache_params
         # conv states in the model dtype (SGLang: SGLANG_MAMBA_CONV_DTYPE, bf16 by default, which
@@ -203,7 +204,7 @@ class Engine:
         params = dataclasses.replace(params, dtype=Mamba2StateDType(
             conv=conv_dtype or dtype, temporal=ssm_dtype or params.dtype.temporal))
         head_dim = getattr(text_cfg, "head_dim", None) or text_cfg.hidden_size // text_cfg.num_attention_heads
-        kv_size = rows * MAX_CONTEXT + PAGE
+        kv_size = rows * max_context + PAGE
         # the KV pool is a plain CPU one (full attention runs on TorchNativeAttnBackend); this
         # rank's KV heads, as SGLang's ModelConfig.get_num_kv_heads(attn_tp_size) counts them
         kv_heads = max(1, text_cfg.num_key_value_heads // _attn_tp_size())
@@ -213,9 +214,9 @@ class Engine:
             enable_memory_saver=False, enable_alt_stream=False)
         with npu_detected():  # _init_npu_conv_state: window-major conv states
             self.req_to_token_pool = mp.HybridReqToTokenPool(
-                size=rows, mamba_size=mamba_slots, mamba_spec_state_size=rows, max_context_len=MAX_CONTEXT,
+                size=rows, mamba_size=mamba_slots, mamba_spec_state_size=rows, max_context_len=max_context,
                 device="cpu", enable_memory_saver=False, cache_params=params, mamba_layer_ids=params.layers,
-                enable_mamba_extra_buffer=False, enable_overlap_schedule=False,
+                enable_mamba_extra_buffer=extra_buffer, enable_overlap_schedule=False,
                 speculative_num_draft_tokens=None)
         self.cache_params = params
         runner = NS(
@@ -224,7 +225,7 @@ class Engine:
             server_args=NS(enable_mis=False, speculative_algorithm=None),
             prefill_attention_backend_str="ascend", decode_attention_backend_str="ascend",
             model_config=NS(hf_config=cfg, hf_text_config=text_cfg, is_draft_model=False, quantization=None,
-                            linear_attn_registry_result=None, context_len=MAX_CONTEXT))
+                            linear_attn_registry_result=None, context_len=max_context))
         self.runner = runner
         import_upstream_backends()
         full = TorchNativeAttnBackend(runner)
@@ -275,11 +276,14 @@ class Scheduler:
         return req
 
     def _loc(self, req: Request, pos: int) -> int:
-        return PAGE + req.row * MAX_CONTEXT + pos
+        return PAGE + req.row * self.engine.max_context + pos
 
-    def extend(self, parts):
+    def extend(self, parts, track=None):
         """One EXTEND batch: ``parts`` = [(request, number of new tokens)]; a request
-        with ``done > 0`` is a chunked-prefill continuation (prefix in the caches)."""
+        with ``done > 0`` is a chunked-prefill continuation (prefix in the caches).
+        ``track`` = {request name: (mamba_track_seqlen, track slot)}: the radix-cache
+        tracking fields the scheduler sets (``mamba_track_mask`` / ``_indices`` /
+        ``_seqlens`` and their host mirrors) for those requests."""
         from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 
         ids, pos, locs, prefix, new, seq = [], [], [], [], [], []
@@ -306,9 +310,20 @@ class Scheduler:
             extend_prefix_lens=torch.tensor(prefix, dtype=torch.int32),
             extend_start_loc=torch.tensor(starts, dtype=torch.int32),
             extend_prefix_lens_cpu=list(prefix), extend_seq_lens_cpu=list(new))
+        if track is not None:
+            rows = [track.get(r.name) for r, _ in parts]
+            mask = [t is not None for t in rows]
+            seqlens = [t[0] if t is not None else -1 for t in rows]
+            fb.mamba_track_mask = torch.tensor(mask, dtype=torch.bool)
+            fb.mamba_track_indices = torch.tensor([t[1] if t is not None else 0 for t in rows], dtype=torch.int64)
+            fb.mamba_track_seqlens = torch.tensor(seqlens, dtype=torch.int64)
+            fb.mamba_prefill_track_mask_cpu, fb.mamba_track_seqlens_cpu = mask, seqlens
         return self._run(fb, [r for r, _ in parts], new)
 
-    def decode(self, reqs):
+    def decode(self, reqs, track=None):
+        """One DECODE step; ``track`` = (interval, {request name: track slot}): the
+        scheduler's decode tracking (``mamba_track_mask`` where the new length is a
+        multiple of the interval, ``mamba_track_indices``)."""
         from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 
         ids, pos, locs, seq = [], [], [], []
@@ -326,6 +341,11 @@ class Scheduler:
             seq_lens=torch.tensor(seq, dtype=torch.int64), seq_lens_cpu=torch.tensor(seq, dtype=torch.int64),
             out_cache_loc=torch.tensor(locs, dtype=torch.int64), seq_lens_sum=sum(seq),
             positions=torch.tensor(pos, dtype=torch.int64))
+        if track is not None:
+            interval, slots = track
+            fb.mamba_track_mask = torch.tensor([n % interval == 0 and r.name in slots for r, n in zip(reqs, seq)],
+                                               dtype=torch.bool)
+            fb.mamba_track_indices = torch.tensor([slots.get(r.name, 0) for r in reqs], dtype=torch.int64)
         return self._run(fb, reqs, [1] * len(reqs))
 
     def _run(self, fb, reqs, new):

@@ -122,3 +122,48 @@ def ascend_gdn_helpers(conv_op=causal_conv1d):
         yield mod
     finally:
         mp.undo()
+
+
+# ---------------------------------------------------------------------------------------------------
+# The GDN models' projection split (a layout copy): SGLang's Triton kernels
+# (sglang/kernels/ops/attention/triton_gdn_fused_proj.py) run under TRITON_INTERPRET=1 on a CPU at about
+# 35 ms per launch of one token row, which makes prompts of several pages take minutes.  The plain
+# torch forms below move the same elements; tests/e2e/test_prefix_cache.py checks them against
+# the Triton kernels bit for bit.
+
+
+def qkvzba_split_interleaved(mixed_qkvz, mixed_ba, num_heads_qk, num_heads_v, head_qk, head_v):
+    """``fused_qkvzba_split_reshape_cat``: per key head [q | k | v group | z group] and [b group | a group]."""
+    T, r = mixed_qkvz.shape[0], num_heads_v // num_heads_qk
+    qkvz = mixed_qkvz.reshape(T, num_heads_qk, 2 * head_qk + 2 * r * head_v)
+    q, k = qkvz[..., :head_qk], qkvz[..., head_qk:2 * head_qk]
+    v = qkvz[..., 2 * head_qk:2 * head_qk + r * head_v]
+    z = qkvz[..., 2 * head_qk + r * head_v:]
+    ba = mixed_ba.reshape(T, num_heads_qk, 2 * r)
+    mixed_qkv = torch.cat([q.reshape(T, -1), k.reshape(T, -1), v.reshape(T, -1)], dim=-1)
+    return (mixed_qkv, z.reshape(T, num_heads_v, head_v).contiguous(), ba[..., :r].reshape(T, num_heads_v).contiguous(),
+            ba[..., r:].reshape(T, num_heads_v).contiguous())
+
+
+def qkvzba_split_contiguous(mixed_qkvz, mixed_ba, num_heads_qk, num_heads_v, head_qk, head_v):
+    """``fused_qkvzba_split_reshape_cat_contiguous``: [all q | all k | all v | all z] and [all b | all a]."""
+    T = mixed_qkvz.shape[0]
+    qkv = 2 * num_heads_qk * head_qk + num_heads_v * head_v
+    return (mixed_qkvz[:, :qkv].contiguous(),
+            mixed_qkvz[:, qkv:qkv + num_heads_v * head_v].reshape(T, num_heads_v, head_v).contiguous(),
+            mixed_ba[:, :num_heads_v].contiguous(), mixed_ba[:, num_heads_v:2 * num_heads_v].contiguous())
+
+
+@contextlib.contextmanager
+def torch_projection_split():
+    """The GDN models' projection-split kernels replaced by :func:`qkvzba_split_interleaved` /
+    :func:`qkvzba_split_contiguous` where the model modules bound them."""
+    import sglang.srt.models.qwen3_5 as qwen3_5
+    import sglang.srt.models.qwen3_next as qwen3_next
+
+    with pytest.MonkeyPatch.context() as mp:
+        if hasattr(qwen3_next, "fused_qkvzba_split_reshape_cat"):
+            mp.setattr(qwen3_next, "fused_qkvzba_split_reshape_cat", qkvzba_split_interleaved)
+        if hasattr(qwen3_5, "fused_qkvzba_split_reshape_cat_contiguous"):
+            mp.setattr(qwen3_5, "fused_qkvzba_split_reshape_cat_contiguous", qkvzba_split_contiguous)
+        yield

@@ -91,14 +91,16 @@ def run_family(name: str, *, dtype: torch.dtype = torch.float32,
                device: Optional[Callable[[], contextlib.AbstractContextManager]] = None,
                breakage: Optional[Callable[[pytest.MonkeyPatch], None]] = None,
                plan: harness.StepPlan = harness.StepPlan(), ssm_dtype: Optional[torch.dtype] = None,
-               plan_runner: Callable = harness.run_plan, models: Optional[Built] = None) -> Run:
+               plan_runner: Callable = harness.run_plan, models: Optional[Built] = None,
+               server_args: Optional[dict] = None, engine_args: Optional[dict] = None) -> Run:
     """Run the step plan of family ``name``.  ``device``: a context that installs the
     device ops (emulators; default: none, the ladders' torch rungs); ``breakage``: a
     deliberate fault put into the plugin for the run (negative controls); ``ssm_dtype``:
     the GDN state pool's dtype (default: the config's ``mamba_ssm_dtype``, fp32); ``plan_runner(engine,
     plan)``: what drives the engine (default: :func:`harness.run_plan`, eager steps); ``models``: the
     family's models to run (default: :func:`built` / :func:`built_bf16`; a tensor-parallel rank
-    builds its own shard, :mod:`tests.e2e.tp`)."""
+    builds its own shard, :mod:`tests.e2e.tp`); ``server_args`` / ``engine_args``: more SGLang server
+    arguments and :class:`harness.Engine` arguments (the prefix-cache runs: extra buffer, longer context)."""
     from sglang_ascend_hybrid.backends import gdn_hooks
     from sglang_ascend_hybrid.ops import causal_conv1d as plugin_conv
 
@@ -108,7 +110,7 @@ def run_family(name: str, *, dtype: torch.dtype = torch.float32,
     calls: dict = {}
     t0 = time.time()
     with contextlib.ExitStack() as stack:
-        stack.enter_context(harness.sglang_process())
+        stack.enter_context(harness.sglang_process(**(server_args or {})))
         stack.enter_context(plugin_loaded(harness.NPU_STUBS))
         harness.import_upstream_backends()
         mp = stack.enter_context(pytest.MonkeyPatch.context())
@@ -125,6 +127,6 @@ def run_family(name: str, *, dtype: torch.dtype = torch.float32,
         device_calls = stack.enter_context(device()) if device is not None else None
         if breakage is not None:
             breakage(mp)
-        engine = harness.Engine(b.sglang, b.config, dtype=dtype, ssm_dtype=ssm_dtype)
+        engine = harness.Engine(b.sglang, b.config, dtype=dtype, ssm_dtype=ssm_dtype, **(engine_args or {}))
         reqs = plan_runner(engine, plan)
     return Run(reqs, b.hf, time.time() - t0, records.messages, calls, engine.backend, device_calls)

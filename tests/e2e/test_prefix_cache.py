@@ -1,0 +1,187 @@
+"""Radix-cache hits are lossless: a request resuming from a tracked mamba snapshot gives the
+tokens and logits of the same request computed without the cache.
+
+Each case runs, in one engine with SGLang's extra-buffer pools (page 128, 64-token state
+chunks, see :mod:`tests.e2e.prefix`):
+
+* request A prefilled (in chunks, as chunked prefill would) with the scheduler's tracking
+  fields, so SGLang's backend code (or the plugin's short-conv sidecar) writes snapshots;
+* request B sharing the first ``shared`` tokens of A: it resumes from the deepest snapshot
+  within them (asserted: the matched prefix length), extends the rest, decodes;
+* request B again from scratch in fresh slots (the cache disabled for it);
+* request C, a fresh prefill of exactly the matched prefix: the state it leaves is the state
+  the snapshot must hold.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from tests.e2e import device, harness, npu_standins, prefix
+from tests.e2e.runner import GDN_FAMILIES, GDN_ROUTE, run_family
+
+DECODES = 3
+# (A's prefill chunks, tokens B shares with A, the snapshot B must resume from)
+CASES = {
+    "page_boundary": ((300,), 256, 256),  # tracked from h (the chunk end is not a state boundary)
+    "chunk_end": ((256,), 256, 256),  # tracked from the final state (boundary = chunk end)
+    "inside_page": ((192, 108), 200, 128),  # tracked at 128 + 1 (_force_track_h), B ends in page 2
+    "inside_chunk": ((192, 108), 160, 128),  # B ends inside the 64-token chunk [128, 192)
+}
+ROWS = dict(A=1, B=2, B_fresh=3, C=4)
+SLOTS = dict(A=2, B=3, B_fresh=4, C=5)
+TRACK_SLOTS = (7, 8)
+
+
+def _tokens(n: int, seed: int, vocab: int = 160) -> list:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(1, vocab, (n,), generator=gen).tolist()
+
+
+@dataclass
+class PrefixRun:
+    b: harness.Request
+    b_fresh: harness.Request
+    snapshot: list  # the matched snapshot's tensors
+    fresh_state: list  # C's state after a fresh prefill of the matched prefix
+    matched: int
+    engine: object
+
+
+def _run_case(case: str, engine) -> PrefixRun:
+    chunks, shared, expect = CASES[case]
+    sched = harness.Scheduler(engine)
+    a_prompt = _tokens(sum(chunks), seed=1)
+    b_prompt = a_prompt[:shared] + _tokens(20, seed=2)
+    req = {name: sched.admit(harness.Request(name, list(p), ROWS[name], SLOTS[name]))
+           for name, p in (("A", a_prompt), ("B", b_prompt), ("B_fresh", b_prompt))}
+    snaps = prefix.prefill_tracked(sched, req["A"], chunks, TRACK_SLOTS)
+    snap = prefix.matched_prefix(snaps, shared)
+    assert snap is not None and snap.boundary == expect, (snaps, shared)
+    snapshot = prefix.layer_states(engine, snap.slot)
+    c = sched.admit(harness.Request("C", a_prompt[:snap.boundary], ROWS["C"], SLOTS["C"]))
+    sched.extend([(c, snap.boundary)])
+    fresh_state = prefix.layer_states(engine, c.slot)
+    prefix.resume(sched, req["A"], req["B"], snap)
+    sched.extend([(req["B"], len(b_prompt) - snap.boundary), (req["B_fresh"], len(b_prompt))])
+    for _ in range(DECODES):
+        sched.decode([req["B"], req["B_fresh"]])
+    return PrefixRun(req["B"], req["B_fresh"], snapshot, fresh_state, snap.boundary, engine)
+
+
+def run_prefix(name: str, case: str, *, dtype=torch.float32, ssm_dtype=None, device_ctx=None, breakage=None):
+    out = {}
+
+    def plan_runner(engine, _plan):
+        out["run"] = _run_case(case, engine)
+        return [out["run"].b]
+
+    with npu_standins.torch_projection_split():
+        run = run_family(name, dtype=dtype, device=device_ctx, ssm_dtype=ssm_dtype, plan_runner=plan_runner,
+                         server_args=prefix.SERVER_ARGS, breakage=breakage,
+                         engine_args=dict(extra_buffer=True, max_context=prefix.MAX_CONTEXT, mamba_slots=10,
+                                          rows=6))
+    return run, out["run"]
+
+
+def _max_gap(xs, ys) -> float:
+    return max(float((x.float() - y.float()).abs().max()) for x, y in zip(xs, ys))
+
+
+def _assert_lossless(r: PrefixRun, logit_tol: float, state_tol: float):
+    assert r.b.generated == r.b_fresh.generated, (r.b.generated, r.b_fresh.generated)
+    gap = _max_gap(r.b.logits, r.b_fresh.logits)
+    assert gap <= logit_tol, f"B's logits differ from a cache-free B by {gap:.3g} (tolerance {logit_tol})"
+    sgap = _max_gap(r.snapshot, r.fresh_state)
+    assert sgap <= state_tol, f"snapshot differs from a fresh prefill's state by {sgap:.3g} (tolerance {state_tol})"
+
+
+FP32_LOGITS, FP32_STATE = 1e-5, 1e-6
+
+
+@GDN_ROUTE
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("name", GDN_FAMILIES)
+def test_gdn_fp32_hits_are_lossless(name, case):
+    run, r = run_prefix(name, case)
+    _assert_lossless(r, FP32_LOGITS, FP32_STATE)
+
+
+BF16_LOGITS = harness.BF16_LOGIT_TOL
+
+
+def _bf16_state_tol(xs) -> float:
+    """One bf16 rounding step of the largest state entry (a bf16 pool stores rounded states)."""
+    return max(float(x.float().abs().max()) for x in xs) * 2 ** -8
+
+
+@GDN_ROUTE
+@pytest.mark.parametrize("case", ["page_boundary", "inside_page"])
+@pytest.mark.parametrize("name", GDN_FAMILIES)
+@pytest.mark.parametrize("pool", [torch.float32, torch.bfloat16], ids=["fp32_pool", "bf16_pool"])
+def test_gdn_bf16_model_hits_are_lossless(name, case, pool):
+    """bf16 model on the NPU-op emulators (A3): a bf16 pool's prefill takes the chunk op, an fp32
+    pool's the torch rung (the 16-bit kernels would lower its precision); the snapshot is the
+    fresh prefill's state in the pool's dtype: exact for fp32, within one rounding for bf16."""
+    run, r = run_prefix(name, case, dtype=torch.bfloat16, ssm_dtype=pool, device_ctx=device.npu_emulators)
+    state_tol = FP32_STATE if pool == torch.float32 else _bf16_state_tol(r.fresh_state)
+    assert r.snapshot[-1].dtype == pool
+    _assert_lossless(r, BF16_LOGITS, state_tol)
+
+
+def _round_h_through_bf16(mp):
+    """The plugin's earlier hook: per-chunk states rounded to the activation dtype."""
+    from sglang_ascend_hybrid.backends import gdn_hooks
+
+    real = gdn_hooks.chunk_with_states
+
+    def rounded(*args, **kwargs):
+        o, final, h = real(*args, **kwargs)
+        return o, final, None if h is None else h.to(torch.bfloat16).float()
+
+    mp.setattr(gdn_hooks, "chunk_with_states", rounded)
+
+
+@GDN_ROUTE
+def test_negative_control_bf16_rounded_snapshot_on_an_fp32_pool_fails():
+    run, r = run_prefix("qwen3_5", "page_boundary", dtype=torch.bfloat16, ssm_dtype=torch.float32,
+                        device_ctx=device.npu_emulators, breakage=_round_h_through_bf16)
+    with pytest.raises(AssertionError, match="snapshot differs"):
+        _assert_lossless(r, BF16_LOGITS, FP32_STATE)
+
+
+def _one_token_late(mp):
+    """Conv snapshots one token past the boundary: SGLang's one home of the tracked length
+    (``ForwardBatch.mamba_track_aligned_lens``, read by every conv-state snapshot) plus one."""
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+    real = ForwardBatch.mamba_track_aligned_lens
+    mp.setattr(ForwardBatch, "mamba_track_aligned_lens",
+               lambda self: None if real(self) is None else real(self) + 1)
+
+
+@GDN_ROUTE
+def test_negative_control_snapshot_one_token_late_fails():
+    run, r = run_prefix("qwen3_5", "page_boundary", breakage=_one_token_late)
+    with pytest.raises(AssertionError):
+        _assert_lossless(r, FP32_LOGITS, FP32_STATE)
+
+
+def test_projection_split_stand_ins_equal_the_triton_kernels():
+    from sglang.kernels.ops.attention import triton_gdn_fused_proj as tk
+
+    gen = torch.Generator().manual_seed(0)
+    for hk, hv, dk, dv in ((2, 4, 32, 32), (2, 6, 16, 16)):
+        T = 3
+        qkvz = torch.randn(T, 2 * hk * dk + 2 * hv * dv, generator=gen)
+        ba = torch.randn(T, 2 * hv, generator=gen)
+        pairs = [(npu_standins.qkvzba_split_contiguous, tk.fused_qkvzba_split_reshape_cat_contiguous)]
+        if (hv // hk) in (1, 2, 4):  # the interleaved kernel's ratios (qwen3_next.py)
+            pairs.append((npu_standins.qkvzba_split_interleaved, tk.fused_qkvzba_split_reshape_cat))
+        for ours, theirs in pairs:
+            for x, y in zip(ours(qkvz, ba, hk, hv, dk, dv), theirs(qkvz, ba, hk, hv, dk, dv)):
+                assert x.shape == y.shape and torch.equal(x, y), ours.__name__
