@@ -35,6 +35,7 @@ from __future__ import annotations
 import functools
 import logging
 
+from sglang_ascend_hybrid.backends import short_conv_track
 from sglang_ascend_hybrid.backends.conv_state_layout import layer_cache_cuda_view
 from sglang_ascend_hybrid.logutil import log_once
 
@@ -125,6 +126,8 @@ def backend_classes():
     )
     from sglang.srt.layers.attention.linear.short_conv_backend import ShortConvAttnBackend
 
+    from sglang_ascend_hybrid.ops.causal_conv1d import add_call_observer
+
     class AscendShortConvAttnBackend(ShortConvAttnBackend, AscendMambaAttnBackendBase):
         """ShortConvAttnBackend's plumbing on the Ascend mamba base; window-major pool views."""
 
@@ -132,6 +135,19 @@ def backend_classes():
             refuse_speculative(model_runner)
             self._window_major = conv_window_major_flags(model_runner)
             super().__init__(model_runner)
+            add_call_observer(short_conv_track.TRACKER)
+
+        def _publish_track(self, forward_batch):
+            short_conv_track.publish(
+                short_conv_track.step_track(forward_batch, self.forward_metadata, self._cache_indices))
+
+        def init_forward_metadata(self, forward_batch):
+            super().init_forward_metadata(forward_batch)
+            self._publish_track(forward_batch)
+
+        def init_forward_metadata_out_graph(self, forward_batch, in_capture=False):
+            super().init_forward_metadata_out_graph(forward_batch, in_capture)
+            self._publish_track(forward_batch)
 
         def conv_state_metadata(self, layer_id, forward_batch):
             meta = super().conv_state_metadata(layer_id, forward_batch)

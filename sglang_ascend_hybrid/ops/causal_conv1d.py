@@ -514,6 +514,17 @@ def _host_seq_lens_check(seq_lens_cpu, x) -> None:
                          f"the {x.shape[1]} tokens of x")
 
 
+# Observers of the serving calls the hooks below route to the plugin: ``before_prefill(x, conv_states)``
+# runs before the prefill kernel, ``after_update(conv_state)`` after the decode update (the Ascend
+# short-conv sidecar registers its radix-cache snapshots here: backends/short_conv_track.py).
+CALL_OBSERVERS: list = []
+
+
+def add_call_observer(observer) -> None:
+    if observer not in CALL_OBSERVERS:
+        CALL_OBSERVERS.append(observer)
+
+
 def causal_conv1d_fn_around(original, *args, **kwargs):
     """AROUND hook for ``sglang.srt.layers.attention.mamba.causal_conv1d.causal_conv1d_fn``."""
     x = args[0] if args else kwargs.get("x")
@@ -521,6 +532,8 @@ def causal_conv1d_fn_around(original, *args, **kwargs):
     if routes_to_plugin(x, state):
         _host_seq_lens_check(kwargs.get("seq_lens_cpu"), x)
         kwargs.setdefault("check_values", ENV.DEBUG_CHECKS.get())
+        for observer in CALL_OBSERVERS:
+            observer.before_prefill(x, state)
         return causal_conv1d_fn(*args, **kwargs)
     return original(*args, **kwargs)
 
@@ -532,5 +545,8 @@ def causal_conv1d_update_around(original, *args, **kwargs):
     state = args[1] if len(args) > 1 else kwargs.get("conv_state")
     if routes_to_plugin(x, state):
         kwargs.setdefault("check_values", ENV.DEBUG_CHECKS.get())
-        return causal_conv1d_update(*args, **kwargs)
+        out = causal_conv1d_update(*args, **kwargs)
+        for observer in CALL_OBSERVERS:
+            observer.after_update(state)
+        return out
     return original(*args, **kwargs)

@@ -185,3 +185,40 @@ def test_projection_split_stand_ins_equal_the_triton_kernels():
         for ours, theirs in pairs:
             for x, y in zip(ours(qkvz, ba, hk, hv, dk, dv), theirs(qkvz, ba, hk, hv, dk, dv)):
                 assert x.shape == y.shape and torch.equal(x, y), ours.__name__
+
+
+SHORT_CONV_PREFIX = ("lfm2", "lfm2_moe")
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("name", SHORT_CONV_PREFIX)
+def test_short_conv_fp32_hits_are_lossless(name, case):
+    """The plugin's sidecar snapshots the conv window before each tracked boundary (prefill)."""
+    run, r = run_prefix(name, case)
+    _assert_lossless(r, FP32_LOGITS, 0.0)  # a conv snapshot is a copy of inputs: exact
+
+
+@pytest.mark.parametrize("case", ["page_boundary", "inside_page"])
+@pytest.mark.parametrize("name", SHORT_CONV_PREFIX)
+def test_short_conv_bf16_hits_are_lossless_on_the_npu_conv_kernels(name, case):
+    run, r = run_prefix(name, case, dtype=torch.bfloat16, device_ctx=device.npu_emulators)
+    _assert_lossless(r, BF16_LOGITS, 0.0)
+
+
+def test_short_conv_negative_control_snapshot_one_token_late_fails():
+    run, r = run_prefix("lfm2", "page_boundary", breakage=_one_token_late)
+    with pytest.raises(AssertionError):
+        _assert_lossless(r, FP32_LOGITS, 0.0)
+
+
+def _no_conv_snapshot(mp):
+    from sglang_ascend_hybrid.backends import short_conv_track
+
+    mp.setattr(short_conv_track.ConvCallTracker, "before_prefill", lambda self, x, conv_states: None)
+
+
+def test_short_conv_negative_control_without_the_sidecar_snapshot_fails():
+    """What SGLang's short-conv sidecar does on its own: no snapshot, the track slot is stale."""
+    run, r = run_prefix("lfm2", "page_boundary", breakage=_no_conv_snapshot)
+    with pytest.raises(AssertionError):
+        _assert_lossless(r, FP32_LOGITS, 0.0)

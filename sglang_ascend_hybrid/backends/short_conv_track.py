@@ -1,0 +1,154 @@
+"""Radix-cache snapshots of short-conv states (SGLang's mamba ``extra_buffer`` strategy) on Ascend.
+
+SGLang's ``extra_buffer`` strategy keeps prefix caching with paged KV by copying the
+recurrent state at tracked token boundaries into private *track slots*, which the
+radix tree then stores and hands to a later request sharing the prefix (the model
+runner copies the slot into that request's slot).  SGLang's short-conv sidecar
+(``ShortConvAttnBackend``) writes no such snapshot in any release: the model runs its
+own conv kernel, never the backend's ``forward_extend`` / ``forward_decode`` where
+the GDN backends take theirs.  A short-conv layer's state at a boundary is just the
+last ``S`` (= kernel width - 1) inputs of the layer before it, so the plugin takes it
+where the layer's input is at hand: in the conv calls the plugin already serves.
+
+Per step, the Ascend sidecar publishes a :class:`StepTrack` (:func:`publish`) from
+SGLang's own tracking fields:
+
+* extend: the rows of ``mamba_track_mask``, the boundary ``query_start_loc[row] +
+  ForwardBatch.mamba_track_aligned_lens()[row]`` (SGLang's one home of that maths,
+  the one its GDN conv snapshots use), the track slots ``mamba_track_indices[row]``;
+* decode: ``mamba_track_mask`` (the steps whose new length is on the track grid) and
+  the track slots of the step's metadata (the static buffer under graph capture).
+
+The conv calls then snapshot: before a prefill kernel runs (it overwrites the
+request's slot), the window before each boundary is gathered from the layer's
+input, or from the request's cached state where the boundary is fewer than ``S``
+tokens into the extend (:func:`snapshot_extend`); after a decode update, tracked
+rows copy their new state into their track slot (:func:`copy_decode`: one
+``index_copy_`` with static shapes, untracked rows copy their own slot onto itself,
+no host sync, capture-safe).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+
+@dataclass(frozen=True)
+class ExtendTrack:
+    starts: torch.Tensor  # [n] first token (flattened) of each tracked request's extend
+    ends: torch.Tensor  # [n] flattened index of its boundary (tokens before it are in the snapshot)
+    dst: torch.Tensor  # [n] int64 track slots
+    src: torch.Tensor  # [n] int64 the requests' own slots (their cached state before this step)
+    has_prefix: torch.Tensor  # [n] bool: the request resumes a cached prefix
+
+
+@dataclass(frozen=True)
+class DecodeTrack:
+    mask: torch.Tensor  # [bs] bool
+    dst: torch.Tensor  # [bs] int64 track slots (ignored where not masked)
+    src: torch.Tensor  # [bs] int64 the rows' slots
+
+
+@dataclass(frozen=True)
+class StepTrack:
+    extend: Optional[ExtendTrack] = None
+    decode: Optional[DecodeTrack] = None
+
+
+_CURRENT: list = [None]
+
+
+def publish(track: Optional[StepTrack]) -> None:
+    """The step's snapshots to take (None: this step takes none)."""
+    _CURRENT[0] = track
+
+
+def current() -> Optional[StepTrack]:
+    return _CURRENT[0]
+
+
+def step_track(forward_batch, metadata, cache_indices) -> Optional[StepTrack]:
+    """The :class:`StepTrack` of one step from SGLang's tracking fields, or None."""
+    mask = getattr(forward_batch, "mamba_track_mask", None)
+    if mask is None or metadata is None or cache_indices is None:
+        return None
+    mode = forward_batch.forward_mode
+    track_dst = getattr(metadata, "mamba_track_indices", None)
+    if track_dst is None:
+        track_dst = forward_batch.mamba_track_indices
+    if mode.is_decode_or_idle():
+        return StepTrack(decode=DecodeTrack(mask, track_dst.to(torch.int64), cache_indices.to(torch.int64)))
+    if not mode.is_extend() or mode.is_target_verify() or not getattr(metadata, "has_mamba_track_mask", False):
+        return None
+    aligned = forward_batch.mamba_track_aligned_lens()
+    if aligned is None:
+        return None
+    rows = mask.nonzero(as_tuple=True)[0]  # extend: host sync allowed (upstream's own tracking syncs)
+    starts = metadata.query_start_loc[:-1].to(torch.int64)[rows]
+    return StepTrack(extend=ExtendTrack(
+        starts=starts, ends=starts + aligned.to(torch.int64)[rows], dst=track_dst.to(torch.int64)[rows],
+        src=cache_indices.to(torch.int64)[rows], has_prefix=(forward_batch.extend_prefix_lens > 0)[rows]))
+
+
+def snapshot_extend(state: torch.Tensor, x: torch.Tensor, track: ExtendTrack) -> None:
+    """Write into ``state[track.dst]`` the window before each tracked boundary.
+
+    ``state``: a conv state pool ``[slots, C, S]`` (the CUDA-layout view of the window-major
+    pool; writes land in the pool); ``x``: the layer's conv input ``[C, T]`` (flattened
+    batch).  Positions before a request's extend come from its cached state (``state[src]``,
+    read before the kernel overwrites it) when it resumes a prefix, else zeros."""
+    n, S = track.ends.shape[0], state.shape[-1]
+    if n == 0:
+        return
+    C = state.shape[-2]
+    if x.shape[0] != C:
+        raise ValueError(f"conv input has shape {tuple(x.shape)}: expected ({C}, tokens) to snapshot a "
+                         f"state of shape {tuple(state.shape)}")
+    offs = torch.arange(S, device=x.device)
+    pos = track.ends[:, None] - S + offs  # [n, S]
+    from_input = pos >= track.starts[:, None]
+    inputs = x[:, pos.clamp(min=0).reshape(-1)].reshape(C, n, S).permute(1, 0, 2)  # [n, C, S]
+    cached_pos = (pos - track.starts[:, None] + S).clamp(0, S - 1)  # cached state column j = position start - S + j
+    cached = torch.gather(state[track.src], 2, cached_pos[:, None, :].expand(n, C, S))
+    cached = torch.where(track.has_prefix[:, None, None], cached, torch.zeros_like(cached))
+    state[track.dst] = torch.where(from_input[:, None, :], inputs.to(state.dtype), cached)
+
+
+def snapshot_extend_rows(state: torch.Tensor, rows: torch.Tensor, track: ExtendTrack) -> None:
+    """A one-token-lag state ``[slots, D, 1]`` (ZAYA1's ``prev_hs``): the input row before each
+    boundary, from ``rows [T, D]``, or the cached value (zeros without a prefix)."""
+    if track.ends.shape[0] == 0:
+        return
+    last = track.ends - 1
+    inside = (last >= track.starts)[:, None]
+    taken = rows[last.clamp(min=0)].to(state.dtype)  # [n, D]
+    cached = state[track.src][..., 0]
+    cached = torch.where(track.has_prefix[:, None], cached, torch.zeros_like(cached))
+    state[track.dst] = torch.where(inside, taken, cached).unsqueeze(-1)
+
+
+def copy_decode(state: torch.Tensor, track: DecodeTrack) -> None:
+    """After a decode update: tracked rows' new state into their track slots (untracked rows
+    copy their slot onto itself).  Static shapes, no host sync."""
+    dst = torch.where(track.mask, track.dst, track.src)
+    state.index_copy_(0, dst, state.index_select(0, track.src))
+
+
+class ConvCallTracker:
+    """The observer the plugin's conv calls report to (:data:`ops.causal_conv1d.CALL_OBSERVERS`)."""
+
+    def before_prefill(self, x: torch.Tensor, conv_states: torch.Tensor) -> None:
+        step = current()
+        if step is not None and step.extend is not None and conv_states is not None:
+            snapshot_extend(conv_states, x, step.extend)
+
+    def after_update(self, conv_state: torch.Tensor) -> None:
+        step = current()
+        if step is not None and step.decode is not None and conv_state is not None:
+            copy_decode(conv_state, step.decode)
+
+
+TRACKER = ConvCallTracker()
