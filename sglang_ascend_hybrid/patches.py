@@ -201,8 +201,9 @@ PATCHES: tuple[Patch, ...] = (
             "that assumes a [slots, dim, W-1] contiguous conv state; the NPU pool is window-major",
         how="AROUND (SGLang's HookRegistry also rebinds the copy imported into sglang.srt.models.lfm2): "
             "NPU tensors, window-major state views and installed emulators go to the plugin's op (sgl-kernel-"
-            "npu v2 window-major ops -> torch.ops.npu.causal_conv1d -> vectorised torch); everything else "
-            "calls the original",
+            "npu v2 window-major ops -> torch.ops.npu.causal_conv1d -> vectorised torch); before the kernel, "
+            "the Ascend short-conv sidecar's radix-cache snapshots of the tracked boundaries (the window "
+            "before each boundary into its track slot); everything else calls the original",
         removal="with the short-conv-backend patch",
     ),
     Patch(
@@ -212,7 +213,8 @@ PATCHES: tuple[Patch, ...] = (
         hook_type="around",
         hook="sglang_ascend_hybrid.ops.causal_conv1d:causal_conv1d_update_around",
         why="LFM2's short-conv decode calls causal_conv1d_update with the same layout assumption",
-        how="AROUND, same routing as conv1d-prefill",
+        how="AROUND, same routing as conv1d-prefill; after the update, tracked decode steps copy their "
+            "state into their track slot (static shapes, no host sync)",
         removal="with the short-conv-backend patch",
     ),
     Patch(
@@ -232,7 +234,8 @@ PATCHES: tuple[Patch, ...] = (
             "refusals predicted from the contract or recognised), then sgl-kernel-npu's mega kernel through "
             "the head planner (native / split / pad), then the Triton chunk path, then the torch chunked "
             "path; no rung lowers the pool's state precision; exact 64-token chunk states when mamba state "
-            "tracking needs them; GDN_ATTN_BACKEND_TRITON=1 keeps its meaning; memory / device errors "
+            "tracking needs them, returned in the pool's dtype (radix-cache snapshots of fp32 pools are not "
+            "rounded through bf16); GDN_ATTN_BACKEND_TRITON=1 keeps its meaning; memory / device errors "
             "propagate",
         removal="when the fused NPU op and the mega kernel accept every per-rank head pair, or SGLang "
                 "ships its own fallback",
