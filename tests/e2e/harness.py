@@ -187,7 +187,7 @@ class Engine:
 
     def __init__(self, model, cfg, *, dtype: torch.dtype, mamba_slots: int = 12, rows: int = 8,
                  conv_dtype: Optional[torch.dtype] = None, ssm_dtype: Optional[torch.dtype] = None,
-                 max_context: int = MAX_CONTEXT, extra_buffer: bool = False):
+                 max_context: int = MAX_CONTEXT, extra_buffer: bool = False, overlap_schedule: bool = False):
         import dataclasses
 
         import sglang.srt.mem_cache.memory_pool as mp
@@ -216,7 +216,7 @@ class Engine:
             self.req_to_token_pool = mp.HybridReqToTokenPool(
                 size=rows, mamba_size=mamba_slots, mamba_spec_state_size=rows, max_context_len=max_context,
                 device="cpu", enable_memory_saver=False, cache_params=params, mamba_layer_ids=params.layers,
-                enable_mamba_extra_buffer=extra_buffer, enable_overlap_schedule=False,
+                enable_mamba_extra_buffer=extra_buffer, enable_overlap_schedule=overlap_schedule,
                 speculative_num_draft_tokens=None)
         self.cache_params = params
         runner = NS(
