@@ -1,0 +1,110 @@
+"""Radix-cache hits through SGLang's real radix tree and scheduler batch code are lossless.
+
+Each case runs, on one engine (page 128, the mamba ``extra_buffer`` strategy, two
+ping-pong track slots per request), with :class:`tests.e2e.radix.RadixScheduler`:
+
+* request A: a 300-token prompt (one extend, or chunked 192 + 108) and a few decode
+  tokens, tracked and cached by SGLang's own code (checkpoint at the end of prefill,
+  release at finish);
+* request B sharing the first ``shared`` tokens of A: SGLang's ``match_prefix`` decides
+  how much it reuses (asserted), the model runner's copy-on-write restores the tracked
+  state, B extends the rest and decodes;
+* the cache flushed, request B again: no hit (matched prefix 0), computed from scratch.
+
+B's greedy tokens and per-step logits must equal the cache-free B's.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from tests.e2e import device, harness, npu_standins, radix
+from tests.e2e.runner import GDN_ROUTE, run_family
+
+A_LEN, A_DECODES, B_NEW, B_DECODES = 300, 3, 20, 3
+# case: (A's prefill chunk, tokens B shares with A, the prefix match_prefix must return)
+CASES = {
+    "page_boundary": (None, 256, 256),  # A's one extend tracks 256 (from h: 300 is off the 64 grid)
+    "inside_page": (192, 200, 128),  # A's chunks track 128 only (108 < 128); B ends inside page 2
+    "inside_chunk": (192, 160, 128),  # B ends inside the 64-token state chunk [128, 192)
+}
+A_TRACKED = {None: [256], 192: [128]}  # what the batch code tracks for A (no decode reaches 512)
+FP32_LOGITS = 1e-5
+
+
+def _tokens(n: int, seed: int, vocab: int = 160) -> list:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(1, vocab, (n,), generator=gen).tolist()
+
+
+def run_radix(name: str, case: str, *, dtype=torch.float32, ssm_dtype=None, device_ctx=None, breakage=None):
+    """(A, B with the cache, B without) of one case, all through the real tree."""
+    chunk, shared, _ = CASES[case]
+    a_prompt = _tokens(A_LEN, seed=1)
+    b_prompt = a_prompt[:shared] + _tokens(B_NEW, seed=2)
+    out = {}
+
+    def plan_runner(engine, _plan):
+        sched = radix.RadixScheduler(engine)
+        out["A"] = sched.serve("A", a_prompt, A_DECODES + 1, chunk=chunk)
+        out["B"] = sched.serve("B", b_prompt, B_DECODES + 1)
+        sched.flush()
+        out["B_fresh"] = sched.serve("B_fresh", b_prompt, B_DECODES + 1)
+        return []
+
+    t0 = time.time()
+    with npu_standins.torch_projection_split():
+        run_family(name, dtype=dtype, device=device_ctx, ssm_dtype=ssm_dtype, plan_runner=plan_runner,
+                   server_args=radix.SERVER_ARGS, engine_args=radix.ENGINE_ARGS, breakage=breakage)
+    out["seconds"] = time.time() - t0
+    return out
+
+
+def _assert_lossless(out, case: str, logit_tol: float):
+    chunk, _, expect = CASES[case]
+    a, b, fresh = out["A"], out["B"], out["B_fresh"]
+    assert a.matched == 0 and a.tracked == A_TRACKED[chunk], (a.matched, a.tracked)
+    assert b.matched == expect, f"match_prefix gave B {b.matched} tokens, expected {expect}"
+    assert fresh.matched == 0, fresh.matched
+    assert len(b.generated) == len(fresh.generated) == B_DECODES + 1
+    assert b.generated == fresh.generated, f"B with the cache {b.generated}, without {fresh.generated}"
+    gap = max(float((x - y).abs().max()) for x, y in zip(b.logits, fresh.logits))
+    assert gap <= logit_tol, f"B's logits differ from a cache-free B by {gap:.3g} (tolerance {logit_tol})"
+
+
+@GDN_ROUTE
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_gdn_fp32_radix_hits_are_lossless(case):
+    _assert_lossless(run_radix("qwen3_5", case), case, FP32_LOGITS)
+
+
+@GDN_ROUTE
+def test_gdn_bf16_model_fp32_pool_radix_hit_is_lossless():
+    """bf16 model on the NPU-op emulators (A3), fp32 SSM pool: the snapshot keeps the pool's precision."""
+    out = run_radix("qwen3_5", "page_boundary", dtype=torch.bfloat16, ssm_dtype=torch.float32,
+                    device_ctx=device.npu_emulators)
+    _assert_lossless(out, "page_boundary", harness.BF16_LOGIT_TOL)
+
+
+@pytest.mark.parametrize("case", ["page_boundary", "inside_chunk"])
+def test_short_conv_fp32_radix_hits_are_lossless(case):
+    """LFM2: the conv snapshots are the plugin's short-conv sidecar's (SGLang's own writes none)."""
+    _assert_lossless(run_radix("lfm2", case), case, FP32_LOGITS)
+
+
+def _no_conv_snapshot(mp):
+    from sglang_ascend_hybrid.backends import short_conv_track
+
+    mp.setattr(short_conv_track.ConvCallTracker, "before_prefill", lambda self, x, conv_states: None)
+
+
+def test_short_conv_negative_control_without_the_sidecar_snapshot_fails():
+    """No prefill snapshot: the tree still donates A's track slot at 256 (the tree cannot
+    tell), B resumes from a stale conv state, and its logits leave the cache-free run's."""
+    out = run_radix("lfm2", "page_boundary", breakage=_no_conv_snapshot)
+    assert out["B"].matched == 256  # the hit itself still happens
+    with pytest.raises(AssertionError, match="differ from a cache-free B|without"):
+        _assert_lossless(out, "page_boundary", FP32_LOGITS)
