@@ -10,7 +10,10 @@ Real SGLang code (called, not restated):
 * the cache: ``UnifiedRadixCache`` with the FULL + MAMBA components (what
   ``mem_cache/registry.py`` builds for a hybrid-SSM model, every release 0.5.20+) over
   ``PagedTokenToKVPoolAllocator(page_size=128)`` and the engine's
-  ``HybridReqToTokenPool`` (ping-pong track slots, ``enable_overlap_schedule=True``);
+  ``HybridReqToTokenPool`` (ping-pong track slots, ``enable_overlap_schedule=True``).
+  The allocator's ``kvcache`` is the engine's own ``MHATokenToKVPool`` (built with page 1,
+  which only sets its padding row); the allocator is sized to the whole pages its
+  buffers hold, so every location it hands out is a row of the pool the model writes;
 * admission: ``Req.init_next_round_input(tree)`` (``match_prefix``: the matched
   prefix, the working mamba slot, the staged copy-on-write or clear);
 * each step: ``ScheduleBatch.init_new`` / ``prepare_for_extend`` / ``filter_batch`` /
@@ -31,12 +34,13 @@ Stand-ins (and why):
   ``get_model_worker_batch`` + ``ForwardBatch.init_new`` copy; ``init_new`` wants a
   model runner); greedy sampling is ``argmax`` of the logits.
 * the scheduler loop (what ``get_new_batch_prefill`` / ``PrefillAdder`` /
-  ``process_batch_result_prefill`` do for these requests): the chunk end, the stash
-  before the next chunk, and per request after prefill the token append,
+  ``process_batch_result_prefill`` do for these requests): the chunk end (given by the
+  test, not the adder's budget rules), the lock on the matched node, the stash before
+  the next chunk, and per request after prefill the token append,
   ``update_finish_state`` and the checkpoint / release call.  The real prefill result
   method wants a ``GenerationBatchResult``, streamer, metrics and logprob collaborators.
-* ``torch.Tensor.pin_memory`` is the identity during ``prepare_for_decode``: it pins
-  ``mamba_track_mask`` unconditionally, and a CUDA-less torch raises.
+* pinning is off during ``prepare_for_decode``: it pins the track mask (and on 0.5.20 -
+  0.5.22 the track positions) unconditionally, and a CUDA-less torch raises.
 """
 
 from __future__ import annotations
@@ -76,12 +80,18 @@ class Served:
 
 @contextlib.contextmanager
 def _cpu_pin_memory():
-    saved = torch.Tensor.pin_memory
-    torch.Tensor.pin_memory = lambda self, *a, **k: self
+    """Pinning off for ``prepare_for_decode``, which pins unconditionally: ``.pin_memory()``
+    (every release) and ``torch.tensor(..., pin_memory=True)`` (0.5.20 - 0.5.22)."""
+    saved = torch.Tensor.pin_memory, torch.tensor
+
+    def tensor(*args, pin_memory=False, **kwargs):
+        return saved[1](*args, **kwargs)
+
+    torch.Tensor.pin_memory, torch.tensor = (lambda self, *a, **k: self), tensor
     try:
         yield
     finally:
-        torch.Tensor.pin_memory = saved
+        torch.Tensor.pin_memory, torch.tensor = saved
 
 
 def _prefix_len(req) -> int:
@@ -141,6 +151,7 @@ class RadixScheduler:
         req.init_next_round_input(self.tree)  # match_prefix, mamba slot, staged COW
         out = Served(rid, list(prompt), _prefix_len(req), req.mamba_branching_seqlen)
         self._set_chunk(req, chunk)
+        self._lock(req)
         batch = self._extend(req, out)
         while not out.generated:  # a middle chunk ran
             # the next chunk: Scheduler.stash_chunked_request, init_next_round_input()
@@ -154,6 +165,17 @@ class RadixScheduler:
         batch.filter_batch()
         return out
 
+    def check_idle(self) -> None:
+        """The scheduler's idle invariants (``SchedulerInvariantChecker``, ``tree.sanity_check``):
+        no request holds a row, every KV page and mamba slot is free or in the tree, nothing locked."""
+        self.tree.sanity_check()
+        assert self.pool.available_size() == self.pool.size, "a request row leaked"
+        assert self.tree.full_protected_size() == 0 and self.tree.mamba_protected_size() == 0
+        kv = self.alloc.available_size() + self.tree.full_evictable_size()
+        assert kv == self.alloc.size, f"KV: {kv} of {self.alloc.size} free or cached"
+        slots = self.pool.mamba_allocator.available_size() + self.tree.mamba_evictable_size()
+        assert slots == self.pool.mamba_pool.size, f"mamba: {slots} of {self.pool.mamba_pool.size} free or cached"
+
     def flush(self) -> None:
         """``Scheduler.flush_cache``'s resets: an empty tree, every row, slot and page free."""
         self.tree.reset()
@@ -166,6 +188,13 @@ class RadixScheduler:
         end = total if chunk is None else min(total, start + chunk)
         _set_extend_end(req, end)
         req.inflight_middle_chunks = int(end < total)
+
+    def _lock(self, req):
+        """``PrefillAdder._commit_prefill_admission``: lock the matched node for the request."""
+        if hasattr(self.tree, "lock"):  # 0.5.22+
+            req.lock = self.tree.lock(req.last_node)
+        else:
+            req.lock_receipt = self.tree.inc_lock_ref(req.last_node).to_dec_params()
 
     def _cache_unfinished(self, req, chunked: bool = False):
         from sglang.srt.mem_cache import common
