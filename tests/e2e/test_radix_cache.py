@@ -108,7 +108,7 @@ def test_short_conv_fp32_radix_hits_are_lossless(case):
 def _no_conv_snapshot(mp):
     from sglang_ascend_hybrid.backends import short_conv_track
 
-    mp.setattr(short_conv_track.ConvCallTracker, "before_prefill", lambda self, x, conv_states: None)
+    mp.setattr(short_conv_track.ConvCallTracker, "before_prefill", lambda self, *args, **kwargs: None)
 
 
 def test_short_conv_negative_control_without_the_sidecar_snapshot_fails():
