@@ -41,31 +41,38 @@ class Family:
     config_class: str
     text: Optional[str] = None
     text_dtype_from_outer: bool = False
+    # Who writes the mamba extra_buffer (prefix cache) snapshots on NPU: "sglang" (its GDN
+    # backend), "plugin" (the Ascend short-conv sidecar), "" (nobody yet: no prefix caching).
+    radix_snapshots: str = ""
 
 
 FAMILIES = (
     Family("qwen3_next", "gdn", ("Qwen3NextForCausalLM",), "interval",
-           "sglang.srt.configs.qwen3_next.Qwen3NextConfig"),
+           "sglang.srt.configs.qwen3_next.Qwen3NextConfig", radix_snapshots="sglang"),
     Family("qwen3_5", "gdn", ("Qwen3_5ForConditionalGeneration",), "interval",
-           "sglang.srt.configs.qwen3_5.Qwen3_5Config", text="qwen3_5_text"),
+           "sglang.srt.configs.qwen3_5.Qwen3_5Config", text="qwen3_5_text", radix_snapshots="sglang"),
     Family("qwen3_5_moe", "gdn", ("Qwen3_5MoeForConditionalGeneration",), "interval",
-           "sglang.srt.configs.qwen3_5.Qwen3_5MoeConfig", text="qwen3_5_moe_text"),
+           "sglang.srt.configs.qwen3_5.Qwen3_5MoeConfig", text="qwen3_5_moe_text", radix_snapshots="sglang"),
     Family("qwen3_5_text", "gdn", ("Qwen3_5ForCausalLM",), "interval",
-           "sglang.srt.configs.qwen3_5.Qwen3_5TextConfig"),
+           "sglang.srt.configs.qwen3_5.Qwen3_5TextConfig", radix_snapshots="sglang"),
     Family("qwen3_5_moe_text", "gdn", ("Qwen3_5MoeForCausalLM",), "interval",
-           "sglang.srt.configs.qwen3_5.Qwen3_5MoeTextConfig"),
-    Family("lfm2", "short_conv", ("Lfm2ForCausalLM",), "lfm2", "sglang.srt.configs.lfm2.Lfm2Config"),
+           "sglang.srt.configs.qwen3_5.Qwen3_5MoeTextConfig", radix_snapshots="sglang"),
+    Family("lfm2", "short_conv", ("Lfm2ForCausalLM",), "lfm2", "sglang.srt.configs.lfm2.Lfm2Config",
+           radix_snapshots="plugin"),
     Family("lfm2_moe", "short_conv", ("Lfm2MoeForCausalLM",), "lfm2_moe",
-           "sglang.srt.configs.lfm2_moe.Lfm2MoeConfig"),
+           "sglang.srt.configs.lfm2_moe.Lfm2MoeConfig", radix_snapshots="plugin"),
     Family("lfm2_vl", "short_conv", ("Lfm2VlForConditionalGeneration",), "lfm2",
            "sglang.srt.configs.lfm2_vl.Lfm2VlConfig", text="lfm2", text_dtype_from_outer=True),
-    Family("zaya", "short_conv", ("ZayaForCausalLM",), "zaya", "sglang.srt.configs.zaya.ZayaConfig"),
+    Family("zaya", "short_conv", ("ZayaForCausalLM",), "zaya", "sglang.srt.configs.zaya.ZayaConfig",
+           radix_snapshots="plugin"),
 )
 BY_MODEL_TYPE = {f.model_type: f for f in FAMILIES}
 GDN_MODEL_TYPES = frozenset(f.model_type for f in FAMILIES if f.kind == "gdn")
 SHORT_CONV_MODEL_TYPES = frozenset(f.model_type for f in FAMILIES if f.kind == "short_conv")
 GDN_ARCHS = frozenset(a for f in FAMILIES if f.kind == "gdn" for a in f.architectures)
 SHORT_CONV_ARCHS = frozenset(a for f in FAMILIES if f.kind == "short_conv" for a in f.architectures)
+# Architectures whose prefix-cache snapshots the plugin writes (SGLang's extra_buffer gate lacks them).
+PLUGIN_SNAPSHOT_ARCHS = frozenset(a for f in FAMILIES if f.radix_snapshots == "plugin" for a in f.architectures)
 
 
 class ConfigError(ValueError):

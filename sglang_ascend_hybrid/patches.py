@@ -173,6 +173,22 @@ PATCHES: tuple[Patch, ...] = (
         removal="when SGLang reports the kernels per state dtype itself",
     ),
     Patch(
+        name="short-conv-extra-buffer",
+        target="sglang.srt.arg_groups.overrides.supports_mamba_cache_extra_buffer",
+        kind="hook",
+        hook_type="around",
+        hook="sglang_ascend_hybrid.backends.launch_defaults:supports_extra_buffer_around",
+        why="SGLang lets only the architectures of arg_groups/overrides.py _MAMBA_EXTRA_BUFFER_ARCHS use the "
+            "mamba extra_buffer radix-cache strategy; LFM2 / LFM2-MoE are not among them (SGLang's short-conv "
+            "sidecar writes no snapshot), and on NPU their other strategy, no_buffer, needs page size 1, which "
+            "Ascend paged attention refuses: no prefix caching at all",
+        how="AROUND: on NPU (the resolving view's device) Lfm2ForCausalLM / Lfm2MoeForCausalLM answer True "
+            "(the family table's radix_snapshots='plugin': the plugin's Ascend short-conv sidecar writes their "
+            "conv-state snapshots); every other architecture and device gets SGLang's answer; both signatures "
+            "((view, model_arch) before 0.5.21, (view, hf_config) since)",
+        removal="when SGLang's short-conv sidecar writes extra_buffer snapshots and lists these architectures",
+    ),
+    Patch(
         name="short-conv-backend",
         target="sglang.srt.layers.attention.attention_registry.attn_backend_wrapper",
         kind="hook",
@@ -216,6 +232,33 @@ PATCHES: tuple[Patch, ...] = (
         how="AROUND, same routing as conv1d-prefill; after the update, tracked decode steps copy their "
             "state into their track slot (static shapes, no host sync)",
         removal="with the short-conv-backend patch",
+    ),
+    Patch(
+        name="zaya-cca-extend-snapshots",
+        target="sglang.srt.models.zaya.cca_extend",
+        kind="hook",
+        hook_type="around",
+        hook="sglang_ascend_hybrid.backends.short_conv_track:cca_extend_around",
+        why="ZAYA1's CCA runs its own conv against the short-conv sidecar's slots (cca_extend / cca_decode), "
+            "so no backend call sees its inputs: without a snapshot of its conv window and its one-token "
+            "prev_hs lag at tracked boundaries the mamba extra_buffer radix cache has nothing to restore",
+        how="AROUND: with a step track published by the Ascend short-conv sidecar, the conv window before each "
+            "tracked boundary (from qk, or the cached state) and prev_hs (the hidden state before the "
+            "boundary) go into the track slots before the original overwrites the requests' slots; without "
+            "a published track the original runs alone",
+        removal="with the short-conv-backend patch (SGLang's own Ascend short-conv sidecar with snapshots)",
+    ),
+    Patch(
+        name="zaya-cca-decode-snapshots",
+        target="sglang.srt.models.zaya.cca_decode",
+        kind="hook",
+        hook_type="around",
+        hook="sglang_ascend_hybrid.backends.short_conv_track:cca_decode_around",
+        why="the decode half of zaya-cca-extend-snapshots: track-grid decode steps must leave their state in "
+            "their track slot",
+        how="AROUND: after the original, tracked rows copy the conv window and prev_hs into their track slots "
+            "(one index_copy_ each, static shapes, no host sync: capture-safe)",
+        removal="with zaya-cca-extend-snapshots",
     ),
     Patch(
         name="gdn-prefill-ladder",

@@ -194,7 +194,7 @@ def assumptions(kernel_heads: Optional[list[int]], route: str) -> dict[str, Any]
 def plan(cfg: dict, tp_sizes=DEFAULT_TP, kernel_heads: Optional[list[int]] = None,
          ssm_dtype: Optional[str] = None) -> dict[str, Any]:
     """The plan document (``docs/plan-json.md``) of ``cfg`` at each TP size."""
-    from sglang_ascend_hybrid.backends.launch_defaults import planned_adjustments
+    from sglang_ascend_hybrid.backends.launch_defaults import planned_adjustments, planned_prefix_cache
 
     facts = mf.facts(cfg)
     # Malformed configs fail as a whole (missing fields show at TP=1 already).
@@ -224,7 +224,8 @@ def plan(cfg: dict, tp_sizes=DEFAULT_TP, kernel_heads: Optional[list[int]] = Non
                   "architecture": archs[0] if archs else None, "layers": facts.num_layers,
                   "full_attention_layers": facts.full_attention_layers, "linear_layers": facts.linear_layers,
                   "layer_kinds_from": facts.layer_kinds_from, "dtype": facts.dtype, "dtype_from": facts.dtype_from,
-                  "attention_heads": facts.attention_heads, "kv_heads": facts.kv_heads},
+                  "attention_heads": facts.attention_heads, "kv_heads": facts.kv_heads,
+                  "prefix_cache": planned_prefix_cache(cfg)},
         "assumptions": assumptions(kernel_heads, route),
         "rows": rows,
     }
@@ -253,6 +254,14 @@ def render(doc: dict[str, Any], out: TextIO | None = None) -> None:
                  "SGLang calling sgl-kernel-npu's chunk_gated_delta_rule_npu for prefill (the plugin's ladder "
                  "serves what it refuses)")
         w(f"assuming an Atlas {a['chip']}, --dtype auto, {route}; mega kernel {a['mega_kernel']}\n")
+    pc = m["prefix_cache"]
+    if pc["on"]:
+        by = {"sglang": "SGLang's GDN backend", "plugin": "the plugin's short-conv sidecar"}.get(pc["snapshots"],
+                                                                                          pc["snapshots"])
+        w(f"prefix cache at default flags on NPU: on, mamba {pc['strategy']} strategy, page size 128 "
+          f"(snapshots written by {by})\n")
+    else:
+        w("prefix cache at default flags on NPU: off (see the launch adjustment)\n")
     for r in doc["rows"]:
         if r["error"]:
             w(f"  TP={r['tp']:<3} cannot run: {r['error']}\n")

@@ -57,9 +57,26 @@ def test_plan_extra_buffer_fact_agrees_with_sglangs_function(arch):
     hf_config = SimpleNamespace(architectures=[arch], model_type="", text_config=None)
     live = bool(ld._arch_supports_extra_buffer(view, hf_config))
     assert live == (arch in ld._upstream_extra_buffer_archs())
-    # and the decision planned from it: the short-conv families get the radix cache disabled
+    # and the decision planned from it: the radix cache is disabled unless SGLang or the plugin's
+    # gate hook (the architectures whose snapshots the plugin writes) lets extra_buffer serve
     adjusted = bool(ld.planned_adjustments({"architectures": [arch]}))
-    assert adjusted == (not live)
+    assert adjusted == (not (live or arch in ld.PLUGIN_SNAPSHOT_ARCHS))
+
+
+@pytest.mark.parametrize("arch", sorted(ld.SUPPORTED_ARCHS))
+def test_gate_hook_adds_the_plugin_snapshot_archs_on_npu_only(arch, monkeypatch):
+    """supports_extra_buffer_around: SGLang's answer, plus True on NPU for the architectures whose
+    snapshots the plugin writes while its launch hooks are registered; either signature."""
+    monkeypatch.setattr(ld, "launch_hooks_registered", lambda: True)
+    sglang_says = arch in ld.GDN_ARCHS
+    original = lambda view, model: sglang_says  # noqa: E731
+    plugin = arch in ld.PLUGIN_SNAPSHOT_ARCHS
+    for model in (arch, SimpleNamespace(architectures=[arch])):
+        npu, cuda = SimpleNamespace(device="npu"), SimpleNamespace(device="cuda")
+        assert ld.supports_extra_buffer_around(original, npu, model) is (sglang_says or plugin)
+        assert ld.supports_extra_buffer_around(original, cuda, model) is sglang_says
+    monkeypatch.setattr(ld, "launch_hooks_registered", lambda: False)
+    assert ld.supports_extra_buffer_around(original, SimpleNamespace(device="npu"), arch) is sglang_says
 
 
 def test_plan_keeps_torch_from_autoloading_the_npu_backend(monkeypatch, capsys):

@@ -28,12 +28,17 @@ The choice
   defaults to and validates (sgl-project/sglang#38196 reports 16 corrupting
   output).
 * ``extra_buffer`` is rejected upstream for these architectures
-  ("extra_buffer is not supported for ...; use no_buffer") and the short-conv
-  state has no NPU snapshot path.
-* So the radix cache is disabled (``disable_radix_cache=True``, declared at the
-  start of ``handle_model_specific_adjustments`` -- the step where SGLang
-  itself declares it for checkpoints that cannot prefix-cache) and
-  ``page_size`` stays 128.  Cost: no prefix reuse for these models.
+  ("extra_buffer is not supported for ...; use no_buffer"): SGLang's short-conv
+  sidecar writes no snapshot.  The plugin's Ascend sidecar writes them for LFM2 /
+  LFM2-MoE (:mod:`.short_conv_track`), and :func:`supports_extra_buffer_around`
+  (patch ``short-conv-extra-buffer``) lets SGLang's resolution pick ``extra_buffer``
+  for them on NPU: prefix caching with page size 128, one INFO line naming the
+  strategy (as for the GDN families, whose snapshots SGLang writes).
+* For the others (ZAYA1, LFM2-VL: nobody writes their snapshots yet) the radix
+  cache is disabled (``disable_radix_cache=True``, declared at the start of
+  ``handle_model_specific_adjustments`` -- the step where SGLang itself declares it
+  for checkpoints that cannot prefix-cache) and ``page_size`` stays 128.  Cost: no
+  prefix reuse for these models.
 
 Explicit user values are never changed.  "Explicit" is SGLang's own notion: the
 record's ``_raw_input`` snapshot (what the caller asked for) differs from the
@@ -58,7 +63,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.logutil import log_once
-from sglang_ascend_hybrid.model_families import GDN_ARCHS, SHORT_CONV_ARCHS
+from sglang_ascend_hybrid.model_families import FAMILIES, GDN_ARCHS, PLUGIN_SNAPSHOT_ARCHS, SHORT_CONV_ARCHS
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +73,7 @@ STEP = "handle_model_specific_adjustments"
 SOURCE = "ascend_hybrid.launch_defaults"
 # Bookkeeping attribute on the ServerArgs record (underscore: allowed during resolution).
 _ADJUSTMENTS_ATTR = "_ascend_hybrid_launch_adjustments"
+_PREFIX_INFO_ATTR = "_ascend_hybrid_prefix_cache_logged"
 
 # Architectures this plugin serves (hf_config.architectures[0]): the family table's.
 SUPPORTED_ARCHS = SHORT_CONV_ARCHS | GDN_ARCHS
@@ -99,6 +105,42 @@ INFO_TEMPLATE = (
     "extra_buffer is not supported for {arch}{why_no_extra}. Prefix caching is off; pass "
     "--disable-radix-cache to make this explicit."
 )
+
+
+PREFIX_CACHE_INFO = (
+    "sglang-ascend-hybrid: prefix caching on for {arch} on NPU: radix cache with the mamba "
+    "{strategy} strategy, page_size={page_size} (state snapshots at tracked boundaries written by {writer})"
+)
+_SNAPSHOT_WRITERS = {"sglang": "SGLang's GDN backend from the plugin's prefill states",
+                     "plugin": "the plugin's Ascend short-conv sidecar"}
+
+
+def snapshot_writer(arch: str) -> str:
+    """Who writes the prefix-cache snapshots of ``arch`` on NPU (the family table's word)."""
+    for fam in FAMILIES:
+        if arch in fam.architectures:
+            return fam.radix_snapshots
+    return ""
+
+
+def supports_extra_buffer_around(original, view, model, *args, **kwargs):
+    """AROUND hook of SGLang's ``supports_mamba_cache_extra_buffer`` (``model``: the
+    architecture name before 0.5.21, the HF config since): on NPU the architectures whose
+    snapshots the plugin writes (:data:`PLUGIN_SNAPSHOT_ARCHS`) support the extra_buffer
+    strategy; everything else is SGLang's answer.  It is part of the launch decisions: while
+    the launch hooks are suspended (:func:`launch_hooks_suspended`, SGLang's own behaviour) it
+    gives SGLang's answer too."""
+    if original(view, model, *args, **kwargs):
+        return True
+    arch = model if isinstance(model, str) else (getattr(model, "architectures", None) or [""])[0]
+    return getattr(view, "device", None) == "npu" and arch in PLUGIN_SNAPSHOT_ARCHS and launch_hooks_registered()
+
+
+def launch_hooks_registered() -> bool:
+    """Whether this module's launch hooks are in SGLang's resolution registry."""
+    from sglang.srt.arg_groups import resolution_hooks
+
+    return any(fn in resolution_hooks._HOOKS.get(step, []) for step, fn in _LAUNCH_HOOKS)
 
 
 class LaunchConfigError(ValueError):
@@ -160,7 +202,11 @@ def decide(f: LaunchFacts) -> Decision:
         return d
 
     if f.extra_buffer_supported and f.strategy in ("auto", "extra_buffer", "extra_buffer_lazy"):
-        return d  # upstream resolves to extra_buffer with paged KV: works as is
+        # upstream resolves to extra_buffer with paged KV: works as is
+        d.info = PREFIX_CACHE_INFO.format(
+            arch=f.arch, strategy="extra_buffer" if f.strategy == "auto" else f.strategy, page_size=page,
+            writer=_SNAPSHOT_WRITERS.get(snapshot_writer(f.arch), "SGLang"))
+        return d
 
     if f.strategy == "no_buffer" and f.strategy_explicit:
         d.error = (
@@ -287,6 +333,8 @@ def planned_adjustments(
     extra_archs = _upstream_extra_buffer_archs()
     if extra_archs is None:  # SGLang not installed: 0.5.23's list for our families
         extra_archs = GDN_ARCHS
+    if device == "npu":  # the plugin's gate hook (supports_extra_buffer_around)
+        extra_archs = extra_archs | PLUGIN_SNAPSHOT_ARCHS
     extra_ok = arch in extra_archs and linear_attn_backend == "triton"
     reason = ""
     if arch in extra_archs and linear_attn_backend != "triton":
@@ -307,6 +355,17 @@ def planned_adjustments(
     if d.error:
         raise LaunchConfigError(d.error)
     return list(d.adjustments)
+
+
+def planned_prefix_cache(config: Mapping[str, Any] | str | os.PathLike) -> dict[str, Any]:
+    """Prefix caching on NPU at default flags: ``{"on", "strategy", "snapshots"}`` (``snapshots``:
+    who writes the extra_buffer snapshots, the family table's ``radix_snapshots``)."""
+    cfg = _load_config(config)
+    archs = cfg.get("architectures") or []
+    arch = archs[0] if archs else ""
+    off = any(a.startswith("disable_radix_cache=True") for a in planned_adjustments(cfg))
+    writer = snapshot_writer(arch) or None
+    return {"on": not off, "strategy": None if off else "extra_buffer", "snapshots": None if off else writer}
 
 
 # --------------------------------------------------------------------------
@@ -418,6 +477,9 @@ def apply_launch_defaults(server_args: Any) -> Decision:
         setattr(server_args, _ADJUSTMENTS_ATTR, done + new)
         if new and d.info:
             logger.info(d.info)
+    elif d.info and not getattr(server_args, _PREFIX_INFO_ATTR, False):  # once per record
+        setattr(server_args, _PREFIX_INFO_ATTR, True)
+        logger.info(d.info)
     return d
 
 

@@ -152,3 +152,34 @@ class ConvCallTracker:
 
 
 TRACKER = ConvCallTracker()
+
+
+def _cca_args(args, kwargs):
+    names = ("qk", "hidden_states", "conv_qk", "conv_state", "prev_hs_state")
+    got = dict(zip(names, args))
+    got.update({k: v for k, v in kwargs.items() if k in names})
+    return got
+
+
+def cca_extend_around(original, *args, **kwargs):
+    """AROUND hook of ZAYA1's ``sglang.srt.models.zaya.cca_extend``: before it overwrites the
+    requests' slots, the tracked boundaries' conv window (of ``qk``, the CCA conv input) and
+    ``prev_hs`` (the hidden state of the token before the boundary) into their track slots."""
+    step = current()
+    if step is not None and step.extend is not None:
+        a = _cca_args(args, kwargs)
+        snapshot_extend(a["conv_state"], a["qk"].transpose(0, 1), step.extend)
+        snapshot_extend_rows(a["prev_hs_state"], a["hidden_states"], step.extend)
+    return original(*args, **kwargs)
+
+
+def cca_decode_around(original, *args, **kwargs):
+    """AROUND hook of ZAYA1's ``sglang.srt.models.zaya.cca_decode``: after the update, tracked
+    decode steps copy the conv window and ``prev_hs`` into their track slots (capture-safe)."""
+    out = original(*args, **kwargs)
+    step = current()
+    if step is not None and step.decode is not None:
+        a = _cca_args(args, kwargs)
+        copy_decode(a["conv_state"], step.decode)
+        copy_decode(a["prev_hs_state"], step.decode)
+    return out

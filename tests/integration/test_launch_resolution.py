@@ -24,16 +24,19 @@ ATTENTION_BACKENDS = ("ascend", "ascend_hybrid")
 TP_SIZES = (1, 2)
 
 INFO_PREFIX = "sglang-ascend-hybrid: disabled the radix cache for "
+PREFIX_ON = "sglang-ascend-hybrid: prefix caching on for "
+# Families whose prefix-cache snapshots nobody writes on NPU yet: the radix cache goes off.
+NO_PREFIX_CACHE = ("lfm2-vl-1.6b",)
 
 # name -> (family, extra flags, substrings the error must contain)
 CONTRADICTIONS = {
     "lfm2-no_buffer": (
         "lfm2-1.2b",
         ["--mamba-radix-cache-strategy", "no_buffer"],
-        ["--mamba-radix-cache-strategy no_buffer", "page size 128", "--disable-radix-cache", "Fix:"],
+        ["--mamba-radix-cache-strategy no_buffer", "page size 128", "extra_buffer keeps prefix caching", "Fix:"],
     ),
-    "lfm2-no_buffer-page128": (
-        "lfm2-1.2b",
+    "lfm2vl-no_buffer-page128": (
+        "lfm2-vl-1.6b",
         ["--mamba-radix-cache-strategy", "no_buffer", "--page-size", "128"],
         ["--mamba-radix-cache-strategy no_buffer", "--page-size 128", "--disable-radix-cache", "Fix:"],
     ),
@@ -42,13 +45,14 @@ CONTRADICTIONS = {
         ["--page-size", "1"],
         ["--page-size 1", "multiple of 16", "Fix:"],
     ),
-    "zaya-extra_buffer": (
-        "zaya1-base",
+    "lfm2vl-extra_buffer": (
+        "lfm2-vl-1.6b",
         ["--mamba-radix-cache-strategy", "extra_buffer"],
-        ["--mamba-radix-cache-strategy extra_buffer", "ZayaForCausalLM", "--disable-radix-cache", "Fix:"],
+        ["--mamba-radix-cache-strategy extra_buffer", "Lfm2VlForConditionalGeneration", "--disable-radix-cache",
+         "Fix:"],
     ),
-    "lfm2moe-hicache": (
-        "lfm2-8b-a1b",
+    "lfm2vl-hicache": (
+        "lfm2-vl-1.6b",
         ["--enable-hierarchical-cache"],
         ["--enable-hierarchical-cache", "Fix:"],
     ),
@@ -61,13 +65,16 @@ CONTRADICTIONS = {
 
 # name -> (family, extra flags, expected resolved values)
 COMPATIBLE = {
-    "lfm2-page128": ("lfm2-1.2b", ["--page-size", "128"], {"page_size": 128, "disable_radix_cache": True}),
-    "lfm2-page64": ("lfm2-1.2b", ["--page-size", "64"], {"page_size": 64, "disable_radix_cache": True}),
+    "lfm2-page128": ("lfm2-1.2b", ["--page-size", "128"],
+                     {"page_size": 128, "disable_radix_cache": False, "mamba_radix_cache_strategy": "extra_buffer"}),
+    "lfm2-page64": ("lfm2-8b-a1b", ["--page-size", "64"],
+                    {"page_size": 64, "disable_radix_cache": False, "mamba_radix_cache_strategy": "extra_buffer"}),
+    "lfm2vl-page64": ("lfm2-vl-1.6b", ["--page-size", "64"], {"page_size": 64, "disable_radix_cache": True}),
     "lfm2-noradix": ("lfm2-1.2b", ["--disable-radix-cache"], {"page_size": 128, "disable_radix_cache": True}),
     "zaya-chunked": (
         "zaya1-base",
         ["--chunked-prefill-size", "4096"],
-        {"chunked_prefill_size": 4096, "disable_radix_cache": True},
+        {"chunked_prefill_size": 4096, "disable_radix_cache": False, "mamba_radix_cache_strategy": "extra_buffer"},
     ),
     "qwen35-extra_buffer": (
         "qwen3_5-27b",
@@ -86,7 +93,8 @@ COMPATIBLE = {
     ),
 }
 # Explicit flags with which the plugin has nothing left to decide: no adjustment, no log line.
-NO_ADJUSTMENT = {"lfm2-noradix", "qwen35-extra_buffer", "qwen35-extra_buffer_lazy", "qwen-next-noradix"}
+NO_ADJUSTMENT = {"lfm2-noradix", "qwen35-extra_buffer", "qwen35-extra_buffer_lazy", "qwen-next-noradix",
+                 "lfm2-page128", "lfm2-page64", "zaya-chunked"}
 
 # Upstream alone (hooks hidden): the assertion this plugin removes.
 UPSTREAM_FAILS = ("lfm2-1.2b", "lfm2-8b-a1b", "zaya1-base")
@@ -142,7 +150,7 @@ def test_default_flags_resolve_on_npu(results, family, tp, backend):
     assert res["hybrid_requested"] is (backend == "ascend_hybrid")
     arch = FAMILIES[family]
     lines = _info_lines(res)
-    if family in SHORT_CONV_FAMILIES:
+    if family in NO_PREFIX_CACHE:
         assert r["disable_radix_cache"] is True
         assert r["uses_mamba_radix_cache"] is False
         assert len(lines) == 1, res["log_lines"]
@@ -150,13 +158,18 @@ def test_default_flags_resolve_on_npu(results, family, tp, backend):
         assert len(res["adjustments"]) == 1
         assert res["adjustments"][0].startswith("disable_radix_cache=True")
     else:
-        # GDN families keep prefix caching through SGLang's own extra_buffer choice,
-        # which needs the NPU platform to be detected (the emulation is real).
+        # GDN families keep prefix caching through SGLang's own extra_buffer choice, LFM2 /
+        # LFM2-MoE through it too once the plugin lets them (their snapshots are the plugin's);
+        # it needs the NPU platform to be detected (the emulation is real).
         assert r["disable_radix_cache"] is False
         assert r["mamba_radix_cache_strategy"] == "extra_buffer"
         assert r["uses_mamba_radix_cache"] is True
         assert lines == []
         assert res["adjustments"] == []
+        on = [line for line in res["log_lines"] if line.startswith(PREFIX_ON)]
+        writer = "short-conv sidecar" if family in SHORT_CONV_FAMILIES else "SGLang's GDN backend"
+        assert len(on) == 1 and on[0].startswith(PREFIX_ON + arch + " on NPU: radix cache with the mamba "
+                                                 "extra_buffer strategy, page_size=128") and writer in on[0], on
 
 
 # ------------------------------------------------------ without the plugin
@@ -247,7 +260,8 @@ def test_planned_adjustments_raise_resolutions_message(results):
 
 def test_planned_adjustments_respect_explicit_values():
     assert planned_adjustments(config_dir("lfm2-1.2b"), 1, disable_radix_cache=True) == []
-    assert planned_adjustments(config_dir("lfm2-1.2b"), 1, page_size=64)[0].startswith(
+    assert planned_adjustments(config_dir("lfm2-1.2b"), 1, page_size=64) == []  # extra_buffer, page 64
+    assert planned_adjustments(config_dir("lfm2-vl-1.6b"), 1, page_size=64)[0].startswith(
         "disable_radix_cache=True (page_size=64 kept)"
     )
     assert planned_adjustments({"architectures": ["LlamaForCausalLM"]}, 1) == []
