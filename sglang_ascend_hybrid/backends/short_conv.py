@@ -147,6 +147,12 @@ def backend_classes():
 
         def init_forward_metadata_out_graph(self, forward_batch, in_capture=False):
             super().init_forward_metadata_out_graph(forward_batch, in_capture)
+            short_conv_track.publish(None)  # the graph's own batch publishes, in init_forward_metadata_in_graph
+
+        def init_forward_metadata_in_graph(self, forward_batch):
+            # inside the captured region: the captured batch's static track mask, the static
+            # track-slot and slot-index buffers the out-of-graph metadata refreshed
+            super().init_forward_metadata_in_graph(forward_batch)
             self._publish_track(forward_batch)
 
         def conv_state_metadata(self, layer_id, forward_batch):

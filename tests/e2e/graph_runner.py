@@ -191,7 +191,7 @@ def _kwargs_for(fn, **candidates):
 
 
 class GraphRunner:
-    def __init__(self, engine, watch: Watch, capture_bs=CAPTURE_BS):
+    def __init__(self, engine, watch: Watch, capture_bs=CAPTURE_BS, track: bool = False):
         from sglang.srt.model_executor.cuda_graph_buffer_registry import build_decode_registry
 
         self.engine, self.watch = engine, watch
@@ -202,9 +202,13 @@ class GraphRunner:
         self.linear.init_cuda_graph_state(self.max_bs, self.max_bs)
         self.registry = build_decode_registry(**_kwargs_for(
             build_decode_registry, device=torch.device("cpu"), max_bs=self.max_bs, max_num_token=self.max_bs,
-            seq_len_fill_value=self.fill, cache_loc_dtype=torch.int32, share_pool=False))
+            seq_len_fill_value=self.fill, cache_loc_dtype=torch.int32, share_pool=False, enable_mamba_track=track))
+        self.track = track
         self.buffers = NS(encoder_lens=None, mamba_track_indices=None,
                           **{n: self.registry.get_slot(n).buffer for n in BUFFER_NAMES})
+        if track:  # SGLang's decode registry slots of the radix-cache tracking (extra_buffer)
+            self.buffers.mamba_track_indices = self.registry.get_slot("mamba_track_indices").buffer
+            self.buffers.mamba_track_mask = self.registry.get_slot("mamba_track_mask").buffer
         self.captured: dict = {}  # bs -> the captured ForwardBatch
         self.replays = 0
         self._register_static()
@@ -226,7 +230,7 @@ class GraphRunner:
             add(f"state_indices[{bs}]", linear.state_indices_list[bs - 1])
             add(f"query_start_loc[{bs}]", linear.query_start_loc_list[bs - 1])
         add("slot_index_buffer", getattr(linear, "_cache_indices_buf", None))  # the short-conv sidecar's
-        for name in BUFFER_NAMES:
+        for name in BUFFER_NAMES + (("mamba_track_indices", "mamba_track_mask") if self.track else ()):
             add(name, getattr(self.buffers, name))
         kv = self.engine.token_to_kv_pool
         for i, (k, v) in enumerate(zip(kv.k_buffer, kv.v_buffer)):
@@ -241,12 +245,14 @@ class GraphRunner:
     def _capture_fb(self, bs: int):
         from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 
-        s = {n: self.registry.get_slot(n).slice_for(bs, bs) for n in BUFFER_NAMES}
+        names = BUFFER_NAMES + (("mamba_track_indices", "mamba_track_mask") if self.track else ())
+        s = {n: self.registry.get_slot(n).slice_for(bs, bs) for n in names}
         return ForwardBatch(forward_mode=ForwardMode.DECODE, batch_size=bs, input_ids=s["input_ids"],
                             req_pool_indices=s["req_pool_indices"], seq_lens=s["seq_lens"],
                             seq_lens_cpu=s["seq_lens_cpu"], out_cache_loc=s["out_cache_loc"],
                             positions=s["positions"], seq_lens_sum=int(s["seq_lens_cpu"].sum()),
-                            orig_seq_lens=s["seq_lens"])
+                            orig_seq_lens=s["seq_lens"], mamba_track_indices=s.get("mamba_track_indices"),
+                            mamba_track_mask=s.get("mamba_track_mask"))
 
     def run_once(self, fb, phase: str, bs: int):
         """The captured part: the linear backend's in-graph metadata and the model forward."""
@@ -270,7 +276,8 @@ class GraphRunner:
     def capture(self) -> None:
         self.buffers.seq_lens.fill_(self.fill)
         self.buffers.seq_lens_cpu.fill_(self.fill)
-        for name in ("positions", "out_cache_loc", "req_pool_indices"):
+        for name in ("positions", "out_cache_loc", "req_pool_indices") + (
+                ("mamba_track_indices", "mamba_track_mask") if self.track else ()):
             getattr(self.buffers, name).zero_()
         for bs in reversed(self.capture_bs):
             fb = self._capture_fb(bs)
@@ -325,7 +332,8 @@ class GraphRun:
     watch: Watch
     buckets: list  # per step: the capture size it replayed
     changed: list  # per step: the pool slots the replay changed
-    live_slots: list  # per step: the live requests' slots
+    live_slots: list  # per step: the live requests' slots (and the track slots the step writes)
+    tracked: dict = field(default_factory=dict)  # (step, request) -> its slot's states after that step
 
 
 def _decode_fb(sched, reqs):
@@ -360,29 +368,39 @@ def _prefill(engine, plan):
     return sched, reqs
 
 
-def run_graph_plan(engine, watch: Watch, steps=STEPS) -> GraphRun:
+def run_graph_plan(engine, watch: Watch, steps=STEPS, track=None) -> GraphRun:
     """The harness's prefill (a chunked prefill of A, then A's continuation with B and C, eager),
-    the capture, then one replay per step of ``steps`` (the live requests of each step)."""
+    the capture, then one replay per step of ``steps`` (the live requests of each step).
+    ``track`` = {step: {request: track slot}}: the radix-cache tracking the scheduler asks of those
+    decode steps (``mamba_track_mask`` / ``_indices`` of the live batch; the runner's registry then
+    has SGLang's track slots)."""
     from tests.e2e import harness
 
     sched, reqs = _prefill(engine, harness.StepPlan())
-    runner = GraphRunner(engine, watch)
+    runner = GraphRunner(engine, watch, track=track is not None)
     runner.capture()
     cache = engine.req_to_token_pool.mamba_pool.mamba_cache
     pools = [cache.temporal, *cache.conv]
-    buckets, changed, live_slots = [], [], []
-    for names in steps:
+    buckets, changed, live_slots, tracked = [], [], [], {}
+    for step, names in enumerate(steps):
         live = [reqs[n] for n in names]
         before = _slot_rows(pools)
-        logits, bs = runner.replay(_decode_fb(sched, live))
+        fb = _decode_fb(sched, live)
+        marks = (track or {}).get(step, {})
+        if track is not None:
+            fb.mamba_track_mask = torch.tensor([r.name in marks for r in live])
+            fb.mamba_track_indices = torch.tensor([marks.get(r.name, 0) for r in live], dtype=torch.int64)
+        logits, bs = runner.replay(fb)
         buckets.append(bs)
         changed.append(_changed_slots(pools, before))
-        live_slots.append({r.slot for r in live})
+        live_slots.append({r.slot for r in live} | set(marks.values()))
+        for name in marks:
+            tracked[(step, name)] = [p[:, reqs[name].slot].clone() for p in cache.conv]
         for req, row in zip(live, logits.float()):
             req.done += 1
             req.logits.append(row.clone())
             req.generated.append(int(row.argmax()))
-    return GraphRun(list(reqs.values()), watch, buckets, changed, live_slots)
+    return GraphRun(list(reqs.values()), watch, buckets, changed, live_slots, tracked)
 
 
 def run_eager_plan(engine, steps=STEPS) -> list:

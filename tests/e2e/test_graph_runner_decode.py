@@ -157,3 +157,54 @@ def test_qwen3_5_graph_decode_replays_through_the_decode_hook():
     assert all(PAD_SLOT not in changed for changed in graph.changed)  # the hook leaves padded rows alone
     cmp = run.compare()
     assert cmp.bf16_ok(), str(cmp)
+
+
+# decode steps the scheduler tracks (step -> {request: track slot}): a padded batch of 4, two rows
+# of one step, a bucket of 2; slots free in the harness pool (A, B, C hold 7, 3, 10; 0 is the pad)
+TRACKED_STEPS = {0: {"A": 11}, 2: {"B": 9, "C": 8}, 5: {"A": 6}}
+
+
+def test_lfm2_graph_decode_tracks_radix_snapshots_inside_the_graph():
+    """Decode-side prefix-cache tracking under graph capture: SGLang's decode registry track slots
+    (mask, track indices), the sidecar's track published inside the captured region from the
+    captured batch, one static-shape copy per conv layer: no host sync, the capture's op sequence
+    on the capture's storage at every replay, only live and tracked slots change, and each track
+    slot holds its request's state right after the tracked step."""
+    watch, holder = gr.Watch(), {}
+
+    def plan_runner(engine, plan):
+        holder["graph"] = gr.run_graph_plan(engine, watch, track=TRACKED_STEPS)
+        return holder["graph"].reqs
+
+    run = run_family("lfm2", breakage=lambda mp: _watch_short_conv(mp, watch.wrap), plan_runner=plan_runner)
+    graph = holder["graph"]
+    assert not _lfm2_problems(graph), _lfm2_problems(graph)
+    _assert_watched(graph, "short_conv", CONV_LAYERS)
+    cache = run.backend.linear_attn_backend.req_to_token_pool.mamba_pool.mamba_cache
+    for (step, name), states in graph.tracked.items():
+        slot = TRACKED_STEPS[step][name]
+        for pool, want in zip(cache.conv, states):
+            assert torch.equal(pool[:, slot], want), (step, name)
+    assert any(graph.changed[s] & set(TRACKED_STEPS[s].values()) for s in TRACKED_STEPS)
+    cmp = harness.compare(run.reqs, copy.deepcopy(run.reference).double())  # tracking changes no output
+    assert cmp.tokens_equal and cmp.max_gap < 1e-5, str(cmp)
+
+
+def test_negative_control_graph_decode_without_the_track_copy_leaves_track_slots_stale():
+    from sglang_ascend_hybrid.backends import short_conv_track
+
+    watch, holder = gr.Watch(), {}
+
+    def patch(mp):
+        _watch_short_conv(mp, watch.wrap)
+        mp.setattr(short_conv_track.ConvCallTracker, "after_update", lambda self, conv_state: None)
+
+    def plan_runner(engine, plan):
+        holder["graph"] = gr.run_graph_plan(engine, watch, track=TRACKED_STEPS)
+        return holder["graph"].reqs
+
+    run = run_family("lfm2", breakage=patch, plan_runner=plan_runner)
+    cache = run.backend.linear_attn_backend.req_to_token_pool.mamba_pool.mamba_cache
+    stale = [(s, n) for (s, n), states in holder["graph"].tracked.items()
+             if not all(torch.equal(p[:, TRACKED_STEPS[s][n]], w) for p, w in zip(cache.conv, states))]
+    assert len(stale) == len(holder["graph"].tracked)
