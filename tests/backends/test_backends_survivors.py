@@ -229,10 +229,13 @@ def test_gdn_state_report_ignores_non_gdn_and_non_npu_launches(monkeypatch):
 def test_decide_changes_nothing_when_extra_buffer_serves_the_default_strategy():
     facts = launch_defaults.LaunchFacts(arch=GDN_ARCH, extra_buffer_supported=True)
     assert facts.strategy == "auto" and facts.page_size == 128
-    assert launch_defaults.decide(facts) == launch_defaults.Decision()
+    d = launch_defaults.decide(facts)
+    assert (d.declare, d.adjustments, d.error) == ({}, [], None)  # nothing declared: only the INFO line
+    assert "mamba extra_buffer strategy, page_size=128" in d.info and "SGLang's GDN backend" in d.info
     for strategy in ("extra_buffer", "extra_buffer_lazy"):
         d = launch_defaults.decide(dataclasses.replace(facts, strategy=strategy, strategy_explicit=True))
-        assert d == launch_defaults.Decision()
+        assert (d.declare, d.adjustments, d.error) == ({}, [], None)
+        assert f"mamba {strategy} strategy" in d.info
 
 
 def test_decide_disables_the_radix_cache_without_extra_buffer():
