@@ -37,6 +37,7 @@ def facts():
 def test_load_plugins_runs_register_through_entry_points(facts):
     srt = {p.name for p in patches.PATCHES if p.runtime == "srt"}
     assert srt <= set(facts["status"]), facts["status"]
+    assert facts["import_errors"] == []
     for name, (state, reason) in facts["status"].items():
         patch = patches.by_name(name)
         on_release = patches.release_state(patch)
