@@ -98,6 +98,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                   "tests/ops/test_seam_owners.py", "tests/ops/test_gdn_builds.py", "tests/ops/test_ladder_declined.py",
                   "tests/test_plugin_unit.py", "tests/test_doctor_cli.py", "tests/ops/test_index_dtypes.py",
                   "tests/ops/test_survivor_strength.py"]),
+    "prefix-cache": (["sglang_ascend_hybrid/backends/short_conv_track.py"],
+                     ["tests/backends/test_short_conv_track.py"]),
     "backends": (["sglang_ascend_hybrid/backends/*"],
                  ["tests/backends", "tests/ops/test_gdn_verify.py", "tests/integration/test_launch_resolution.py",
                   "tests/integration/test_gdn_state_dtype.py", "tests/test_plugin_unit.py"]),

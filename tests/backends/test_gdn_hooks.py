@@ -231,3 +231,21 @@ def test_sgl_kernel_npu_entry_hook_falls_back_on_mega_refusal(caplog, variant):
     assert "unsupported mega_chunk_gdn (NumValueHeads, NumKeyHeads) pair" in caplog.text
     assert ("GDN_ATTN_BACKEND_TRITON" in caplog.text) == variant.hint
     dispatch.forget_refusals()
+
+
+@pytest.mark.parametrize("pool_dtype", [torch.float32, torch.bfloat16])
+def test_chunk_states_come_back_in_the_pools_dtype(ascend_gdn, monkeypatch, pool_dtype):
+    """With radix-cache tracking on, SGLang copies h[...] into track slots: h is in the pool's
+    dtype, and the state at the start of each sequence's first chunk is its initial state exactly
+    (an fp32 pool's snapshot rounded through bf16 would not be)."""
+    mod = ascend_gdn
+    q, k, v, g, beta, cu, pool = _inputs([5, 70], 6, 2, pool_dtype=pool_dtype)
+    monkeypatch.setattr(mod.AscendGDNAttnBackend, "chunk_gdn", _hooked(mod))
+    idx = torch.tensor([3, 1])
+    backend = _backend(mod, cu, track=True)
+    with seam.install_device_facts(chip="A3"):
+        o, final, h = backend.chunk_gdn(q, k, v, g, beta, pool[idx], cu)
+    assert h.dtype == pool_dtype and h.shape == (1 + 2, 6, D, D)  # chunks: 1 of 5 tokens, 2 of 70
+    assert torch.equal(h[0], pool[3]) and torch.equal(h[1], pool[1])
+    _, _, h_off = _backend(mod, cu, track=False).chunk_gdn(q, k, v, g, beta, pool[idx], cu)
+    assert h_off.dtype == pool_dtype and not h_off.any()  # nobody reads it: zeros of upstream's shape

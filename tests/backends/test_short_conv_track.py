@@ -88,3 +88,130 @@ def test_tracker_is_idle_without_a_published_step():
     sct.TRACKER.before_prefill(torch.randn(C, 4), state)
     sct.TRACKER.after_update(state)
     assert torch.equal(state, before)
+
+
+class _Mode:
+    def __init__(self, kind):
+        self.kind = kind
+
+    def is_decode_or_idle(self):
+        return self.kind == "decode"
+
+    def is_extend(self):
+        return self.kind in ("extend", "verify")
+
+    def is_target_verify(self):
+        return self.kind == "verify"
+
+
+class _Batch:
+    """The ForwardBatch fields step_track reads (SGLang's own names)."""
+
+    def __init__(self, kind, mask, track_indices, prefix=None, aligned=None):
+        self.forward_mode = _Mode(kind)
+        self.mamba_track_mask = mask
+        self.mamba_track_indices = track_indices
+        self.extend_prefix_lens = prefix
+        self._aligned = aligned
+
+    def mamba_track_aligned_lens(self):
+        return self._aligned
+
+
+def _meta(qsl=None, track=None, has_mask=True):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(query_start_loc=qsl, mamba_track_indices=track, has_mamba_track_mask=has_mask)
+
+
+def test_step_track_extend_takes_sglangs_boundary_rows_and_slots():
+    fb = _Batch("extend", torch.tensor([False, True, True]), torch.tensor([0, 8, 9]),
+                prefix=torch.tensor([0, 128, 0]), aligned=torch.tensor([0, 128, 256]))
+    step = sct.step_track(fb, _meta(qsl=torch.tensor([0, 10, 150, 450], dtype=torch.int32)),
+                          torch.tensor([3, 4, 5], dtype=torch.int32))  # an int32 slot-index view
+    e = step.extend
+    assert step.decode is None
+    assert e.starts.tolist() == [10, 150] and e.ends.tolist() == [138, 406]
+    assert e.dst.tolist() == [8, 9] and e.src.tolist() == [4, 5] and e.has_prefix.tolist() == [True, False]
+    assert e.dst.dtype == e.src.dtype == torch.int64
+
+
+def test_step_track_decode_prefers_the_metadatas_static_track_buffer():
+    mask, static = torch.tensor([True, False]), torch.tensor([6, 7])
+    step = sct.step_track(_Batch("decode", mask, torch.tensor([1, 2])), _meta(track=static), torch.tensor([3, 4]))
+    assert step.extend is None and step.decode.mask is mask
+    assert step.decode.dst.tolist() == [6, 7] and step.decode.src.tolist() == [3, 4]
+    step = sct.step_track(_Batch("decode", mask, torch.tensor([1, 2])), _meta(track=None), torch.tensor([3, 4]))
+    assert step.decode.dst.tolist() == [1, 2]
+
+
+@pytest.mark.parametrize("case", ["no_mask", "verify", "untracked_extend", "no_aligned", "no_metadata"])
+def test_step_track_is_none_where_nothing_is_tracked(case):
+    fb = _Batch("verify" if case == "verify" else "extend", None if case == "no_mask" else torch.tensor([True]),
+                torch.tensor([5]), prefix=torch.tensor([0]),
+                aligned=None if case == "no_aligned" else torch.tensor([128]))
+    meta = None if case == "no_metadata" else _meta(qsl=torch.tensor([0, 200]), has_mask=case != "untracked_extend")
+    assert sct.step_track(fb, meta, torch.tensor([2])) is None
+
+
+def _extend_step():
+    return sct.StepTrack(extend=sct.ExtendTrack(torch.tensor([0]), torch.tensor([6]), torch.tensor([4]),
+                                                torch.tensor([1]), torch.tensor([False])))
+
+
+def _decode_step():
+    return sct.StepTrack(decode=sct.DecodeTrack(torch.tensor([True]), torch.tensor([5]), torch.tensor([2])))
+
+
+def test_tracker_takes_the_published_snapshots():
+    state, x = torch.zeros(SLOTS, C, S), torch.randn(C, 8)
+    try:
+        sct.publish(_extend_step())
+        sct.TRACKER.before_prefill(x, state)
+        assert torch.equal(state[4], x[:, 3:6])
+        sct.TRACKER.after_update(state)  # an extend step has no decode track
+        assert torch.equal(state[5], torch.zeros(C, S))
+        sct.publish(_decode_step())
+        state[2] = 7.0
+        sct.TRACKER.after_update(state)
+        assert torch.equal(state[5], state[2])
+        before = state.clone()
+        sct.TRACKER.before_prefill(x, state)  # a decode step has no extend track
+        assert torch.equal(state, before)
+    finally:
+        sct.publish(None)
+
+
+def test_cca_hooks_snapshot_before_extend_and_copy_after_decode():
+    """cca_extend_around snapshots before the original overwrites the slots; cca_decode_around
+    copies after the original's update (positional and keyword arguments)."""
+    conv, prev = torch.zeros(SLOTS, C, S), torch.zeros(SLOTS, 4, 1)
+    qk, hs = torch.randn(8, C), torch.randn(8, 4)
+    seen = {}
+
+    def extend(qk_, hs_, conv_qk, conv_state, prev_hs_state, *rest):
+        seen["at_call"] = (conv_state[4].clone(), prev_hs_state[4].clone())
+        conv_state.fill_(-1.0)  # the original overwrites its slots
+        return "out"
+
+    try:
+        sct.publish(_extend_step())
+        assert sct.cca_extend_around(extend, qk, hs, None, conv, prev, [1], [False], [8]) == "out"
+        assert torch.equal(seen["at_call"][0], qk.T[:, 3:6]) and torch.equal(seen["at_call"][1][:, 0], hs[5])
+
+        def decode(*args, **kwargs):
+            kwargs["conv_state"][2] = 3.0
+            kwargs["prev_hs_state"][2] = 4.0
+            return "dec"
+
+        sct.publish(_decode_step())
+        out = sct.cca_decode_around(decode, qk=qk, hidden_states=hs, conv_qk=None, conv_state=conv,
+                                    prev_hs_state=prev, mamba_indices=torch.tensor([2]))
+        assert out == "dec" and torch.equal(conv[5], conv[2]) and torch.equal(prev[5], prev[2])
+        assert float(conv[5].max()) == 3.0 and float(prev[5].max()) == 4.0
+        sct.publish(None)
+        before = conv.clone()
+        assert sct.cca_extend_around(lambda *a: "plain", qk, hs, None, conv, prev) == "plain"
+        assert torch.equal(conv, before)
+    finally:
+        sct.publish(None)
