@@ -235,3 +235,46 @@ def test_zaya_fp32_hits_are_lossless(case):
 def test_zaya_bf16_hit_is_lossless():
     run, r = run_prefix("zaya", "inside_page", dtype=torch.bfloat16, device_ctx=device.npu_emulators)
     _assert_lossless(r, BF16_LOGITS, _bf16_state_tol(r.fresh_state))
+
+
+@GDN_ROUTE
+@pytest.mark.parametrize("rung", ["npu_chunk", "torch"])
+def test_gdn_hits_are_lossless_on_each_prefill_rung_tracking_can_take(rung, monkeypatch):
+    """bf16 model, bf16 pool: the rungs that return 64-token chunk states here (the mega kernel
+    cannot: its chunks are 128 tokens), each forced; the snapshot is the fresh prefill's state within one
+    rounding and the hit equals the cache-free run."""
+    from sglang_ascend_hybrid.emulators import gdn as gdn_emu
+
+    monkeypatch.setenv("SGLANG_ASCEND_HYBRID_GDN_BACKEND", rung)
+    run, r = run_prefix("qwen3_5", "page_boundary", dtype=torch.bfloat16, ssm_dtype=torch.bfloat16,
+                        device_ctx=device.npu_emulators)
+    _assert_lossless(r, BF16_LOGITS, _bf16_state_tol(r.fresh_state))
+    served = {op for op in (gdn_emu.OP_NPU_CHUNK, gdn_emu.OP_TRITON, gdn_emu.OP_MEGA) if run.device_calls.get(op)}
+    assert served == {"npu_chunk": {gdn_emu.OP_NPU_CHUNK}, "torch": set()}[rung], \
+        run.device_calls
+
+
+@GDN_ROUTE
+def test_gdn_mixed_batch_of_tracked_and_untracked_requests():
+    """A (tracked) prefilled in one batch with an untracked request D: D's state is not copied
+    anywhere and A's snapshot is still the fresh prefill's."""
+    out = {}
+
+    def plan_runner(engine, _plan):
+        sched = harness.Scheduler(engine)
+        a = sched.admit(harness.Request("A", _tokens(300, seed=1), 1, 2))
+        d = sched.admit(harness.Request("D", _tokens(40, seed=3), 2, 3))
+        before = prefix.layer_states(engine, 8)
+        sched.extend([(d, 40), (a, 300)], track={"A": (300, 7)})
+        out["untouched"] = _max_gap(prefix.layer_states(engine, 8), before)
+        out["snapshot"] = prefix.layer_states(engine, 7)
+        c = sched.admit(harness.Request("C", a.prompt[:256], 4, 5))
+        sched.extend([(c, 256)])
+        out["fresh"] = prefix.layer_states(engine, 5)
+        return [a]
+
+    with npu_standins.torch_projection_split():
+        run_family("qwen3_5", plan_runner=plan_runner, server_args=prefix.SERVER_ARGS,
+                   engine_args=dict(extra_buffer=True, max_context=prefix.MAX_CONTEXT, mamba_slots=10, rows=6))
+    assert out["untouched"] == 0.0
+    assert _max_gap(out["snapshot"], out["fresh"]) <= FP32_STATE
