@@ -105,7 +105,8 @@ FP32_LOGITS, FP32_STATE = 1e-5, 1e-6
 
 # Every case on the family with the per-rank head plan (Qwen3.6-27B at TP=8), one on the other
 # family of each kind (CI time: each case is a whole model over several pages).
-GDN_CASES = [("qwen3_5", case) for case in sorted(CASES)] + [("qwen3_next", "inside_page")]
+# (Qwen3.5's chunk_end and inside_chunk cases run through SGLang's real radix tree in test_radix_cache.py.)
+GDN_CASES = [("qwen3_5", "page_boundary"), ("qwen3_5", "inside_page"), ("qwen3_next", "inside_page")]
 SHORT_CONV_CASES = [("lfm2", case) for case in sorted(CASES)] + [("lfm2_moe", "inside_page")]
 
 
@@ -125,9 +126,11 @@ def _bf16_state_tol(xs) -> float:
 
 
 @GDN_ROUTE
-@pytest.mark.parametrize("name,case", [("qwen3_5", "page_boundary"), ("qwen3_5", "inside_page"),
-                                       ("qwen3_next", "page_boundary")])
-@pytest.mark.parametrize("pool", [torch.float32, torch.bfloat16], ids=["fp32_pool", "bf16_pool"])
+@pytest.mark.parametrize("name,case,pool", [("qwen3_5", "page_boundary", torch.float32),
+                                            ("qwen3_5", "inside_page", torch.bfloat16),
+                                            ("qwen3_next", "page_boundary", torch.float32)],
+                         ids=["qwen3_5-page_boundary-fp32_pool", "qwen3_5-inside_page-bf16_pool",
+                              "qwen3_next-page_boundary-fp32_pool"])
 def test_gdn_bf16_model_hits_are_lossless(name, case, pool):
     """bf16 model on the NPU-op emulators (A3): a bf16 pool's prefill takes the chunk op, an fp32
     pool's the torch rung (the 16-bit kernels would lower its precision); the snapshot is the
