@@ -30,11 +30,11 @@ The choice
 * ``extra_buffer`` is rejected upstream for these architectures
   ("extra_buffer is not supported for ...; use no_buffer"): SGLang's short-conv
   sidecar writes no snapshot.  The plugin's Ascend sidecar writes them for LFM2 /
-  LFM2-MoE (:mod:`.short_conv_track`), and :func:`supports_extra_buffer_around`
+  LFM2-MoE / ZAYA1 (:mod:`.short_conv_track`), and :func:`supports_extra_buffer_around`
   (patch ``short-conv-extra-buffer``) lets SGLang's resolution pick ``extra_buffer``
   for them on NPU: prefix caching with page size 128, one INFO line naming the
   strategy (as for the GDN families, whose snapshots SGLang writes).
-* For the others (ZAYA1, LFM2-VL: nobody writes their snapshots yet) the radix
+* For LFM2-VL (nobody writes its snapshots yet) the radix
   cache is disabled (``disable_radix_cache=True``, declared at the start of
   ``handle_model_specific_adjustments`` -- the step where SGLang itself declares it
   for checkpoints that cannot prefix-cache) and ``page_size`` stays 128.  Cost: no
