@@ -72,7 +72,8 @@ SHORT_CONV_MODEL_TYPES = frozenset(f.model_type for f in FAMILIES if f.kind == "
 GDN_ARCHS = frozenset(a for f in FAMILIES if f.kind == "gdn" for a in f.architectures)
 SHORT_CONV_ARCHS = frozenset(a for f in FAMILIES if f.kind == "short_conv" for a in f.architectures)
 # Architectures whose prefix-cache snapshots the plugin writes (SGLang's extra_buffer gate lacks them).
-PLUGIN_SNAPSHOT_ARCHS = frozenset(a for f in FAMILIES if f.radix_snapshots == "plugin" for a in f.architectures)
+RADIX_SNAPSHOTS_BY_ARCH = {a: f.radix_snapshots for f in FAMILIES for a in f.architectures}
+PLUGIN_SNAPSHOT_ARCHS = frozenset(a for a, who in RADIX_SNAPSHOTS_BY_ARCH.items() if who == "plugin")
 
 
 class ConfigError(ValueError):

@@ -244,6 +244,8 @@ def _rung_line(r: dict, mega_plan: dict) -> str:
 
 
 def render(doc: dict[str, Any], out: TextIO | None = None) -> None:
+    from sglang_ascend_hybrid.backends.launch_defaults import SNAPSHOT_WRITERS
+
     w = (out or sys.stdout).write
     m, a = doc["model"], doc["assumptions"]
     w(f"model_type {m['model_type']} ({m['family']}): {m['layers']} layers, {m['full_attention_layers']} "
@@ -256,8 +258,7 @@ def render(doc: dict[str, Any], out: TextIO | None = None) -> None:
         w(f"assuming an Atlas {a['chip']}, --dtype auto, {route}; mega kernel {a['mega_kernel']}\n")
     pc = m["prefix_cache"]
     if pc["on"]:
-        by = {"sglang": "SGLang's GDN backend", "plugin": "the plugin's short-conv sidecar"}.get(pc["snapshots"],
-                                                                                          pc["snapshots"])
+        by = SNAPSHOT_WRITERS.get(pc["snapshots"], pc["snapshots"])
         w(f"prefix cache at default flags on NPU: on, mamba {pc['strategy']} strategy, page size 128 "
           f"(snapshots written by {by})\n")
     else:

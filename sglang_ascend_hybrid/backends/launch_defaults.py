@@ -63,7 +63,8 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.logutil import log_once
-from sglang_ascend_hybrid.model_families import FAMILIES, GDN_ARCHS, PLUGIN_SNAPSHOT_ARCHS, SHORT_CONV_ARCHS
+from sglang_ascend_hybrid.model_families import (GDN_ARCHS, PLUGIN_SNAPSHOT_ARCHS, RADIX_SNAPSHOTS_BY_ARCH,
+                                                  SHORT_CONV_ARCHS)
 
 logger = logging.getLogger(__name__)
 
@@ -111,16 +112,13 @@ PREFIX_CACHE_INFO = (
     "sglang-ascend-hybrid: prefix caching on for {arch} on NPU: radix cache with the mamba "
     "{strategy} strategy, page_size={page_size} (state snapshots at tracked boundaries written by {writer})"
 )
-_SNAPSHOT_WRITERS = {"sglang": "SGLang's GDN backend from the plugin's prefill states",
+SNAPSHOT_WRITERS = {"sglang": "SGLang's GDN backend from the plugin's prefill states",
                      "plugin": "the plugin's Ascend short-conv sidecar"}
 
 
 def snapshot_writer(arch: str) -> str:
     """Who writes the prefix-cache snapshots of ``arch`` on NPU (the family table's word)."""
-    for fam in FAMILIES:
-        if arch in fam.architectures:
-            return fam.radix_snapshots
-    return ""
+    return RADIX_SNAPSHOTS_BY_ARCH.get(arch, "")
 
 
 def supports_extra_buffer_around(original, view, model, *args, **kwargs):
@@ -205,7 +203,7 @@ def decide(f: LaunchFacts) -> Decision:
         # upstream resolves to extra_buffer with paged KV: works as is
         d.info = PREFIX_CACHE_INFO.format(
             arch=f.arch, strategy="extra_buffer" if f.strategy == "auto" else f.strategy, page_size=page,
-            writer=_SNAPSHOT_WRITERS.get(snapshot_writer(f.arch), "SGLang"))
+            writer=SNAPSHOT_WRITERS.get(snapshot_writer(f.arch), "SGLang"))
         return d
 
     if f.strategy == "no_buffer" and f.strategy_explicit:
