@@ -43,6 +43,7 @@ Neither hook writes the caller's state tensors: the ladder returns new ones.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 
@@ -81,13 +82,48 @@ def _log_refusal(sig, kernel: str, exc: BaseException, taken: str) -> None:
              kernel, sig, first, taken)
 
 
+_TRACKED_ATTR = "_sglang_ascend_hybrid_tracked_chunks"
+
+
+def tracked_chunks(metadata, cu_seqlens):
+    """The ``(sequence, chunk)`` pairs of ``h`` SGLang's ``_track_mamba_state_extend`` copies into
+    track slots this step: ``h[forward_metadata.track_ssm_h_src]``, ``h`` being the per-sequence
+    64-token chunk states laid end to end (``_init_track_ssm_indices``: offset of sequence i plus
+    its tracked length // chunk).  None when the metadata does not say (every chunk state is then
+    kept exact).  Read on the host once per step (cached on the step's metadata): prefill
+    already reads the offsets there."""
+    src = getattr(metadata, "track_ssm_h_src", None)
+    if src is None:
+        return None
+    cached = getattr(metadata, _TRACKED_ATTR, None)
+    if cached is not None and cached[0] is src:
+        return cached[1]
+    bounds = cu_seqlens.tolist()
+    offsets = [0]
+    for a, b in zip(bounds, bounds[1:]):
+        offsets.append(offsets[-1] + (int(b) - int(a) + dispatch.CHUNK_SIZE - 1) // dispatch.CHUNK_SIZE)
+    pairs = []
+    for j in src.tolist():
+        i = bisect.bisect_right(offsets, int(j)) - 1
+        if not 0 <= i < len(offsets) - 1:  # an index outside h: not the layout this reads
+            return None
+        pairs.append((i, int(j) - offsets[i]))
+    pairs = tuple(pairs)
+    try:
+        setattr(metadata, _TRACKED_ATTR, (src, pairs))
+    except (AttributeError, TypeError):  # a metadata class that takes no attributes: computed per layer
+        pass
+    return pairs
+
+
 def ascend_chunk_gdn(original, self, q, k, v, g, beta, initial_state, cu_seqlens):
     """AROUND hook of ``AscendGDNAttnBackend.chunk_gdn`` (see module docstring); ``original``
     is not called."""
     del original
     T, Hk, K = q.shape
     Hv, V = v.shape[-2], v.shape[-1]
-    need_h = bool(getattr(getattr(self, "forward_metadata", None), "has_mamba_track_mask", True))
+    metadata = getattr(self, "forward_metadata", None)
+    need_h = bool(getattr(metadata, "has_mamba_track_mask", True))
     skip = prefill_skip()
     if skip:
         log_once(logger, ("gdn-hook-triton",), "sglang-ascend-hybrid: GDN_ATTN_BACKEND_TRITON=1: GDN prefill "
@@ -95,7 +131,8 @@ def ascend_chunk_gdn(original, self, q, k, v, g, beta, initial_state, cu_seqlens
     o, final, h = chunk_with_states(
         q.reshape(1, T, Hk, K), k.reshape(1, T, Hk, K), v.reshape(1, T, Hv, V),
         g.reshape(1, T, Hv).float(), beta.reshape(1, T, Hv), cu_seqlens=cu_seqlens,
-        initial_state=initial_state, use_qk_l2norm=True, chunk_states=need_h, skip=skip)
+        initial_state=initial_state, use_qk_l2norm=True, chunk_states=need_h,
+        exact_chunks=tracked_chunks(metadata, cu_seqlens) if need_h else None, skip=skip)
     # the per-chunk states in the pool's dtype: SGLang's _track_mamba_state_extend copies h[...] into
     # track slots, and a radix-cache hit resumes from them; rounding an fp32 pool's snapshot through
     # the activation dtype would make a hit differ from a fresh prefill of the same prefix
@@ -156,6 +193,20 @@ def probe_gdn_backend(runner, backend) -> None:
     V, K = layer.shape[-2:]
     decode.probe_before_serving(decode_contract.installed_decode_entry(), runner.dtype, layer.dtype, K, V,
                                 layer.device)
+    key_heads = _per_rank_key_heads(runner, layer.shape[-3])
+    if key_heads is not None:
+        dispatch.probe_triton_entry_before_serving(layer.shape[-3], key_heads, K, V, runner.dtype, layer.device)
+
+
+def _per_rank_key_heads(runner, value_heads: int):
+    """This rank's GDN key heads: its value heads (the pool's) times the config's key / value ratio
+    (None when the config does not say)."""
+    mc = getattr(runner, "model_config", None)
+    cfg = getattr(mc, "hf_text_config", None) or getattr(mc, "hf_config", None)
+    hv, hk = getattr(cfg, "linear_num_value_heads", None), getattr(cfg, "linear_num_key_heads", None)
+    if not (isinstance(hv, int) and isinstance(hk, int) and hv > 0 and hk > 0 and (value_heads * hk) % hv == 0):
+        return None
+    return value_heads * hk // hv
 
 
 def sgl_chunk_gated_delta_rule_npu(original, q, k, v, g, beta, scale=None, initial_state=None,

@@ -124,6 +124,23 @@ def test_probe_asks_for_the_installed_decode_entry_with_model_and_pool_signature
                      "head_dim_k": 16, "head_dim_v": 32, "device": torch.device("cpu")}
 
 
+@pytest.mark.parametrize("config,key_heads", [(NS(linear_num_value_heads=48, linear_num_key_heads=16), 2),
+                                               (NS(), None)], ids=["qwen3.6-27b-tp8", "no-gdn-fields"])
+def test_triton_entry_stride_probe_runs_at_construction_with_per_rank_heads(probe_calls, monkeypatch, config,
+                                                                             key_heads):
+    """6 value heads per rank (48 / TP=8) and the config's 3:1 ratio: the stride probe is asked for
+    (6, 2) before serving; a config without the GDN head fields asks for none."""
+    from sglang_ascend_hybrid.ops.gdn import dispatch
+
+    asked = []
+    monkeypatch.setattr(dispatch, "probe_triton_entry_before_serving", lambda *a: asked.append(a))
+    runner = _gdn_runner(Hv=6, V=128, K=128)
+    runner.model_config = NS(hf_text_config=config)
+    gdn_hooks.probe_gdn_backend(runner, NS(linear_attn_backend=AscendGDNAttnBackend()))
+    want = [] if key_heads is None else [(6, key_heads, 128, 128, torch.bfloat16, torch.device("cpu"))]
+    assert asked == want
+
+
 @pytest.mark.parametrize("backend", [NS(linear_attn_backend=_OtherLinearBackend()), NS(), object()],
                          ids=["other-linear-backend", "no-linear-backend", "plain-backend"])
 def test_probe_skips_backends_that_serve_no_ascend_gdn_layers(probe_calls, backend):

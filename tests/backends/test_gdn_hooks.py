@@ -14,7 +14,7 @@ from sglang_ascend_hybrid.backends import gdn_hooks
 from sglang_ascend_hybrid.emulators import gdn as emu
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import capabilities as caps
-from sglang_ascend_hybrid.ops.gdn import dispatch
+from sglang_ascend_hybrid.ops.gdn import chunk_stride_probe, dispatch
 from sglang_ascend_hybrid.ops.gdn.reference import chunk_gdn_torch, l2norm
 from tests.call_counter import Counting as _Counting
 
@@ -249,3 +249,49 @@ def test_chunk_states_come_back_in_the_pools_dtype(ascend_gdn, monkeypatch, pool
     assert torch.equal(h[0], pool[3]) and torch.equal(h[1], pool[1])
     _, _, h_off = _backend(mod, cu, track=False).chunk_gdn(q, k, v, g, beta, pool[idx], cu)
     assert h_off.dtype == pool_dtype and not h_off.any()  # nobody reads it: zeros of upstream's shape
+
+
+def test_tracked_chunks_are_the_h_entries_sglang_copies():
+    """``track_ssm_h_src`` indexes the chunk states laid end to end per sequence; the pairs name
+    (sequence, chunk) and are read once per step (cached on the step's metadata)."""
+    from types import SimpleNamespace
+
+    cu = torch.tensor([0, 100, 400, 464])  # 2, 5 and 1 chunks: offsets 0, 2, 7
+    src = torch.tensor([1, 6, 7])
+    md = SimpleNamespace(track_ssm_h_src=src)
+    pairs = gdn_hooks.tracked_chunks(md, cu)
+    assert pairs == ((0, 1), (1, 4), (2, 0))
+    src.tolist = None  # a second read on the host would fail: the cached pairs serve
+    assert gdn_hooks.tracked_chunks(md, cu) is pairs
+    md2 = SimpleNamespace(track_ssm_h_src=torch.tensor([8]))  # outside h: not the layout it reads
+    assert gdn_hooks.tracked_chunks(md2, cu) is None
+    assert gdn_hooks.tracked_chunks(SimpleNamespace(), cu) is None
+
+
+def test_fp32_pool_tracking_on_the_triton_path_keeps_the_tracked_states_exact(ascend_gdn, monkeypatch):
+    """GDN_ATTN_BACKEND_TRITON=1, fp32 pool, radix-cache tracking: the Triton entry serves (its chunk
+    states are bf16), and the entries SGLang copies are the fp32 states, equal to the fp32 final
+    state of a fresh prefill of the tracked prefix."""
+    from types import SimpleNamespace
+
+    mod = ascend_gdn
+    monkeypatch.setenv("GDN_ATTN_BACKEND_TRITON", "1")
+    q, k, v, g, beta, cu, pool = _inputs([150, 200], 6, 2)  # 3 and 4 chunks
+    monkeypatch.setattr(mod.AscendGDNAttnBackend, "chunk_gdn", _hooked(mod))
+    idx = torch.tensor([3, 1])
+    backend = _backend(mod, cu, track=True)
+    backend.forward_metadata.track_ssm_h_src = torch.tensor([2, 3 + 2])  # chunk 2 of both
+    triton = _Counting(emu.make_triton_chunk_emulator(mega=None, version="2026.6.1"))
+    with seam.install_device_facts(chip="A3"), seam.install_emulators({dispatch.OP_TRITON: triton}):
+        # the chunk-stride probe, as backend construction runs it before serving
+        verdict = chunk_stride_probe.stride_verdict(6, 2, D, D, torch.bfloat16, "cpu", before_serving=True)
+        assert verdict.verdict == chunk_stride_probe.STRIDE_64
+        _, _, h = backend.chunk_gdn(q, k, v, g, beta, pool[idx], cu)
+        prefix = _backend(mod, torch.tensor([0, 128, 256], dtype=torch.int32), track=False)
+        sel = torch.cat([torch.arange(0, 128), torch.arange(150, 278)])
+        _, fresh, _ = prefix.chunk_gdn(q[sel], k[sel], v[sel], g[:, sel], beta[:, sel], pool[idx],
+                                       torch.tensor([0, 128, 256], dtype=torch.int32))
+    assert triton.calls == 3  # the step, its tracked prefixes, the fresh prefill
+    assert h.dtype == torch.float32
+    assert torch.equal(h[2], fresh[0]) and torch.equal(h[5], fresh[1])
+    assert not torch.equal(h[2], h[2].bfloat16().float())  # not a rounded state

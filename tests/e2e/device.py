@@ -26,12 +26,13 @@ OP_GDN_DECODE = decode_contract.DECODE_ENTRIES[DECODE_ENTRY]
 
 
 def gdn_emulators(*, npu_chunk_refuse: Optional[Callable] = None, mega_predicate: Optional[Callable] = None,
-                  npu_chunk: bool = True, decode_layout: str = "key_first") -> dict:
-    """``npu_chunk=False``: an sgl-kernel-npu build without ``torch.ops.npu.chunk_gated_delta_rule``
+                  npu_chunk: bool = True, decode_layout: str = "key_first", triton: bool = False) -> dict:
+    """``triton``: also sgl-kernel-npu's Triton prefill entry (of the current release, reading
+    ``os.environ`` at every call).  ``npu_chunk=False``: an sgl-kernel-npu build without ``torch.ops.npu.chunk_gated_delta_rule``
     (every tag up to 2026.08.21: the op is sgl-kernel-npu PR #747).  ``decode_layout``: how the
     build's Triton decode kernel addresses the SSM pool (key first as its readable source does,
     or value first)."""
-    ops = gdn_emu.emulators(mega_predicate, npu_chunk_refuse, chip=CHIP, npu_chunk=npu_chunk)
+    ops = gdn_emu.emulators(mega_predicate, npu_chunk_refuse, chip=CHIP, npu_chunk=npu_chunk, triton=triton)
     ops.update(decode_emu.emulators(DECODE_ENTRY, layout=decode_layout))
     return ops
 
@@ -58,7 +59,7 @@ def gdn_fp32(decode_layout: str = "key_first"):
 @contextlib.contextmanager
 def npu_emulators(*, npu_chunk_refuse: Optional[Callable] = None, mega_predicate: Optional[Callable] = None,
                   wrap_chunk: Optional[Callable] = None, npu_chunk: bool = True, conv_variant: str = "all",
-                  decode_layout: str = "key_first"):
+                  decode_layout: str = "key_first", triton: bool = False):
     """bf16 runs: every emulator behind the seam; SGLang's direct NPU calls bound to the
     same emulators.  ``wrap_chunk(op)`` may wrap the chunk op SGLang calls (a refusal
     mid-model).  ``conv_variant``: which sgl-kernel-npu conv entry points the build has
@@ -66,7 +67,7 @@ def npu_emulators(*, npu_chunk_refuse: Optional[Callable] = None, mega_predicate
     unmerged window-major v2 branch)."""
     ops = dict(conv_emu.emulators(**conv_emu.VARIANTS[conv_variant]))
     ops.update(gdn_emulators(npu_chunk_refuse=npu_chunk_refuse, mega_predicate=mega_predicate, npu_chunk=npu_chunk,
-                             decode_layout=decode_layout))
+                             decode_layout=decode_layout, triton=triton))
     if wrap_chunk is not None:
         ops[gdn_emu.OP_NPU_CHUNK] = wrap_chunk(ops[gdn_emu.OP_NPU_CHUNK])
     calls: dict = {}

@@ -37,6 +37,13 @@ SLOTS = dict(A=2, B=3, B_fresh=4, C=5)
 TRACK_SLOTS = (7, 8)
 
 
+def gdn_emu_ops() -> tuple:
+    """The GDN prefill ops by seam name: (chunk op, Triton entry, mega kernel)."""
+    from sglang_ascend_hybrid.emulators import gdn as gdn_emu
+
+    return gdn_emu.OP_NPU_CHUNK, gdn_emu.OP_TRITON, gdn_emu.OP_MEGA
+
+
 def _tokens(n: int, seed: int, vocab: int = 160) -> list:
     gen = torch.Generator().manual_seed(seed)
     return torch.randint(1, vocab, (n,), generator=gen).tolist()
@@ -240,21 +247,35 @@ def test_zaya_bf16_hit_is_lossless():
     _assert_lossless(r, BF16_LOGITS, _bf16_state_tol(r.fresh_state))
 
 
-@GDN_ROUTE
-@pytest.mark.parametrize("rung", ["npu_chunk", "torch"])
-def test_gdn_hits_are_lossless_on_each_prefill_rung_tracking_can_take(rung, monkeypatch):
-    """bf16 model, bf16 pool: the rungs that return 64-token chunk states here (the mega kernel
-    cannot: its chunks are 128 tokens), each forced; the snapshot is the fresh prefill's state within one
-    rounding and the hit equals the cache-free run."""
-    from sglang_ascend_hybrid.emulators import gdn as gdn_emu
+# (how the rung is chosen, the pool): each prefill rung tracking can take (the mega kernel cannot:
+# its chunks are 128 tokens), and the setting that sends an fp32 pool to the Triton path
+RUNG_CASES = {
+    "npu_chunk": (dict(SGLANG_ASCEND_HYBRID_GDN_BACKEND="npu_chunk"), torch.bfloat16),
+    "triton": (dict(SGLANG_ASCEND_HYBRID_GDN_BACKEND="triton"), torch.bfloat16),
+    "torch": (dict(SGLANG_ASCEND_HYBRID_GDN_BACKEND="torch"), torch.bfloat16),
+    "triton_env_fp32_pool": (dict(GDN_ATTN_BACKEND_TRITON="1"), torch.float32),
+}
+RUNG_SERVES = {"npu_chunk": {gdn_emu_ops()[0]}, "triton": {gdn_emu_ops()[1]}, "torch": set(),
+               "triton_env_fp32_pool": {gdn_emu_ops()[1]}}
 
-    monkeypatch.setenv("SGLANG_ASCEND_HYBRID_GDN_BACKEND", rung)
-    run, r = run_prefix("qwen3_5", "page_boundary", dtype=torch.bfloat16, ssm_dtype=torch.bfloat16,
-                        device_ctx=device.npu_emulators)
-    _assert_lossless(r, BF16_LOGITS, _bf16_state_tol(r.fresh_state))
-    served = {op for op in (gdn_emu.OP_NPU_CHUNK, gdn_emu.OP_TRITON, gdn_emu.OP_MEGA) if run.device_calls.get(op)}
-    assert served == {"npu_chunk": {gdn_emu.OP_NPU_CHUNK}, "torch": set()}[rung], \
-        run.device_calls
+
+@GDN_ROUTE
+@pytest.mark.parametrize("rung", sorted(RUNG_CASES))
+def test_gdn_hits_are_lossless_on_each_prefill_rung_tracking_can_take(rung, monkeypatch):
+    """bf16 model; each rung forced (bf16 pool) or ``GDN_ATTN_BACKEND_TRITON=1`` on an fp32 pool:
+    the snapshot is the fresh prefill's state (within one rounding for a bf16 pool; exact for the
+    fp32 pool, whose tracked states the Triton path recomputes unrounded) and the hit equals the
+    cache-free run."""
+    env, pool = RUNG_CASES[rung]
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    run, r = run_prefix("qwen3_5", "page_boundary", dtype=torch.bfloat16, ssm_dtype=pool,
+                        device_ctx=functools.partial(device.npu_emulators, triton=True))
+    state_tol = FP32_STATE if pool == torch.float32 else _bf16_state_tol(r.fresh_state)
+    assert r.snapshot[-1].dtype == pool
+    _assert_lossless(r, BF16_LOGITS, state_tol)
+    served = {op for op in gdn_emu_ops() if run.device_calls.get(op)}
+    assert served == RUNG_SERVES[rung], run.device_calls
 
 
 @GDN_ROUTE

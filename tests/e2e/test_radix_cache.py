@@ -105,6 +105,33 @@ def test_short_conv_fp32_radix_hits_are_lossless(case):
     _assert_lossless(run_radix("lfm2", case), case, FP32_LOGITS)
 
 
+@pytest.mark.parametrize("name,case", [("lfm2_moe", "inside_page"), ("zaya", "inside_chunk")],
+                         ids=["lfm2_moe-inside_page", "zaya-inside_chunk"])
+def test_other_short_conv_families_fp32_radix_hits_are_lossless(name, case):
+    """LFM2-MoE (the conv sidecar under MoE layers) and ZAYA1 (its CCA conv window and the
+    one-token prev_hs lag, snapshotted by the plugin's hooks around cca_extend / cca_decode)."""
+    _assert_lossless(run_radix(name, case), case, FP32_LOGITS)
+
+
+def test_short_conv_bf16_radix_hit_is_lossless_on_the_npu_conv_kernels():
+    """LFM2, bf16 model and conv pool on the NPU conv-op emulators: the hit equals the cache-free run
+    (a hit without the snapshot leaves the bf16 tolerance here; ZAYA1's bf16 logits move by only ~0.05
+    without it, so its bf16 snapshot is checked against the fresh state in test_prefix_cache.py)."""
+    out = run_radix("lfm2", "page_boundary", dtype=torch.bfloat16, device_ctx=device.npu_emulators)
+    _assert_lossless(out, "page_boundary", harness.BF16_LOGIT_TOL)
+
+
+@GDN_ROUTE
+@pytest.mark.parametrize("dtype,pool", [(torch.float32, None), (torch.bfloat16, torch.bfloat16)],
+                         ids=["fp32", "bf16_model-bf16_pool"])
+def test_qwen3_next_radix_hits_are_lossless(dtype, pool):
+    """Qwen3-Next's GDN layers (and its MoE) through the real tree: fp32, and bf16 with a bf16 pool
+    on the NPU-op emulators (the chunk op serves the tracked prefill)."""
+    out = run_radix("qwen3_next", "page_boundary", dtype=dtype, ssm_dtype=pool,
+                    device_ctx=None if dtype == torch.float32 else device.npu_emulators)
+    _assert_lossless(out, "page_boundary", FP32_LOGITS if dtype == torch.float32 else harness.BF16_LOGIT_TOL)
+
+
 def _no_conv_snapshot(mp):
     from sglang_ascend_hybrid.backends import short_conv_track
 

@@ -82,3 +82,22 @@ def test_a_changed_setting_is_probed_again_with_its_own_verdict(monkeypatch):
     assert (first.verdict, second.verdict) == (csp.STRIDE_64, csp.STRIDE_128)
     assert again is second and probes.runs(csp.PROBE.name) == 2
     assert "3 chunk states for 130 tokens" in first.detail and "2 chunk states" in second.detail
+
+
+def test_construction_probe_records_a_verdict_the_rung_then_uses():
+    """``probe_triton_entry_before_serving`` (backend construction) records the verdict, so a
+    prefill whose capture check cannot be answered still finds it; fp32 inputs (which the entry
+    refuses) and a build without the entry are not probed."""
+    from sglang_ascend_hybrid.emulators import gdn as emu
+    from sglang_ascend_hybrid.ops import seam
+    from sglang_ascend_hybrid.ops.gdn import dispatch
+
+    entry = emu.make_triton_chunk_emulator(mega=None, version="2026.6.1")
+    with seam.install_emulators({}):
+        assert dispatch.probe_triton_entry_before_serving(6, 2, 128, 128, torch.bfloat16, "cpu") is None
+    with seam.install_emulators({dispatch.OP_TRITON: entry}):
+        assert dispatch.probe_triton_entry_before_serving(6, 2, 128, 128, torch.float32, "cpu") is None
+        v = dispatch.probe_triton_entry_before_serving(6, 2, 128, 128, torch.bfloat16, "cpu")
+        assert v.verdict == csp.STRIDE_64
+        with seam.capture_region():
+            assert csp.stride_verdict(6, 2, 128, 128, torch.bfloat16, "cpu") is v

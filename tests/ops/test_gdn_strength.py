@@ -122,6 +122,8 @@ def test_triton_rung_serves_a_forced_call_with_fla_results(with_state):
     hk, ratio, K, V = 1, 2, 16, 8
     q, k, v, g, beta, cu, h0 = _inputs([70, 5, 64], hk, ratio, K, V, dtype=torch.bfloat16, seed=12,
                                        with_state=with_state)
+    if h0 is not None:  # a bf16 pool: an fp32 one takes no chunk states from the Triton path (bf16 h)
+        h0 = h0.to(torch.bfloat16)
     triton = _Counting(make_triton_chunk_emulator())
     npu = _Counting(emu.make_npu_chunk_emulator(chip="A3"))
     with seam.install_device_facts(chip="A3"), \
@@ -129,7 +131,8 @@ def test_triton_rung_serves_a_forced_call_with_fla_results(with_state):
         o, final, h = chunk_with_states(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0, scale=0.25,
                                         chunk_states=True, backend="triton")
     assert (triton.calls, npu.calls) == (1, 0)
-    ref_o, ref_final, ref_h = _fla(q, k, v, g, beta, cu, h0, 0.25, chunk_starts=True)
+    ref_o, ref_final, ref_h = _fla(q, k, v, g, beta, cu, None if h0 is None else h0.float(), 0.25,
+                                   chunk_starts=True)
     assert o.dtype == torch.bfloat16 and final.dtype == torch.float32 and h.dtype == torch.float32
     assert final.shape == (3, 2, V, K) and h.shape == (2 + 1 + 1, 2, V, K)
     torch.testing.assert_close(o.float(), ref_o, atol=1e-2, rtol=1e-2)

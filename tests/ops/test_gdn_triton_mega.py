@@ -255,3 +255,72 @@ def test_the_skip_reasons_in_full(monkeypatch, caplog, case, text):
         _run(ops, "2026.6.1", *args, chunk_states=case == "chunk_states")
     assert ("cannot use the triton kernel: sgl-kernel-npu's Triton entry runs the mega kernel here "
             f"(GDN_USE_MEGA_GDN=1 or its release's default) and {text}") in caplog.text
+
+
+def test_fp32_pool_chunk_states_never_come_from_the_triton_path(caplog):
+    """Radix-cache tracking on an fp32 pool: the Triton path stores its per-chunk states in k's dtype
+    (bf16), so a snapshot from them would be rounded; the rung is skipped without probing and the
+    torch rung's fp32 chunk states serve."""
+    args = _inputs(pool_dtype=torch.float32)
+    ops, mega, triton = _machine()
+    with caplog.at_level(logging.INFO):
+        o, final, h = _run(ops, "2026.6.1", *args, chunk_states=True)
+    assert triton.calls == 0 and mega.calls == 0
+    assert "stored in the inputs' bfloat16, below the pool's float32" in caplog.text
+    ref = _torch(*args, chunk_states=True)
+    assert all(torch.equal(a, b) for a, b in zip((o, final, h), ref))
+    # without chunk states the same fp32 pool keeps the Triton path (its running state is fp32)
+    _run(ops, "2026.6.1", *args)
+    assert triton.calls == 1
+
+
+def test_the_triton_entry_rounds_its_chunk_states_to_the_inputs_dtype():
+    """The emulator's rule the rung above relies on (chunk_gated_delta_rule_fwd_h_npu's
+    ``h = k.new_empty(...)``): h is bf16 for bf16 inputs even from an fp32 initial state."""
+    q, k, v, g, beta, cu, h0 = _inputs(pool_dtype=torch.float32)
+    entry = emu.make_triton_chunk_emulator(mega=None, version="2026.6.1")
+    _, final, h = entry(q, k, v, g, beta, initial_state=h0.transpose(-1, -2).contiguous(), cu_seqlens=cu)
+    assert h.dtype == torch.bfloat16 and final.dtype == torch.float32
+
+
+def test_named_chunk_states_of_an_fp32_pool_are_recomputed_exactly(caplog):
+    """With ``exact_chunks`` (what radix-cache tracking reads) the Triton path serves an fp32 pool:
+    the named chunk states are the fp32 final states of the entry run on those prefixes (the state
+    the full run carried there), one extra launch; the other chunk states stay the entry's bf16."""
+    q, k, v, g, beta, cu, h0 = _inputs(pool_dtype=torch.float32, lens=(150, 20, 200))
+    ops, mega, triton = _machine()
+    named = ((0, 2), (2, 1), (1, 0))
+    with seam.install_device_facts(chip="A3", sgl_kernel_npu_version="2026.6.1"), seam.install_emulators(ops):
+        o, final, h = chunk_with_states(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0, chunk_states=True,
+                                        exact_chunks=named, skip=("mega",))
+    assert triton.calls == 2 and mega.calls == 0
+    entry = emu.make_triton_chunk_emulator(mega=None, version="2026.6.1")
+    kf = h0.float().transpose(-1, -2).contiguous()
+    offsets = {0: 0, 1: 3, 2: 4}  # 150 -> 3 chunks, 20 -> 1, 200 -> 4
+    starts = {0: 0, 1: 150, 2: 170}
+    for i, c in named:
+        if c == 0:
+            want = h0[i].float()
+        else:
+            s = slice(starts[i], starts[i] + 64 * c)
+            _, fin, _ = entry(q[:, s], k[:, s], v[:, s], g[:, s], beta[:, s], initial_state=kf[i:i + 1],
+                              cu_seqlens=torch.tensor([0, 64 * c]))
+            want = fin[0].transpose(-1, -2)
+        assert torch.equal(h[offsets[i] + c], want), (i, c)
+    full_o, full_final, full_h = entry(q, k, v, g, beta, initial_state=kf, cu_seqlens=cu)
+    assert torch.equal(o, full_o) and torch.equal(final, full_final.transpose(-1, -2))  # the one full launch
+    unnamed = [j for j in range(8) if j not in (2, 3, 5)]
+    assert torch.equal(h[unnamed], full_h[0, unnamed].float().transpose(-1, -2))
+    assert not torch.equal(h[2], full_h[0, 2].float().transpose(-1, -2))  # the rounding it repairs
+    ref = _torch(q, k, v, g, beta, cu, h0, chunk_states=True)[2]  # independent: the exact chunk states
+    torch.testing.assert_close(h[[2, 3, 5]], ref[[2, 3, 5]], atol=3e-2, rtol=3e-2)
+
+
+@pytest.mark.parametrize("bad", [((3, 0),), ((0, 3),), ((0, -1),), ((0,),), ((0.0, 1),), ((True, 1),)])
+def test_exact_chunks_naming_no_chunk_is_an_error(bad):
+    q, k, v, g, beta, cu, h0 = _inputs(pool_dtype=torch.float32)  # lens 150, 20: 3 and 1 chunks
+    with pytest.raises(ValueError, match=r"exact_chunks=.*\(sequence, chunk\) int pairs"):
+        chunk_with_states(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0, chunk_states=True,
+                          exact_chunks=bad, backend="torch")
+    with pytest.raises(ValueError, match="None unless chunk_states=True"):
+        chunk_with_states(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0, exact_chunks=((0, 0),))

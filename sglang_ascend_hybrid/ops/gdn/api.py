@@ -107,19 +107,44 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, cu_seqlens, initial_state=None, 
 
 
 def chunk_with_states(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=None, use_qk_l2norm=False,
-                      chunk_states: bool = False, backend: str = "auto", skip: tuple = (), _checked=False):
+                      chunk_states: bool = False, exact_chunks=None, backend: str = "auto", skip: tuple = (),
+                      _checked=False):
     """Like :func:`chunk_gated_delta_rule`, returning ``(o, final, h)``; ``h`` is the state at
-    the start of every 64-token chunk ``[num_chunks, Hv, V, K]`` when ``chunk_states``.
+    the start of every 64-token chunk ``[num_chunks, Hv, V, K]`` when ``chunk_states``, each in the
+    initial state's precision.  ``exact_chunks``: the ``(sequence, chunk)`` pairs whose states the
+    caller reads (radix-cache tracking); only those are then promised the initial state's precision,
+    which lets a kernel that rounds its chunk states serve (it recomputes those few).
     ``skip`` names rungs not to try (used by integration hooks)."""
     if not _checked:
         _check_prefill(q, k, v, g, beta, cu_seqlens, initial_state)
         backend = _backend(backend, dispatch.prefill_rungs(), "prefill")
+    if exact_chunks is not None:
+        exact_chunks = _check_exact_chunks(exact_chunks, cu_seqlens, chunk_states)
     if scale is None:
         scale = q.shape[-1] ** -0.5
     if use_qk_l2norm:
         q, k = l2norm(q), l2norm(k)
-    call = dispatch.ChunkCall(q, k, v, g, beta, cu_seqlens, initial_state, float(scale), chunk_states)
+    call = dispatch.ChunkCall(q, k, v, g, beta, cu_seqlens, initial_state, float(scale), chunk_states,
+                              exact_chunks)
     return dispatch.run_prefill(call, backend, skip=skip)
+
+
+def _check_exact_chunks(exact_chunks, cu_seqlens, chunk_states: bool) -> tuple:
+    """``(sequence, chunk)`` int pairs naming chunks that exist (reads the offsets on the host, as prefill does)."""
+    if not chunk_states:
+        _fail("exact_chunks", exact_chunks, "None unless chunk_states=True (they name chunk states)")
+    bounds = host_list(cu_seqlens)
+    chunks = [(b - a + dispatch.CHUNK_SIZE - 1) // dispatch.CHUNK_SIZE for a, b in zip(bounds, bounds[1:])]
+    pairs = []
+    for pair in exact_chunks:
+        ok = (isinstance(pair, (tuple, list)) and len(pair) == 2
+              and all(isinstance(x, int) and not isinstance(x, bool) for x in pair)
+              and 0 <= pair[0] < len(chunks) and 0 <= pair[1] < chunks[pair[0]])
+        if not ok:
+            _fail("exact_chunks", pair, f"(sequence, chunk) int pairs with sequence in [0, {len(chunks)}) and "
+                  f"chunk below that sequence's chunk count {chunks}")
+        pairs.append((pair[0], pair[1]))
+    return tuple(pairs)
 
 
 def check_state_indices(state_indices: torch.Tensor, num_slots: int, name: str = "state_indices") -> None:

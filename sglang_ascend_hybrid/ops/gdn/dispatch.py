@@ -100,6 +100,9 @@ class ChunkCall:
     initial_state: Optional[torch.Tensor]
     scale: float
     chunk_states: bool = False  # also return the state at the start of every 64-token chunk
+    # (sequence, chunk) pairs whose chunk state must keep the initial state's precision; None: every
+    # chunk state must (a rung whose chunk states are rounded then does not serve)
+    exact_chunks: Optional[tuple] = None
     _lengths: Optional[list] = None
     _max_abs: Optional[float] = None
 
@@ -358,15 +361,41 @@ def triton_reason(sig: GdnSignature, runs_mega: bool, mega_present: bool) -> Opt
     return _mega_state_reason("triton", sig)
 
 
+def _triton_rounds_chunk_states(sig: GdnSignature) -> bool:
+    """The entry's Triton path stores its per-chunk states in k's dtype: ``chunk_gated_delta_rule_fwd_h_npu``
+    allocates ``h = k.new_empty(B, NT, H, K, V)`` and stores the fp32 running state into it
+    (``b_h1_bv*.to(p_h1_bv*.dtype.element_ty)``; SKN f425bdf1 and 2749babc ``fla/chunk_delta_h.py``),
+    while the running state and the final state stay fp32.  Below a pool of higher precision, h is a
+    rounded state."""
+    return sig.chunk_states and not _keeps_precision(sig.dtype, sig.state_dtype)
+
+
 def triton_needs_probe(sig: GdnSignature, runs_mega: bool) -> bool:
     """Where the entry's mode decides silently between right and wrong (64- vs 128-token chunk states,
     fp32 vs fp16 states), the installed entry is probed instead of trusting the release and settings."""
     return not runs_mega and (sig.chunk_states or sig.state_dtype == torch.float32)
 
 
+def probe_triton_entry_before_serving(value_heads: int, key_heads: int, head_dim_k: int, head_dim_v: int,
+                                      dtype: torch.dtype, device):
+    """The chunk-stride probe of the Triton entry for a model's signature at backend construction
+    (a prefill could run it too, but not in a process whose capture check cannot be answered);
+    None when the entry is absent or the signature is not one it takes."""
+    if not (seam.available(OP_TRITON)
+            and caps.triton_supports(value_heads, key_heads, dtype, head_dim_k, head_dim_v)):
+        return None
+    return chunk_stride_probe.stride_verdict(value_heads, key_heads, head_dim_k, head_dim_v, dtype, device,
+                                             before_serving=True)
+
+
 def _triton_supports(sig: GdnSignature, call: ChunkCall) -> bool:
     if not (seam.serves(OP_TRITON, call.q) and call.q.shape[0] == 1
             and caps.triton_supports(sig.value_heads, sig.key_heads, sig.dtype, sig.head_dim_k, sig.head_dim_v)):
+        return False
+    if _triton_rounds_chunk_states(sig) and call.exact_chunks is None:  # no probe needed to know
+        _skipped("prefill", "triton", sig, f"its per-chunk states are stored in the inputs' {_dtype_name(sig.dtype)}, "
+                 f"below the pool's {_dtype_name(sig.state_dtype)}, and the call names no chunks whose states "
+                 "it needs exact (exact_chunks)")
         return False
     runs_mega = triton_runs_mega(sig)
     if triton_needs_probe(sig, runs_mega):
@@ -407,10 +436,42 @@ def _triton_run(call: ChunkCall):
             raise RuntimeError(f"the Triton entry returned h of shape {tuple(h.shape)}; expected {expected} "
                                f"{caps.TRITON_CHUNK}-token chunk states [1, {expected}, {Hv}, {K}, {V}]")
         h_out = h.reshape(-1, Hv, K, V).transpose(-1, -2).float().contiguous()
+        if _triton_rounds_chunk_states(call.signature()):
+            _exact_chunk_states(call, h_out)
     if triton_runs_mega(call.signature()):
         _finite_or_decline("triton", o, final)
     _logged("prefill", "triton", call.signature())
     return o.to(call.q.dtype), final.float().transpose(-1, -2).contiguous(), h_out
+
+
+def _exact_chunk_states(call: ChunkCall, h_out: torch.Tensor) -> None:
+    """Overwrite ``h_out``'s entries ``call.exact_chunks`` with unrounded states: the state at the start
+    of chunk c of sequence i is the final state of the same entry run on that sequence's first 64 c
+    tokens from the same initial state (the entry's running state is fp32 and per sequence, so it is
+    the state the full run carried there).  One more launch, on the tracked prefixes only."""
+    lengths = call.lengths
+    starts = [0]
+    offsets = [0]
+    for n in lengths:
+        starts.append(starts[-1] + n)
+        offsets.append(offsets[-1] + (n + caps.TRITON_CHUNK - 1) // caps.TRITON_CHUNK)
+    initial = call.initial_state
+    at_start = [(i, c) for i, c in call.exact_chunks if c == 0]
+    for i, _ in at_start:  # the state the sequence enters with
+        h_out[offsets[i]] = 0 if initial is None else initial[i].float()
+    later = [(i, c) for i, c in call.exact_chunks if c > 0]
+    if not later:
+        return
+    dev = call.q.device
+    index = torch.cat([torch.arange(starts[i], starts[i] + c * caps.TRITON_CHUNK, device=dev) for i, c in later])
+    cu = torch.tensor([0] + [c * caps.TRITON_CHUNK for _, c in later], device=dev).cumsum(0)
+    rows = torch.tensor([i for i, _ in later], device=dev)
+    pick = lambda t: t.index_select(1, index)  # noqa: E731
+    state = call.key_first_state()
+    _, final, _ = call_triton_entry(pick(call.q), pick(call.k), pick(call.v), pick(call.g), pick(call.beta),
+                                    scale=call.scale, initial_state=None if state is None else state[rows],
+                                    cu_seqlens=cu)
+    h_out[torch.tensor([offsets[i] + c for i, c in later], device=dev)] = final.float().transpose(-1, -2)
 
 
 def _torch_run(call: ChunkCall):
