@@ -66,13 +66,39 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "patch_route(name): exercises the upstream target of patch `name`; deselected on a "
         "release where that patch is not needed or unavailable")
+    config.addinivalue_line(
+        "markers", "base_release_only: checks something no SGLang release changes (a benchmark script's "
+        "output format); runs in the base release's environment (constraints.txt) only, for CI time")
+
+
+def _is_base_release() -> bool:
+    """Whether the installed SGLang is the release constraints.txt pins (the base environment)."""
+    import importlib.metadata
+    from pathlib import Path
+
+    pins = (Path(__file__).resolve().parents[1] / "constraints.txt").read_text().splitlines()
+    base = next(line.split("==", 1)[1].strip() for line in pins if line.startswith("sglang=="))
+    try:
+        return importlib.metadata.version("sglang") == base
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
+_BASE_ONLY: list = []
 
 
 def pytest_collection_modifyitems(config, items):
     from sglang_ascend_hybrid import patches
 
     keep, drop = [], []
+    base = None
     for item in items:
+        if item.get_closest_marker("base_release_only") is not None:
+            base = _is_base_release() if base is None else base
+            if not base:
+                drop.append(item)
+                _BASE_ONLY.append(item.nodeid)
+                continue
         names = [m.args[0] for m in item.iter_markers("patch_route")]
         names += [ROUTE_FIXTURES[f] for f in getattr(item, "fixturenames", ()) if f in ROUTE_FIXTURES]
         off = [(n, patches.release_state(patches.by_name(n))) for n in names]
@@ -96,6 +122,9 @@ def pytest_terminal_summary(terminalreporter):
     workers deselect, so the controller names the patches without a count)."""
     from sglang_ascend_hybrid import patches
 
+    if _BASE_ONLY:
+        terminalreporter.write_line(f"deselected {len(_BASE_ONLY)} base_release_only tests (release-independent; "
+                                    "they run in the base release's environment)")
     names = set(ROUTE_FIXTURES.values()) | set(_OFF_ROUTE)
     for name in sorted(names):
         st = patches.release_state(patches.by_name(name))

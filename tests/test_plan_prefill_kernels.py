@@ -196,6 +196,7 @@ def test_plan_names_the_rung_the_runtime_ladder_takes(state, chunk_states, dtype
                                       torch.zeros(1, T, hv, 128, dtype=dt), torch.zeros(1, T, hv),
                                       torch.zeros(1, T, hv, dtype=dt), torch.tensor([0, 3, T]),
                                       torch.zeros(2, hv, 128, 128, dtype=getattr(torch, state)), 128 ** -0.5,
-                                      chunk_states)
+                                      chunk_states,
+                                      ((1, 0),) if chunk_states else None)  # the serving hook names the tracked chunks
             taken = dispatch.PREFILL.choose(call.signature(), call).name
             assert planned == taken, ((hv, hk), dtype, state, chunk_states, planned, taken)

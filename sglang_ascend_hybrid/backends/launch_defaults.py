@@ -300,7 +300,13 @@ def _upstream_extra_buffer_archs() -> Optional[frozenset]:
     return None
 
 
-def planned_adjustments(
+def planned_adjustments(config: Mapping[str, Any] | str | os.PathLike, tp_size: int = 1, **flags) -> list[str]:
+    """The adjustments the launch hook would make for this model and flags (the texts of
+    :func:`planned_decision`'s adjustments; the same arguments)."""
+    return list(planned_decision(config, tp_size, **flags).adjustments)
+
+
+def planned_decision(
     config: Mapping[str, Any] | str | os.PathLike,
     tp_size: int = 1,
     *,
@@ -310,8 +316,8 @@ def planned_adjustments(
     enable_hierarchical_cache: bool = False,
     linear_attn_backend: str = "triton",
     device: str = "npu",
-) -> list[str]:
-    """The adjustments the launch hook would make for this model and flags.
+) -> Decision:
+    """What the launch hook would decide for this model and flags.
 
     ``config`` is a config.json dict, file or model directory.  Keyword
     arguments are the user's flags (defaults = not given).  Pure: reads the
@@ -352,7 +358,7 @@ def planned_adjustments(
     d = decide(facts)
     if d.error:
         raise LaunchConfigError(d.error)
-    return list(d.adjustments)
+    return d
 
 
 def planned_prefix_cache(config: Mapping[str, Any] | str | os.PathLike) -> dict[str, Any]:
@@ -361,7 +367,7 @@ def planned_prefix_cache(config: Mapping[str, Any] | str | os.PathLike) -> dict[
     cfg = _load_config(config)
     archs = cfg.get("architectures") or []
     arch = archs[0] if archs else ""
-    off = any(a.startswith("disable_radix_cache=True") for a in planned_adjustments(cfg))
+    off = bool(planned_decision(cfg).declare.get("disable_radix_cache"))
     writer = snapshot_writer(arch) or None
     return {"on": not off, "strategy": None if off else "extra_buffer", "snapshots": None if off else writer}
 

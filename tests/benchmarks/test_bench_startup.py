@@ -27,6 +27,7 @@ GOALS = ["--help / bare interpreter", "argument error / bare interpreter", "plan
          "registration cost (enabled - disabled)"]
 
 
+@pytest.mark.base_release_only  # the script's tables do not depend on the release; ~100 s per run
 def test_smoke_prints_every_table_row_and_goal(tmp_path):
     import importlib.util
 

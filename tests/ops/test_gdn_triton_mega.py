@@ -261,7 +261,7 @@ def test_fp32_pool_chunk_states_never_come_from_the_triton_path(caplog):
     """Radix-cache tracking on an fp32 pool: the Triton path stores its per-chunk states in k's dtype
     (bf16), so a snapshot from them would be rounded; the rung is skipped without probing and the
     torch rung's fp32 chunk states serve."""
-    args = _inputs(pool_dtype=torch.float32)
+    args = _inputs(hv=4, hk=2, pool_dtype=torch.float32)
     ops, mega, triton = _machine()
     with caplog.at_level(logging.INFO):
         o, final, h = _run(ops, "2026.6.1", *args, chunk_states=True)
@@ -277,7 +277,7 @@ def test_fp32_pool_chunk_states_never_come_from_the_triton_path(caplog):
 def test_the_triton_entry_rounds_its_chunk_states_to_the_inputs_dtype():
     """The emulator's rule the rung above relies on (chunk_gated_delta_rule_fwd_h_npu's
     ``h = k.new_empty(...)``): h is bf16 for bf16 inputs even from an fp32 initial state."""
-    q, k, v, g, beta, cu, h0 = _inputs(pool_dtype=torch.float32)
+    q, k, v, g, beta, cu, h0 = _inputs(hv=4, hk=2, pool_dtype=torch.float32)
     entry = emu.make_triton_chunk_emulator(mega=None, version="2026.6.1")
     _, final, h = entry(q, k, v, g, beta, initial_state=h0.transpose(-1, -2).contiguous(), cu_seqlens=cu)
     assert h.dtype == torch.bfloat16 and final.dtype == torch.float32
@@ -287,7 +287,7 @@ def test_named_chunk_states_of_an_fp32_pool_are_recomputed_exactly(caplog):
     """With ``exact_chunks`` (what radix-cache tracking reads) the Triton path serves an fp32 pool:
     the named chunk states are the fp32 final states of the entry run on those prefixes (the state
     the full run carried there), one extra launch; the other chunk states stay the entry's bf16."""
-    q, k, v, g, beta, cu, h0 = _inputs(pool_dtype=torch.float32, lens=(150, 20, 200))
+    q, k, v, g, beta, cu, h0 = _inputs(hv=4, hk=2, pool_dtype=torch.float32, lens=(150, 20, 200))
     ops, mega, triton = _machine()
     named = ((0, 2), (2, 1), (1, 0))
     with seam.install_device_facts(chip="A3", sgl_kernel_npu_version="2026.6.1"), seam.install_emulators(ops):

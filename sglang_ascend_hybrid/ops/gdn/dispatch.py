@@ -380,8 +380,8 @@ def probe_triton_entry_before_serving(value_heads: int, key_heads: int, head_dim
                                       dtype: torch.dtype, device):
     """The chunk-stride probe of the Triton entry for a model's signature at backend construction
     (a prefill could run it too, but not in a process whose capture check cannot be answered);
-    None when the entry is absent or the signature is not one it takes."""
-    if not (seam.available(OP_TRITON)
+    None when the entry cannot serve tensors on ``device`` or the signature is not one it takes."""
+    if not (seam.serves(OP_TRITON, torch.empty(0, device=device))
             and caps.triton_supports(value_heads, key_heads, dtype, head_dim_k, head_dim_v)):
         return None
     return chunk_stride_probe.stride_verdict(value_heads, key_heads, head_dim_k, head_dim_v, dtype, device,
