@@ -109,6 +109,8 @@ def prefill_entry(lay: mf.GDNLayout, dtype: str, state: str, chunk_states: bool,
             error = (f"{ENV.GDN_BACKEND.name}={forced} forces a rung that cannot serve these calls: prefill "
                      "raises ForcedRungUnavailable")
     return {"kernel": kernel, "op": ops[kernel] if kernel else None, "forced": forced, "error": error,
+            "recomputes_tracked_states": kernel == "triton" and route == "ladder"
+            and dispatch.triton_rounds_chunk_states(sig),
             "rungs": rungs}
 
 
@@ -280,6 +282,9 @@ def render(doc: dict[str, Any], out: TextIO | None = None) -> None:
                 why = next((x["reason"] for x in pc["rungs"] if x["rung"] == p["kernel"]), None)
                 suffix = f" ({p['kernel']}: {why})" if why else ""
                 w(f"         with 64-token chunk states (radix-cache tracking): prefill runs on {tracked}{suffix}\n")
+            if pc["recomputes_tracked_states"]:
+                w(f"         radix-cache tracking on {pc['kernel']}: its chunk states are {g['dtype']}, so the tracked "
+                  f"ones are recomputed in {g['state_dtype']} (one more launch over the tracked prefixes)\n")
             w(f"         verify (MTP) {g['verify_kernels']}; decode {g['decode_kernels']}\n")
         if r["short_conv"]:
             s = r["short_conv"]

@@ -76,6 +76,17 @@ def test_fp32_state_headline_rows_and_json_say_triton(capsys, config, tps):
         assert "mega kernel" not in head and "16-bit" not in block
         assert _rung_rows(block) == {"npu_chunk": "no", "mega": "no", "triton": "yes", "torch": "yes"}
         assert "fast_kernel" not in g and "strategy" not in g  # the old keys that said "mega"
+        # tracking on Triton: its bf16 chunk states are below the fp32 state, the tracked ones are recomputed
+        assert g["prefill_with_chunk_states"]["recomputes_tracked_states"] is True
+        assert g["prefill"]["recomputes_tracked_states"] is False
+        assert "the tracked ones are recomputed in float32 (one more launch" in block
+
+
+def test_bf16_state_tracking_on_triton_recomputes_nothing(capsys):
+    rows, blocks = _both(capsys, "qwen3_6-27b", "--tp", "1", "--mamba-ssm-dtype", "bfloat16")
+    pc = rows[0]["gdn"]["prefill_with_chunk_states"]
+    assert pc["recomputes_tracked_states"] is False
+    assert "recomputed" not in blocks[1]
 
 
 def test_qwen3_next_tp8_headline_and_first_rung_agree(capsys):

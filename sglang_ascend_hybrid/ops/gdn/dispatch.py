@@ -361,7 +361,7 @@ def triton_reason(sig: GdnSignature, runs_mega: bool, mega_present: bool) -> Opt
     return _mega_state_reason("triton", sig)
 
 
-def _triton_rounds_chunk_states(sig: GdnSignature) -> bool:
+def triton_rounds_chunk_states(sig: GdnSignature) -> bool:
     """The entry's Triton path stores its per-chunk states in k's dtype: ``chunk_gated_delta_rule_fwd_h_npu``
     allocates ``h = k.new_empty(B, NT, H, K, V)`` and stores the fp32 running state into it
     (``b_h1_bv*.to(p_h1_bv*.dtype.element_ty)``; SKN f425bdf1 and 2749babc ``fla/chunk_delta_h.py``),
@@ -392,7 +392,7 @@ def _triton_supports(sig: GdnSignature, call: ChunkCall) -> bool:
     if not (seam.serves(OP_TRITON, call.q) and call.q.shape[0] == 1
             and caps.triton_supports(sig.value_heads, sig.key_heads, sig.dtype, sig.head_dim_k, sig.head_dim_v)):
         return False
-    if _triton_rounds_chunk_states(sig) and call.exact_chunks is None:  # no probe needed to know
+    if triton_rounds_chunk_states(sig) and call.exact_chunks is None:  # no probe needed to know
         _skipped("prefill", "triton", sig, f"its per-chunk states are stored in the inputs' {_dtype_name(sig.dtype)}, "
                  f"below the pool's {_dtype_name(sig.state_dtype)}, and the call names no chunks whose states "
                  "it needs exact (exact_chunks)")
@@ -436,7 +436,7 @@ def _triton_run(call: ChunkCall):
             raise RuntimeError(f"the Triton entry returned h of shape {tuple(h.shape)}; expected {expected} "
                                f"{caps.TRITON_CHUNK}-token chunk states [1, {expected}, {Hv}, {K}, {V}]")
         h_out = h.reshape(-1, Hv, K, V).transpose(-1, -2).float().contiguous()
-        if _triton_rounds_chunk_states(call.signature()):
+        if triton_rounds_chunk_states(call.signature()):
             _exact_chunk_states(call, h_out)
     if triton_runs_mega(call.signature()):
         _finite_or_decline("triton", o, final)
