@@ -333,7 +333,7 @@ class GraphRun:
     buckets: list  # per step: the capture size it replayed
     changed: list  # per step: the pool slots the replay changed
     live_slots: list  # per step: the live requests' slots (and the track slots the step writes)
-    tracked: dict = field(default_factory=dict)  # (step, request) -> its slot's states after that step
+    tracked: dict = field(default_factory=dict)  # (step, request) -> its slot's states after that step [temporal, *conv]
 
 
 def _decode_fb(sched, reqs):
@@ -395,7 +395,7 @@ def run_graph_plan(engine, watch: Watch, steps=STEPS, track=None) -> GraphRun:
         changed.append(_changed_slots(pools, before))
         live_slots.append({r.slot for r in live} | set(marks.values()))
         for name in marks:
-            tracked[(step, name)] = [p[:, reqs[name].slot].clone() for p in cache.conv]
+            tracked[(step, name)] = [p[:, reqs[name].slot].clone() for p in pools]  # temporal, *conv
         for req, row in zip(live, logits.float()):
             req.done += 1
             req.logits.append(row.clone())

@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import functools
 
+import pytest
 import torch
 
 from sglang_ascend_hybrid.backends import short_conv
@@ -183,11 +184,48 @@ def test_lfm2_graph_decode_tracks_radix_snapshots_inside_the_graph():
     cache = run.backend.linear_attn_backend.req_to_token_pool.mamba_pool.mamba_cache
     for (step, name), states in graph.tracked.items():
         slot = TRACKED_STEPS[step][name]
-        for pool, want in zip(cache.conv, states):
+        for pool, want in zip(cache.conv, states[1:]):
             assert torch.equal(pool[:, slot], want), (step, name)
     assert any(graph.changed[s] & set(TRACKED_STEPS[s].values()) for s in TRACKED_STEPS)
     cmp = harness.compare(run.reqs, copy.deepcopy(run.reference).double())  # tracking changes no output
     assert cmp.tokens_equal and cmp.max_gap < 1e-5, str(cmp)
+
+
+@GDN_ROUTE
+def test_qwen3_5_graph_decode_tracks_radix_snapshots_inside_the_graph():
+    """GDN decode tracking under graph capture is SGLang's own (``_track_mamba_state_decode`` in the
+    captured forward, on the state the plugin's decode hook wrote): no host sync, the capture's ops on
+    the capture's storage at every replay, and each track slot holds its request's SSM and conv
+    states right after the tracked step."""
+    watch, holder = gr.Watch(), {}
+
+    def plan_runner(engine, plan):
+        holder["graph"] = gr.run_graph_plan(engine, watch, track=TRACKED_STEPS)
+        return holder["graph"].reqs
+
+    run = run_family("qwen3_5", breakage=lambda mp: _watch_gdn_decode(mp, watch.wrap), plan_runner=plan_runner)
+    graph = holder["graph"]
+    problems = gr.replay_problems(graph, "state_indices[{bs}]", "gdn_decode")
+    assert not problems, problems
+    _assert_watched(graph, "gdn_decode", GDN_LAYERS)
+    cache = run.backend.linear_attn_backend.req_to_token_pool.mamba_pool.mamba_cache
+    for (step, name), states in graph.tracked.items():
+        slot = TRACKED_STEPS[step][name]
+        for pool, want in zip([cache.temporal, *cache.conv], states):
+            assert torch.equal(pool[:, slot], want), (step, name)
+    assert any(graph.changed[s] & set(TRACKED_STEPS[s].values()) for s in TRACKED_STEPS)
+    cmp = harness.compare(run.reqs, copy.deepcopy(run.reference).double())  # tracking changes no output
+    assert cmp.tokens_equal and cmp.max_gap < 1e-5, str(cmp)
+
+
+@GDN_ROUTE
+def test_negative_control_gdn_graph_decode_without_sglangs_track_copy_fails(monkeypatch):
+    from sglang.srt.layers.attention import hybrid_linear_attn_backend as hla
+
+    monkeypatch.setattr(hla.MambaAttnBackendBase, "_track_mamba_state_decode",
+                        lambda self, *args, **kwargs: None)
+    with pytest.raises(AssertionError):
+        test_qwen3_5_graph_decode_tracks_radix_snapshots_inside_the_graph()
 
 
 def test_negative_control_graph_decode_without_the_track_copy_leaves_track_slots_stale():
@@ -206,5 +244,5 @@ def test_negative_control_graph_decode_without_the_track_copy_leaves_track_slots
     run = run_family("lfm2", breakage=patch, plan_runner=plan_runner)
     cache = run.backend.linear_attn_backend.req_to_token_pool.mamba_pool.mamba_cache
     stale = [(s, n) for (s, n), states in holder["graph"].tracked.items()
-             if not all(torch.equal(p[:, TRACKED_STEPS[s][n]], w) for p, w in zip(cache.conv, states))]
+             if not all(torch.equal(p[:, TRACKED_STEPS[s][n]], w) for p, w in zip(cache.conv, states[1:]))]
     assert len(stale) == len(holder["graph"].tracked)
