@@ -99,9 +99,7 @@ def tracked_chunks(metadata, cu_seqlens):
     if cached is not None and cached[0] is src:
         return cached[1]
     bounds = cu_seqlens.tolist()
-    offsets = [0]
-    for a, b in zip(bounds, bounds[1:]):
-        offsets.append(offsets[-1] + (int(b) - int(a) + dispatch.CHUNK_SIZE - 1) // dispatch.CHUNK_SIZE)
+    offsets = dispatch.chunk_offsets(b - a for a, b in zip(bounds, bounds[1:]))
     pairs = []
     for j in src.tolist():
         i = bisect.bisect_right(offsets, int(j)) - 1

@@ -165,20 +165,31 @@ def test_qwen3_5_graph_decode_replays_through_the_decode_hook():
 TRACKED_STEPS = {0: {"A": 11}, 2: {"B": 9, "C": 8}, 5: {"A": 6}}
 
 
+def _tracked_graph_run(name: str, watched, breakage=None):
+    """Family ``name``'s decode in graph-runner order with the scheduler's decode tracking
+    (:data:`TRACKED_STEPS`); ``watched(mp, wrap)`` wraps the served part."""
+    watch, holder = gr.Watch(), {}
+
+    def patch(mp):
+        watched(mp, watch.wrap)
+        if breakage is not None:
+            breakage(mp)
+
+    def plan_runner(engine, plan):
+        holder["graph"] = gr.run_graph_plan(engine, watch, track=TRACKED_STEPS)
+        return holder["graph"].reqs
+
+    run = run_family(name, breakage=patch, plan_runner=plan_runner)
+    return run, holder["graph"]
+
+
 def test_lfm2_graph_decode_tracks_radix_snapshots_inside_the_graph():
     """Decode-side prefix-cache tracking under graph capture: SGLang's decode registry track slots
     (mask, track indices), the sidecar's track published inside the captured region from the
     captured batch, one static-shape copy per conv layer: no host sync, the capture's op sequence
     on the capture's storage at every replay, only live and tracked slots change, and each track
     slot holds its request's state right after the tracked step."""
-    watch, holder = gr.Watch(), {}
-
-    def plan_runner(engine, plan):
-        holder["graph"] = gr.run_graph_plan(engine, watch, track=TRACKED_STEPS)
-        return holder["graph"].reqs
-
-    run = run_family("lfm2", breakage=lambda mp: _watch_short_conv(mp, watch.wrap), plan_runner=plan_runner)
-    graph = holder["graph"]
+    run, graph = _tracked_graph_run("lfm2", _watch_short_conv)
     assert not _lfm2_problems(graph), _lfm2_problems(graph)
     _assert_watched(graph, "short_conv", CONV_LAYERS)
     cache = run.backend.linear_attn_backend.req_to_token_pool.mamba_pool.mamba_cache
@@ -197,14 +208,7 @@ def test_qwen3_5_graph_decode_tracks_radix_snapshots_inside_the_graph():
     captured forward, on the state the plugin's decode hook wrote): no host sync, the capture's ops on
     the capture's storage at every replay, and each track slot holds its request's SSM and conv
     states right after the tracked step."""
-    watch, holder = gr.Watch(), {}
-
-    def plan_runner(engine, plan):
-        holder["graph"] = gr.run_graph_plan(engine, watch, track=TRACKED_STEPS)
-        return holder["graph"].reqs
-
-    run = run_family("qwen3_5", breakage=lambda mp: _watch_gdn_decode(mp, watch.wrap), plan_runner=plan_runner)
-    graph = holder["graph"]
+    run, graph = _tracked_graph_run("qwen3_5", _watch_gdn_decode)
     problems = gr.replay_problems(graph, "state_indices[{bs}]", "gdn_decode")
     assert not problems, problems
     _assert_watched(graph, "gdn_decode", GDN_LAYERS)
@@ -231,18 +235,11 @@ def test_negative_control_gdn_graph_decode_without_sglangs_track_copy_fails(monk
 def test_negative_control_graph_decode_without_the_track_copy_leaves_track_slots_stale():
     from sglang_ascend_hybrid.backends import short_conv_track
 
-    watch, holder = gr.Watch(), {}
-
-    def patch(mp):
-        _watch_short_conv(mp, watch.wrap)
+    def no_copy(mp):
         mp.setattr(short_conv_track.ConvCallTracker, "after_update", lambda self, conv_state: None)
 
-    def plan_runner(engine, plan):
-        holder["graph"] = gr.run_graph_plan(engine, watch, track=TRACKED_STEPS)
-        return holder["graph"].reqs
-
-    run = run_family("lfm2", breakage=patch, plan_runner=plan_runner)
+    run, graph = _tracked_graph_run("lfm2", _watch_short_conv, breakage=no_copy)
     cache = run.backend.linear_attn_backend.req_to_token_pool.mamba_pool.mamba_cache
-    stale = [(s, n) for (s, n), states in holder["graph"].tracked.items()
+    stale = [(s, n) for (s, n), states in graph.tracked.items()
              if not all(torch.equal(p[:, TRACKED_STEPS[s][n]], w) for p, w in zip(cache.conv, states[1:]))]
-    assert len(stale) == len(holder["graph"].tracked)
+    assert len(stale) == len(graph.tracked)

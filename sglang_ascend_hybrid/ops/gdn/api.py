@@ -118,23 +118,23 @@ def chunk_with_states(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale
     if not _checked:
         _check_prefill(q, k, v, g, beta, cu_seqlens, initial_state)
         backend = _backend(backend, dispatch.prefill_rungs(), "prefill")
-    if exact_chunks is not None:
-        exact_chunks = _check_exact_chunks(exact_chunks, cu_seqlens, chunk_states)
+    if exact_chunks is not None and not chunk_states:
+        _fail("exact_chunks", exact_chunks, "None unless chunk_states=True (they name chunk states)")
     if scale is None:
         scale = q.shape[-1] ** -0.5
     if use_qk_l2norm:
         q, k = l2norm(q), l2norm(k)
-    call = dispatch.ChunkCall(q, k, v, g, beta, cu_seqlens, initial_state, float(scale), chunk_states,
-                              exact_chunks)
+    call = dispatch.ChunkCall(q, k, v, g, beta, cu_seqlens, initial_state, float(scale), chunk_states)
+    if exact_chunks is not None:
+        call.exact_chunks = _check_exact_chunks(exact_chunks, call.lengths)
     return dispatch.run_prefill(call, backend, skip=skip)
 
 
-def _check_exact_chunks(exact_chunks, cu_seqlens, chunk_states: bool) -> tuple:
-    """``(sequence, chunk)`` int pairs naming chunks that exist (reads the offsets on the host, as prefill does)."""
-    if not chunk_states:
-        _fail("exact_chunks", exact_chunks, "None unless chunk_states=True (they name chunk states)")
-    bounds = host_list(cu_seqlens)
-    chunks = [(b - a + dispatch.CHUNK_SIZE - 1) // dispatch.CHUNK_SIZE for a, b in zip(bounds, bounds[1:])]
+def _check_exact_chunks(exact_chunks, lengths: list) -> tuple:
+    """``(sequence, chunk)`` int pairs naming chunks that exist (``lengths``: the call's, read on the
+    host once for the whole call)."""
+    offsets = dispatch.chunk_offsets(lengths)
+    chunks = [b - a for a, b in zip(offsets, offsets[1:])]
     pairs = []
     for pair in exact_chunks:
         ok = (isinstance(pair, (tuple, list)) and len(pair) == 2

@@ -33,6 +33,7 @@ refused call leaves the SSM pool untouched.
 from __future__ import annotations
 
 import contextvars
+import itertools
 import logging
 import os
 from dataclasses import dataclass
@@ -87,6 +88,15 @@ class GdnSignature:
                 f"K={self.head_dim_k} V={self.head_dim_v} {_dtype_name(self.dtype)}{state}{extra}")
 
 
+def chunk_offsets(lengths, chunk: int = CHUNK_SIZE) -> list:
+    """Where each sequence's chunk states start in ``h`` (the per-sequence ``ceil(len / chunk)``
+    states laid end to end), with the total last: ``[0, n_0, n_0 + n_1, ...]``."""
+    offsets = [0]
+    for n in lengths:
+        offsets.append(offsets[-1] + (int(n) + chunk - 1) // chunk)
+    return offsets
+
+
 @dataclass
 class ChunkCall:
     """One prefill call, q / k already l2-normalised.  States value-first [N, Hv, V, K]."""
@@ -130,7 +140,7 @@ class ChunkCall:
         return self.initial_state.float().transpose(-1, -2).contiguous()
 
     def num_chunks(self, chunk: int = CHUNK_SIZE) -> int:
-        return sum((x + chunk - 1) // chunk for x in self.lengths)
+        return chunk_offsets(self.lengths, chunk)[-1]
 
     def max_abs(self) -> float:
         """Largest magnitude among q, k, v, beta and the initial state (the tensors the mega wrapper
@@ -449,12 +459,8 @@ def _exact_chunk_states(call: ChunkCall, h_out: torch.Tensor) -> None:
     of chunk c of sequence i is the final state of the same entry run on that sequence's first 64 c
     tokens from the same initial state (the entry's running state is fp32 and per sequence, so it is
     the state the full run carried there).  One more launch, on the tracked prefixes only."""
-    lengths = call.lengths
-    starts = [0]
-    offsets = [0]
-    for n in lengths:
-        starts.append(starts[-1] + n)
-        offsets.append(offsets[-1] + (n + caps.TRITON_CHUNK - 1) // caps.TRITON_CHUNK)
+    starts = [0, *itertools.accumulate(call.lengths)]
+    offsets = chunk_offsets(call.lengths, caps.TRITON_CHUNK)
     initial = call.initial_state
     at_start = [(i, c) for i, c in call.exact_chunks if c == 0]
     for i, _ in at_start:  # the state the sequence enters with
