@@ -41,6 +41,8 @@ class Elsewhere:
     state: Literal["not needed", "unavailable"]
     why: str
     route: tuple[str, ...] = ()
+    # The target exists there too, off the route (``route`` decides); False: the release lacks it.
+    target_present: bool = False
 
 
 @dataclass(frozen=True)
@@ -348,12 +350,66 @@ PATCHES: tuple[Patch, ...] = (
         hook="sglang_ascend_hybrid.backends.gdn_hooks:sgl_chunk_gated_delta_rule_npu",
         why="older SGLang releases route GDN prefill through GDNKernelDispatcher.extend -> this entry -> "
             "run_mega_chunk_gdn, whose check_shape raises 'unsupported mega_chunk_gdn (NumValueHeads, "
-            "NumKeyHeads) pair' (failure B)",
+            "NumKeyHeads) pair' (failure B); inside AscendGDNAttnBackend.forward_extend gdn-extend-ladder "
+            "serves that call, so this hook covers every other caller of the entry",
         how="AROUND (SGLang's HookRegistry rebinds the from-import aliases too): call the original; on a "
             "mega / Triton shape refusal run the GDN ladder and return the entry's own layouts (key-first "
             "state, per-chunk h); passes straight through when the ladder itself calls it",
         removal="when sgl-kernel-npu's mega kernel takes any 1 <= H <= 64 with H % Hg == 0 (upstream change) "
                 "or no supported SGLang release uses this entry",
+    ),
+    Patch(
+        name="gdn-extend-step",
+        target="sglang.srt.hardware_backend.npu.attention.ascend_gdn_backend.AscendGDNAttnBackend.forward_extend",
+        kind="hook",
+        hook_type="around",
+        requires=("sgl_kernel_npu",),
+        hook="sglang_ascend_hybrid.backends.gdn_hooks:ascend_gdn_forward_extend",
+        why="on releases whose GDN prefill goes forward_extend -> GDNKernelDispatcher.extend -> "
+            "TritonGDNKernel.extend, the kernel call (gdn-extend-ladder) does not see the step's "
+            "radix-cache tracking (forward_metadata.has_mamba_track_mask / track_ssm_h_src), which "
+            "decides which per-chunk states must be exact",
+        how="AROUND: the original runs unchanged, with the backend's forward_metadata published in a "
+            "context variable for its duration (read by gdn-extend-ladder only)",
+        removal="with gdn-extend-ladder",
+        releases="<0.5.21",
+        elsewhere=Elsewhere(
+            state=NOT_NEEDED,
+            why="GDN prefill goes through AscendGDNAttnBackend.chunk_gdn, which the prefill hook "
+                "(gdn-prefill-ladder) reads the step's tracking from directly",
+            route=("sglang.srt.hardware_backend.npu.attention.ascend_gdn_backend.AscendGDNAttnBackend.chunk_gdn",),
+            target_present=True,
+        ),
+    ),
+    Patch(
+        name="gdn-extend-ladder",
+        target="sglang.srt.layers.attention.linear.kernels.gdn_triton.TritonGDNKernel.extend",
+        kind="hook",
+        hook_type="around",
+        requires=("sgl_kernel_npu",),
+        hook="sglang_ascend_hybrid.backends.gdn_hooks:triton_gdn_extend",
+        why="on NPU this method hands the value-first pool's rows ([N, Hv, V, K]) to sgl-kernel-npu's "
+            "Triton entry, which reads and writes states key first ([N, H, K, V], FLA's layout: SKN "
+            "f425bdf1 fla/chunk.py), and forward_extend writes its key-first final state and copies its "
+            "key-first h into the pool, while the decode ladder and the verify op read the pool value "
+            "first: with K == V nothing raises and every decode after a prefill reads transposed "
+            "states; the entry also stores h in k's dtype, so an fp32 pool's radix-cache snapshots "
+            "are rounded through bf16",
+        how="AROUND, replacing the body inside gdn-extend-step (elsewhere the original runs): the "
+            "GDN prefill ladder (the same rungs and refusal handling as gdn-prefill-ladder, the entry "
+            "itself as the triton rung called in its own layout) on the pool's rows; final [N, Hv, V, "
+            "K] and h [1, NT, Hv, V, K] value first in the pool's dtype, exact for the chunks "
+            "track_ssm_h_src names, None when the step tracks nothing",
+        removal="when no supported SGLang release routes Ascend GDN prefill through "
+                "GDNKernelDispatcher.extend (0.5.21 moved it to AscendGDNAttnBackend.chunk_gdn)",
+        releases="<0.5.21",
+        elsewhere=Elsewhere(
+            state=NOT_NEEDED,
+            why="Ascend GDN prefill does not call this method (AscendGDNAttnBackend.chunk_gdn, "
+                "gdn-prefill-ladder)",
+            route=("sglang.srt.hardware_backend.npu.attention.ascend_gdn_backend.AscendGDNAttnBackend.chunk_gdn",),
+            target_present=True,
+        ),
     ),
     Patch(
         name="packed-attention-one-sided",

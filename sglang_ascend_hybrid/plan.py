@@ -29,7 +29,8 @@ DEFAULT_TP = (1, 2, 4, 8, 16)
 ASSUMED_CHIP = "A3"
 # Settings outside the plugin's registry that change which GDN kernel runs (shown in the assumptions).
 KERNEL_ENV = ("GDN_USE_MEGA_GDN", "GDN_ATTN_BACKEND_TRITON", "SGLANG_MAMBA_SSM_DTYPE")
-LADDER_PATCH = "gdn-prefill-ladder"   # the hook that sends SGLang's GDN prefill through the ladder
+# the hooks that send SGLang's GDN prefill through the ladder, one per prefill route
+LADDER_PATCHES = ("gdn-prefill-ladder", "gdn-extend-ladder")
 
 
 def kernel_predicate(kernel_heads: Optional[list[int]]) -> Optional[Callable[[int, int], bool]]:
@@ -54,14 +55,16 @@ def state_dtype(cfg: dict, override: Optional[str] = None) -> tuple[str, str]:
 
 
 def prefill_route() -> str:
-    """``"ladder"``: the installed SGLang's GDN prefill goes through the plugin's ladder (0.5.21+);
-    ``"entry"``: it calls sgl-kernel-npu's ``chunk_gated_delta_rule_npu`` itself, the ladder
-    (mega, torch) serving only the calls that entry refuses (older releases)."""
+    """``"ladder"``: the installed SGLang's GDN prefill goes through the plugin's ladder (a patch of
+    :data:`LADDER_PATCHES` targets its release: every supported one); ``"entry"``: it calls
+    sgl-kernel-npu's ``chunk_gated_delta_rule_npu`` itself, the ladder (mega, torch) serving only the
+    calls that entry refuses (a release none of those patches targets)."""
     from sglang_ascend_hybrid import patches
     from sglang_ascend_hybrid.versioning import installed_version
 
-    spec = patches.by_name(LADDER_PATCH).releases
-    return "ladder" if patches.matches(spec, installed_version("sglang")) else "entry"
+    version = installed_version("sglang")
+    targeted = any(patches.matches(patches.by_name(name).releases, version) for name in LADDER_PATCHES)
+    return "ladder" if targeted else "entry"
 
 
 def _ops() -> dict[str, str]:

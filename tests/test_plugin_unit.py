@@ -103,6 +103,8 @@ def fake_sglang(monkeypatch):
     monkeypatch.setattr(plugin, "installed_version", lambda dist: NEWEST_TESTED)
     # Static verification reads real sources; the fake SGLang has none, so each test decides.
     monkeypatch.setattr(patches, "verify", lambda p, version=None: None)
+    # and every patch targets the fake release (no release-bounded patch is "not needed" there)
+    monkeypatch.setattr(patches, "release_state", lambda p, version=None: None)
     monkeypatch.setattr(patches, "missing_requirements", lambda p: [])
     monkeypatch.delenv("SGLANG_PLUGINS", raising=False)
     monkeypatch.delenv("SGLANG_ASCEND_HYBRID_DISABLE", raising=False)

@@ -31,19 +31,30 @@ ascend_gdn_backend.AscendGDNAttnBackend.chunk_gdn``, SGLang 0.5.21-0.5.23)
     ladder of :mod:`sglang_ascend_hybrid.ops.gdn.decode` instead: the installed kernel only where
     the probe found it value-first, then ``torch.ops.npu.recurrent_gated_delta_rule`` (bf16), then
     torch.  Capture-safe; the original is never called.
+``ascend_gdn_forward_extend`` / ``triton_gdn_extend`` (AROUND ``AscendGDNAttnBackend.forward_extend`` /
+``sglang.srt.layers.attention.linear.kernels.gdn_triton.TritonGDNKernel.extend``, SGLang 0.5.20)
+    That release's GDN prefill goes ``forward_extend`` -> ``GDNKernelDispatcher.extend`` ->
+    ``TritonGDNKernel.extend``, which hands the value-first pool's rows to sgl-kernel-npu's
+    Triton entry (key first) and returns its key-first final state and per-chunk ``h`` (in k's
+    dtype) for ``forward_extend`` to write into the pool.  The first hook publishes the step's
+    metadata (its radix-cache tracking); the second, inside it, serves the call with the same
+    prefill ladder as ``ascend_chunk_gdn`` and returns final and ``h [1, NT, Hv, V, K]`` value
+    first in the pool's dtype.  Outside a published step the original runs.
 ``sgl_chunk_gated_delta_rule_npu`` (AROUND ``sgl_kernel_npu.fla.chunk.
 chunk_gated_delta_rule_npu``, older SGLang releases' prefill entry)
     Calls the original; when the mega kernel inside refuses the head pair
     (failure B: ``unsupported mega_chunk_gdn (NumValueHeads, NumKeyHeads) pair``)
     it runs the ladder below that entry with the original inputs, returning the
-    entry's own layouts (key-first states, ``h [1, NT, H, K, V]``).
+    entry's own layouts (key-first states, ``h [1, NT, H, K, V]``).  SGLang's own prefill no longer
+    reaches it on any supported release (``triton_gdn_extend``); it guards other callers.
 
-Neither hook writes the caller's state tensors: the ladder returns new ones.
+No hook writes the caller's state tensors: the ladder returns new ones.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextvars
 import logging
 import os
 
@@ -114,31 +125,74 @@ def tracked_chunks(metadata, cu_seqlens):
     return pairs
 
 
-def ascend_chunk_gdn(original, self, q, k, v, g, beta, initial_state, cu_seqlens):
-    """AROUND hook of ``AscendGDNAttnBackend.chunk_gdn`` (see module docstring); ``original``
-    is not called."""
-    del original
-    T, Hk, K = q.shape
-    Hv, V = v.shape[-2], v.shape[-1]
-    metadata = getattr(self, "forward_metadata", None)
+def _serve_extend(metadata, q, k, v, g, beta, initial_state, cu_seqlens):
+    """One GDN prefill of SGLang's Ascend backend through the ladder: q / k ``[1, T, Hk, K]`` (not
+    normalised), v ``[1, T, Hv, V]``, g / beta ``[1, T, Hv]``, ``initial_state`` the requests' rows of
+    the value-first pool ``[N, Hv, V, K]`` in its dtype.  Returns ``(o [1, T, Hv, V], final
+    [N, Hv, V, K], h)``: h the per-chunk states ``[NT, Hv, V, K]`` in the pool's dtype when the step's
+    radix-cache tracking may read them (``metadata.has_mamba_track_mask``; exact for the chunks
+    ``track_ssm_h_src`` names), else None."""
     need_h = bool(getattr(metadata, "has_mamba_track_mask", True))
     skip = prefill_skip()
     if skip:
         log_once(logger, ("gdn-hook-triton",), "sglang-ascend-hybrid: GDN_ATTN_BACKEND_TRITON=1: GDN prefill "
                  "uses the Triton chunk kernel (torch if it refuses)")
     o, final, h = chunk_with_states(
-        q.reshape(1, T, Hk, K), k.reshape(1, T, Hk, K), v.reshape(1, T, Hv, V),
-        g.reshape(1, T, Hv).float(), beta.reshape(1, T, Hv), cu_seqlens=cu_seqlens,
-        initial_state=initial_state, use_qk_l2norm=True, chunk_states=need_h,
-        exact_chunks=tracked_chunks(metadata, cu_seqlens) if need_h else None, skip=skip)
+        q, k, v, g.float(), beta, cu_seqlens=cu_seqlens, initial_state=initial_state, use_qk_l2norm=True,
+        chunk_states=need_h, exact_chunks=tracked_chunks(metadata, cu_seqlens) if need_h else None, skip=skip)
     # the per-chunk states in the pool's dtype: SGLang's _track_mamba_state_extend copies h[...] into
     # track slots, and a radix-cache hit resumes from them; rounding an fp32 pool's snapshot through
     # the activation dtype would make a hit differ from a fresh prefill of the same prefix
     state_dtype = initial_state.dtype if initial_state is not None else k.dtype
+    return o, final, None if h is None else h.to(state_dtype)
+
+
+def ascend_chunk_gdn(original, self, q, k, v, g, beta, initial_state, cu_seqlens):
+    """AROUND hook of ``AscendGDNAttnBackend.chunk_gdn`` (see module docstring); ``original``
+    is not called."""
+    del original
+    T, Hk, K = q.shape
+    Hv, V = v.shape[-2], v.shape[-1]
+    o, final, h = _serve_extend(getattr(self, "forward_metadata", None), q.reshape(1, T, Hk, K),
+                                k.reshape(1, T, Hk, K), v.reshape(1, T, Hv, V), g.reshape(1, T, Hv),
+                                beta.reshape(1, T, Hv), initial_state, cu_seqlens)
     if h is None:  # nobody reads it (no radix-cache tracking): upstream's shape, zeros
         num_chunks = dispatch.ChunkCall(q, k, v, g, beta, cu_seqlens, None, 1.0).num_chunks()
+        state_dtype = initial_state.dtype if initial_state is not None else k.dtype
         h = k.new_zeros(num_chunks, Hv, V, K, dtype=state_dtype)
-    return o.reshape(T, Hv, V), final, h.to(state_dtype)
+    return o.reshape(T, Hv, V), final, h
+
+
+# ------------------------------------------------- SGLang 0.5.20: GDNKernelDispatcher.extend route
+
+_EXTEND_STEP: contextvars.ContextVar = contextvars.ContextVar("gdn_extend_step", default=None)
+
+
+def ascend_gdn_forward_extend(original, self, *args, **kwargs):
+    """AROUND hook of ``AscendGDNAttnBackend.forward_extend`` on releases whose GDN prefill goes
+    through ``GDNKernelDispatcher.extend``: the step's metadata (its radix-cache tracking) is
+    published to :func:`triton_gdn_extend` for the duration of the original."""
+    token = _EXTEND_STEP.set(getattr(self, "forward_metadata", None))
+    try:
+        return original(self, *args, **kwargs)
+    finally:
+        _EXTEND_STEP.reset(token)
+
+
+def triton_gdn_extend(original, self, q, k, v, g, beta, *, ssm_states, cache_indices, query_start_loc,
+                      inplace_update: bool = True, **kwargs):
+    """AROUND hook of ``TritonGDNKernel.extend`` inside :func:`ascend_gdn_forward_extend` (the Ascend
+    GDN prefill of those releases): the GDN prefill ladder on the value-first pool's rows instead of
+    sgl-kernel-npu's Triton entry, which reads and writes states key first ``[N, H, K, V]`` while the
+    pool, the decode ladder and the verify op are value first.  Returns the entry's tuple ``(o,
+    final, h)`` in the pool's layout: final ``[N, Hv, V, K]`` and h ``[1, NT, Hv, V, K]`` in the pool's
+    dtype (None when no tracking reads it).  Anywhere else (no published step) the original runs."""
+    metadata = _EXTEND_STEP.get()
+    if metadata is None or kwargs or not inplace_update:
+        return original(self, q, k, v, g, beta, ssm_states=ssm_states, cache_indices=cache_indices,
+                        query_start_loc=query_start_loc, inplace_update=inplace_update, **kwargs)
+    o, final, h = _serve_extend(metadata, q, k, v, g, beta, ssm_states[cache_indices], query_start_loc)
+    return o, final, None if h is None else h.unsqueeze(0)
 
 
 def ascend_verify_update(original, self, mix_qkv, num_heads, num_value_heads, head_k_dim, head_v_dim,

@@ -26,12 +26,17 @@ OP_GDN_DECODE = decode_contract.DECODE_ENTRIES[DECODE_ENTRY]
 
 
 def gdn_emulators(*, npu_chunk_refuse: Optional[Callable] = None, mega_predicate: Optional[Callable] = None,
-                  npu_chunk: bool = True, decode_layout: str = "key_first", triton: bool = False) -> dict:
+                  npu_chunk: bool = True, decode_layout: str = "key_first", triton: Optional[bool] = None) -> dict:
     """``triton``: also sgl-kernel-npu's Triton prefill entry (of the current release, reading
-    ``os.environ`` at every call).  ``npu_chunk=False``: an sgl-kernel-npu build without ``torch.ops.npu.chunk_gated_delta_rule``
+    ``os.environ`` at every call); default: where the installed SGLang's GDN prefill calls it
+    (:func:`tests.e2e.npu_standins.entry_route_serves_prefill`).  ``npu_chunk=False``: an sgl-kernel-npu build without ``torch.ops.npu.chunk_gated_delta_rule``
     (every tag up to 2026.08.21: the op is sgl-kernel-npu PR #747).  ``decode_layout``: how the
     build's Triton decode kernel addresses the SSM pool (key first as its readable source does,
     or value first)."""
+    if triton is None:
+        from tests.e2e.npu_standins import entry_route_serves_prefill
+
+        triton = entry_route_serves_prefill()
     ops = gdn_emu.emulators(mega_predicate, npu_chunk_refuse, chip=CHIP, npu_chunk=npu_chunk, triton=triton)
     ops.update(decode_emu.emulators(DECODE_ENTRY, layout=decode_layout))
     return ops
@@ -59,7 +64,7 @@ def gdn_fp32(decode_layout: str = "key_first"):
 @contextlib.contextmanager
 def npu_emulators(*, npu_chunk_refuse: Optional[Callable] = None, mega_predicate: Optional[Callable] = None,
                   wrap_chunk: Optional[Callable] = None, npu_chunk: bool = True, conv_variant: str = "all",
-                  decode_layout: str = "key_first", triton: bool = False):
+                  decode_layout: str = "key_first", triton: Optional[bool] = None):
     """bf16 runs: every emulator behind the seam; SGLang's direct NPU calls bound to the
     same emulators.  ``wrap_chunk(op)`` may wrap the chunk op SGLang calls (a refusal
     mid-model).  ``conv_variant``: which sgl-kernel-npu conv entry points the build has

@@ -77,6 +77,26 @@ def sigmoid_gating_delta_rule_decode(**kwargs):
     return seam.call(decode_contract.DECODE_ENTRIES[decode_contract.installed_decode_entry()], **kwargs)
 
 
+def entry_route_serves_prefill() -> bool:
+    """Whether the installed SGLang sends GDN prefill on NPU to sgl-kernel-npu's Triton entry through
+    ``GDNKernelDispatcher.extend`` (the releases of patch gdn-extend-ladder; read from the registry,
+    which verifies the route of every release, without importing the NPU backend)."""
+    from sglang_ascend_hybrid import patches
+
+    return patches.release_state(patches.by_name("gdn-extend-ladder")) is None
+
+
+def triton_chunk_entry(*args, **kwargs):
+    """sgl-kernel-npu's Triton prefill entry ``fla.chunk.chunk_gated_delta_rule_npu``: its emulator
+    behind the seam (:func:`sglang_ascend_hybrid.emulators.gdn.make_triton_chunk_emulator`)."""
+    from sglang_ascend_hybrid.ops import seam
+    from sglang_ascend_hybrid.ops.gdn import dispatch
+
+    if not seam.is_emulated(dispatch.OP_TRITON):
+        raise NotImplementedError("chunk_gated_delta_rule_npu: no emulator of the Triton entry behind the seam")
+    return seam.call(dispatch.OP_TRITON, *args, **kwargs)
+
+
 def layer_norm_fwd(x, weight, bias, eps, z=None, out=None, group_size=None, norm_before_gate=True,
                    is_rms_norm=False, activation="swish", **_):
     """sgl-kernel-npu's ``layer_norm_fwd_npu`` (what SGLang's gated RMSNorm calls on NPU):
@@ -114,8 +134,17 @@ def ascend_gdn_helpers(conv_op=causal_conv1d):
     mp = pytest.MonkeyPatch()
     try:
         mp.setattr(mod, "fused_gdn_gating", fused_gdn_gating)
-        mp.setattr(mod, "l2norm_fwd", l2norm_fwd)
-        mp.setattr(mod, "prepare_chunk_indices", prepare_chunk_indices)
+        mp.setattr(mod, "l2norm_fwd", l2norm_fwd, raising=False)  # the chunk_gdn route (0.5.21+) only
+        mp.setattr(mod, "prepare_chunk_indices", prepare_chunk_indices, raising=False)
+        if entry_route_serves_prefill():
+            # the older route: on NPU gdn_triton binds sgl-kernel-npu's Triton entry as its chunk kernel
+            # (``from sgl_kernel_npu.fla.chunk import chunk_gated_delta_rule_npu`` at import); the
+            # plugin's gdn-sgl-kernel-npu-chunk hook then wraps it and rebinds this alias
+            import sgl_kernel_npu.fla.chunk as skn_chunk
+
+            mp.setattr(skn_chunk, "chunk_gated_delta_rule_npu", triton_chunk_entry)
+            mp.setattr(gdn_triton, "chunk_gated_delta_rule", triton_chunk_entry)
+            mp.setattr(gdn_triton, "is_npu", lambda: True)  # its extend's call-time branch (gathered states)
         mp.setattr(gdn_triton, "fused_sigmoid_gating_delta_rule_update", sigmoid_gating_delta_rule_decode)
         mp.setattr(torch.ops.npu, "causal_conv1d", conv_op, raising=False)
         mp.setattr(layernorm_gated, "_layer_norm_fwd", layer_norm_fwd)

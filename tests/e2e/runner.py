@@ -26,9 +26,9 @@ from tests.e2e.families import FAMILIES, Built
 from tests.e2e.plugin_install import plugin_loaded
 
 GDN_FAMILIES = ("qwen3_next", "qwen3_5")
-# The GDN runs exercise SGLang's AscendGDNAttnBackend.chunk_gdn route (SGLang 0.5.21+); the
-# project's per-release selection (tests/conftest.py) deselects them where that route is absent.
-GDN_ROUTE = pytest.mark.patch_route("gdn-prefill-ladder")
+# The GDN runs take the installed release's Ascend GDN prefill route: AscendGDNAttnBackend.chunk_gdn
+# (gdn-prefill-ladder) or, on older releases, forward_extend -> TritonGDNKernel.extend (gdn-extend-step,
+# gdn-extend-ladder; tests/e2e/npu_standins.ascend_gdn_helpers binds that route's NPU entry).
 SHORT_CONV_FAMILIES = ("lfm2", "lfm2_moe", "zaya")
 
 

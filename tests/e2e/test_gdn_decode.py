@@ -19,7 +19,7 @@ from sglang_ascend_hybrid.ops import probes, seam
 from sglang_ascend_hybrid.ops.gdn import decode_contract as dc
 from sglang_ascend_hybrid.ops.gdn import decode_probe
 from tests.e2e import device, harness
-from tests.e2e.runner import GDN_ROUTE, run_family
+from tests.e2e.runner import run_family
 
 PLAN = harness.StepPlan()
 GDN_LAYERS = 3
@@ -34,7 +34,6 @@ def _runs(name: str, layout: str, ssm_dtype: torch.dtype, breakage=None):
     return run_family(name, dtype=torch.bfloat16, device=dev, ssm_dtype=ssm_dtype, breakage=breakage)
 
 
-@GDN_ROUTE
 @pytest.mark.parametrize("name", ["qwen3_5", "qwen3_next"])
 @pytest.mark.parametrize("layout", ["key_first", "value_first"])
 @pytest.mark.parametrize("ssm_dtype", [torch.bfloat16, torch.float32], ids=["bf16_pool", "fp32_pool"])
@@ -68,7 +67,6 @@ def _lie_value_first(mp):
     mp.setattr(decode_probe, "measure", measure)
 
 
-@GDN_ROUTE
 @pytest.mark.parametrize("ssm_dtype", [torch.bfloat16, torch.float32], ids=["bf16_pool", "fp32_pool"])
 def test_negative_control_key_first_kernel_without_the_probe_fails(ssm_dtype):
     run = _runs("qwen3_5", "key_first", ssm_dtype, breakage=_lie_value_first)

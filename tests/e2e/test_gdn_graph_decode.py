@@ -25,7 +25,7 @@ import torch
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import decode
 from tests.e2e import device, harness
-from tests.e2e.runner import GDN_ROUTE, run_family
+from tests.e2e.runner import run_family
 from tests.op_log import StaticOpLog
 from tests.sync_counter import SyncCounter
 
@@ -187,7 +187,6 @@ def _graph_run(layout, ssm_dtype, breakage=None):
     return run, watch, box["captured"], holder["leaks"]
 
 
-@GDN_ROUTE
 @pytest.mark.parametrize("layout,ssm_dtype,rung", [("value_first", torch.float32, "triton_decode"),
                                                    ("key_first", torch.bfloat16, "npu_recurrent"),
                                                    ("key_first", torch.float32, "torch")],
@@ -218,7 +217,6 @@ def _fresh_slot_indices(mp):
     mp.setattr(decode, "GatedDecodeCall", fresh)
 
 
-@GDN_ROUTE
 def test_negative_control_fresh_slot_indices_are_caught_by_the_replay_check():
     """With the breakage the captured slot-index buffer is never read by the hook: a device graph
     would replay the indices of the capture forever; the storage check sees it."""

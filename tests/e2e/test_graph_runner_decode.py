@@ -24,7 +24,7 @@ import torch
 from sglang_ascend_hybrid.backends import short_conv
 from sglang_ascend_hybrid.ops.gdn import decode
 from tests.e2e import device, graph_runner as gr, harness
-from tests.e2e.runner import GDN_ROUTE, run_family
+from tests.e2e.runner import run_family
 
 CONV_LAYERS = 3  # of the tiny LFM2: conv, conv, full_attention, conv
 GDN_LAYERS = 3  # of the tiny Qwen3.5
@@ -144,7 +144,6 @@ def test_negative_control_a_host_read_in_the_conv_decode_is_caught():
     assert len(synced) == CONV_LAYERS * (len(gr.CAPTURE_BS) + len(gr.STEPS)), problems
 
 
-@GDN_ROUTE
 def test_qwen3_5_graph_decode_replays_through_the_decode_hook():
     """bf16 pool, key-first Triton decode kernel (the probe rules it out): the npu_recurrent rung."""
     dev = gr.opaque_emulators(functools.partial(device.npu_emulators, decode_layout="key_first"))
@@ -202,7 +201,6 @@ def test_lfm2_graph_decode_tracks_radix_snapshots_inside_the_graph():
     assert cmp.tokens_equal and cmp.max_gap < 1e-5, str(cmp)
 
 
-@GDN_ROUTE
 def test_qwen3_5_graph_decode_tracks_radix_snapshots_inside_the_graph():
     """GDN decode tracking under graph capture is SGLang's own (``_track_mamba_state_decode`` in the
     captured forward, on the state the plugin's decode hook wrote): no host sync, the capture's ops on
@@ -222,7 +220,6 @@ def test_qwen3_5_graph_decode_tracks_radix_snapshots_inside_the_graph():
     assert cmp.tokens_equal and cmp.max_gap < 1e-5, str(cmp)
 
 
-@GDN_ROUTE
 def test_negative_control_gdn_graph_decode_without_sglangs_track_copy_fails(monkeypatch):
     from sglang.srt.layers.attention import hybrid_linear_attn_backend as hla
 

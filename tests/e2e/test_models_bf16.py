@@ -15,7 +15,7 @@ import torch
 
 from sglang_ascend_hybrid.ops.gdn import plan_exec
 from tests.e2e import device, harness
-from tests.e2e.runner import GDN_ROUTE, run_family
+from tests.e2e.runner import run_family
 
 PLAN = harness.StepPlan()
 EXTENDS = 2
@@ -52,7 +52,6 @@ def test_zaya_bf16():
     assert cmp.bf16_ok(), str(cmp)
 
 
-@GDN_ROUTE
 def test_qwen3_next_bf16_on_the_npu_gdn_ops():
     """bf16 SSM pool (``--mamba-ssm-dtype bfloat16``): the chunk op's contract holds on A3."""
     run = run_family("qwen3_next", dtype=torch.bfloat16, device=device.npu_emulators, ssm_dtype=torch.bfloat16)
@@ -65,7 +64,6 @@ def test_qwen3_next_bf16_on_the_npu_gdn_ops():
     assert run.device_calls.get(device.OP_CONV_ACLNN) == GDN_LAYERS * (EXTENDS + PLAN.decodes)
 
 
-@GDN_ROUTE
 def test_qwen3_5_fp32_pool_keeps_its_precision_on_a3():
     """Qwen3.5 / 3.6 configs ask for an fp32 SSM pool: on A2 / A3 the chunk op keeps fp32
     states only on Ascend 950 and the mega kernel keeps fp16 ones, so the ladder serves
@@ -80,7 +78,6 @@ def test_qwen3_5_fp32_pool_keeps_its_precision_on_a3():
     assert device.OP_GDN_CHUNK not in run.device_calls and device.OP_GDN_MEGA not in run.device_calls
 
 
-@GDN_ROUTE
 def test_qwen3_5_6_2_heads_run_the_head_plan_inside_the_forward():
     run = run_family("qwen3_5", dtype=torch.bfloat16, device=NO_CHUNK_OP, ssm_dtype=torch.bfloat16)
     cmp = run.compare()
@@ -107,7 +104,6 @@ def _refuse_after_first_call(chunk_op):
     return op
 
 
-@GDN_ROUTE
 def test_qwen3_5_prefill_kernel_refusing_mid_model_falls_back():
     dev = functools.partial(device.npu_emulators, wrap_chunk=_refuse_after_first_call)
     run = run_family("qwen3_5", dtype=torch.bfloat16, device=dev, ssm_dtype=torch.bfloat16)
@@ -134,7 +130,6 @@ def wrong_head_mapping(mp):
     mp.setattr(plan_exec, "_slots", slots)
 
 
-@GDN_ROUTE
 def test_negative_control_wrong_gdn_head_mapping_fails():
     run = run_family("qwen3_5", dtype=torch.bfloat16, device=NO_CHUNK_OP, ssm_dtype=torch.bfloat16,
                      breakage=wrong_head_mapping)

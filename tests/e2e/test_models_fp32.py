@@ -14,7 +14,7 @@ import pytest
 
 from sglang_ascend_hybrid.backends import short_conv
 from tests.e2e import device, harness
-from tests.e2e.runner import GDN_FAMILIES, GDN_ROUTE, run_family
+from tests.e2e.runner import GDN_FAMILIES, run_family
 
 PLAN = harness.StepPlan()
 EXTENDS = 2  # the first chunk of A, then A's continuation + B + C
@@ -58,7 +58,6 @@ def test_zaya_matches_transformers(monkeypatch):
     assert len(views) == ZAYA_CCA_LAYERS * STEPS  # CCA's conv / prev-hidden states: views of the pool
 
 
-@GDN_ROUTE
 @pytest.mark.parametrize("name", GDN_FAMILIES)
 def test_gdn_families_match_transformers(name):
     run = run_family(name, device=_device(name))

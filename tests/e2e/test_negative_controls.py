@@ -12,7 +12,7 @@ import torch
 from sglang_ascend_hybrid.backends import gdn_hooks, short_conv
 from sglang_ascend_hybrid.backends.conv_state_layout import cuda_layout_view
 from tests.e2e import device
-from tests.e2e.runner import GDN_ROUTE, run_family
+from tests.e2e.runner import run_family
 
 
 def pool_copies(mp):
@@ -55,7 +55,7 @@ def ignore_saved_ssm_state(mp):
     ("zaya", pool_copies),
     ("lfm2", ignore_saved_conv_state),
     ("zaya", ignore_saved_conv_state),
-    pytest.param("qwen3_5", ignore_saved_ssm_state, marks=GDN_ROUTE),
+    pytest.param("qwen3_5", ignore_saved_ssm_state),
 ], ids=["lfm2-pool-copies", "zaya-pool-copies", "lfm2-ignore-state", "zaya-ignore-state",
         "qwen3_5-ignore-ssm-state"])
 def test_broken_plugin_fails_the_fp32_comparison(name, breakage):

@@ -8,7 +8,6 @@ from sglang_ascend_hybrid import patches
 from sglang_ascend_hybrid.status import APPLIED, DEFERRED, REGISTERED
 from tests.e2e import harness
 from tests.e2e.plugin_install import plugin_loaded
-from tests.e2e.runner import GDN_ROUTE
 
 
 def _targets():
@@ -43,7 +42,6 @@ def test_load_plugins_installs_every_patch_and_the_exit_removes_them(npu_stub_pa
     assert plugins._plugins_loaded == loaded_before
 
 
-@GDN_ROUTE
 def test_a_run_applies_the_deferred_gdn_patch_and_leaves_nothing_behind():
     from tests.e2e import device
     from tests.e2e.runner import run_family

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from tests.e2e import device, harness, npu_standins, prefix
-from tests.e2e.runner import GDN_ROUTE, run_family
+from tests.e2e.runner import run_family
 
 DECODES = 3
 # (A's prefill chunks, tokens B shares with A, the snapshot B must resume from)
@@ -117,7 +117,6 @@ GDN_CASES = [("qwen3_5", "page_boundary"), ("qwen3_5", "inside_page"), ("qwen3_n
 SHORT_CONV_CASES = [("lfm2", case) for case in sorted(CASES)] + [("lfm2_moe", "inside_page")]
 
 
-@GDN_ROUTE
 @pytest.mark.parametrize("name,case", GDN_CASES)
 def test_gdn_fp32_hits_are_lossless(name, case):
     run, r = run_prefix(name, case)
@@ -132,7 +131,6 @@ def _bf16_state_tol(xs) -> float:
     return max(float(x.float().abs().max()) for x in xs) * 2 ** -8
 
 
-@GDN_ROUTE
 @pytest.mark.parametrize("name,case,pool", [("qwen3_5", "page_boundary", torch.float32),
                                             ("qwen3_5", "inside_page", torch.bfloat16),
                                             ("qwen3_next", "page_boundary", torch.float32)],
@@ -161,7 +159,6 @@ def _round_h_through_bf16(mp):
     mp.setattr(gdn_hooks, "chunk_with_states", rounded)
 
 
-@GDN_ROUTE
 def test_negative_control_bf16_rounded_snapshot_on_an_fp32_pool_fails():
     run, r = run_prefix("qwen3_5", "page_boundary", dtype=torch.bfloat16, ssm_dtype=torch.float32,
                         device_ctx=device.npu_emulators, breakage=_round_h_through_bf16)
@@ -179,7 +176,6 @@ def _one_token_late(mp):
                lambda self: None if real(self) is None else real(self) + 1)
 
 
-@GDN_ROUTE
 def test_negative_control_snapshot_one_token_late_fails():
     run, r = run_prefix("qwen3_5", "page_boundary", breakage=_one_token_late)
     with pytest.raises(AssertionError):
@@ -259,7 +255,6 @@ RUNG_SERVES = {"npu_chunk": {gdn_emu_ops()[0]}, "triton": {gdn_emu_ops()[1]}, "t
                "triton_env_fp32_pool": {gdn_emu_ops()[1]}}
 
 
-@GDN_ROUTE
 @pytest.mark.parametrize("rung", sorted(RUNG_CASES))
 def test_gdn_hits_are_lossless_on_each_prefill_rung_tracking_can_take(rung, monkeypatch):
     """bf16 model; each rung forced (bf16 pool) or ``GDN_ATTN_BACKEND_TRITON=1`` on an fp32 pool:
@@ -278,7 +273,6 @@ def test_gdn_hits_are_lossless_on_each_prefill_rung_tracking_can_take(rung, monk
     assert served == RUNG_SERVES[rung], run.device_calls
 
 
-@GDN_ROUTE
 def test_gdn_mixed_batch_of_tracked_and_untracked_requests():
     """A (tracked) prefilled in one batch with an untracked request D: D's state is not copied
     anywhere and A's snapshot is still the fresh prefill's."""

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from tests.e2e import device, harness, npu_standins, radix
-from tests.e2e.runner import GDN_ROUTE, run_family
+from tests.e2e.runner import run_family
 
 A_LEN, A_DECODES, B_DECODES = 300, 3, 3
 # B's own tokens after the shared prefix: few, so B's logits depend on the restored state
@@ -81,13 +81,11 @@ def _assert_lossless(out, case: str, logit_tol: float):
     assert gap <= logit_tol, f"B's logits differ from a cache-free B by {gap:.3g} (tolerance {logit_tol})"
 
 
-@GDN_ROUTE
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_gdn_fp32_radix_hits_are_lossless(case):
     _assert_lossless(run_radix("qwen3_5", case), case, FP32_LOGITS)
 
 
-@GDN_ROUTE
 @pytest.mark.parametrize("case", ["page_boundary", "inside_page"])
 def test_gdn_bf16_model_fp32_pool_radix_hits_are_lossless(case):
     """bf16 model on the NPU-op emulators (A3), fp32 SSM pool: the snapshot keeps the pool's precision.
@@ -121,7 +119,6 @@ def test_short_conv_bf16_radix_hit_is_lossless_on_the_npu_conv_kernels():
     _assert_lossless(out, "page_boundary", harness.BF16_LOGIT_TOL)
 
 
-@GDN_ROUTE
 @pytest.mark.parametrize("dtype,pool", [(torch.float32, None), (torch.bfloat16, torch.bfloat16)],
                          ids=["fp32", "bf16_model-bf16_pool"])
 def test_qwen3_next_radix_hits_are_lossless(dtype, pool):

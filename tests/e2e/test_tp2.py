@@ -9,7 +9,6 @@ DECODE steps of all three (:data:`tests.e2e.tp.PLAN`), fp32."""
 from __future__ import annotations
 
 from tests.e2e import tp
-from tests.e2e.runner import GDN_ROUTE
 
 
 def _problems(results) -> list:
@@ -43,7 +42,6 @@ def test_lfm2_tp2_matches_transformers_with_its_conv_channels_split():
         assert r.shapes == {"conv_prefill": {(channels, channels)}, "conv_decode": {(channels, channels)}}, r.shapes
 
 
-@GDN_ROUTE
 def test_qwen3_5_tp2_matches_transformers_with_6_value_2_key_heads_per_rank():
     results = tp.run_tp("qwen3_5")
     assert not _problems(results), _problems(results)

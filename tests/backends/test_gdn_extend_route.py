@@ -1,0 +1,148 @@
+"""The GDN prefill hooks of the older Ascend route (``AscendGDNAttnBackend.forward_extend`` ->
+``GDNKernelDispatcher.extend`` -> ``TritonGDNKernel.extend``): the step's tracking is published by
+the forward_extend hook, and the extend hook serves the value-first pool in its own layout and
+dtype.  The hooks are called here as SGLang's HookRegistry calls an AROUND hook; the whole-model
+runs of ``tests/e2e`` drive them through the real upstream classes on the releases that take
+this route."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+from fla.ops.gated_delta_rule.naive import naive_recurrent_gated_delta_rule
+
+from sglang_ascend_hybrid.backends import gdn_hooks
+from sglang_ascend_hybrid.ops.gdn import dispatch
+from sglang_ascend_hybrid.ops.gdn.reference import l2norm
+
+K, V = 32, 48  # unequal head dims: a state in the wrong layout cannot even be added to the right one
+
+
+def _inputs(lens, hv=4, hk=2, seed=0, dtype=torch.bfloat16, pool_dtype=torch.float32, slots=6):
+    """What TritonGDNKernel.extend receives on NPU: q / k / v [1, T, H, D] (not normalised), g / beta
+    [1, T, Hv], the value-first pool [slots, Hv, V, K], the requests' slots and query_start_loc."""
+    gen = torch.Generator().manual_seed(seed)
+    T = sum(lens)
+    q = torch.randn(1, T, hk, K, generator=gen).to(dtype)
+    k = torch.randn(1, T, hk, K, generator=gen).to(dtype)
+    v = torch.randn(1, T, hv, V, generator=gen).to(dtype)
+    g = F.logsigmoid(torch.randn(1, T, hv, generator=gen) + 2.0)
+    beta = torch.rand(1, T, hv, generator=gen).to(dtype)
+    pool = (torch.randn(slots, hv, V, K, generator=gen) * 0.1).to(pool_dtype)
+    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
+    return q, k, v, g, beta, pool, cu
+
+
+def _reference(q, k, v, g, beta, cu, h0_vf):
+    """FLA's naive recurrence per sequence in fp32 (keys repeated per value head); ``h0_vf`` and the
+    returned final states value first [N, Hv, V, K]."""
+    hv = v.shape[2]
+    qn, kn = (l2norm(x[0].float()).repeat_interleave(hv // x.shape[2], 1) for x in (q, k))
+    outs, finals = [], []
+    b = cu.tolist()
+    for s in range(len(b) - 1):
+        sl = slice(b[s], b[s + 1])
+        o, ht = naive_recurrent_gated_delta_rule(qn[None, sl], kn[None, sl], v[0, None, sl].float(),
+                                                 beta[:, sl].float(), g[:, sl], scale=K ** -0.5,
+                                                 initial_state=h0_vf[s:s + 1].float().transpose(-1, -2),
+                                                 output_final_state=True)
+        outs.append(o[0])
+        finals.append(ht[0].transpose(-1, -2))
+    return torch.cat(outs), torch.stack(finals)
+
+
+def _never(*args, **kwargs):
+    raise AssertionError("the original TritonGDNKernel.extend must not run inside forward_extend")
+
+
+def _extend_inside_forward_extend(metadata, *args, **kwargs):
+    """forward_extend's hook around a body that calls TritonGDNKernel.extend's hook."""
+    def forward_extend(self):
+        return gdn_hooks.triton_gdn_extend(_never, object(), *args, **kwargs)
+
+    backend = SimpleNamespace(forward_metadata=metadata)
+    return gdn_hooks.ascend_gdn_forward_extend(forward_extend, backend)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_refusals():
+    dispatch.forget_refusals()
+    yield
+    dispatch.forget_refusals()
+
+
+def test_outside_forward_extend_the_original_runs_with_the_same_arguments():
+    q, k, v, g, beta, pool, cu = _inputs([5, 7])
+    idx = torch.tensor([2, 0])
+    seen = {}
+
+    def original(self, *args, **kwargs):
+        seen.update(self=self, args=args, kwargs=kwargs)
+        return "original"
+
+    me = object()
+    assert gdn_hooks.triton_gdn_extend(original, me, q, k, v, g, beta, ssm_states=pool, cache_indices=idx,
+                                       query_start_loc=cu) == "original"
+    assert seen["self"] is me and all(a is b for a, b in zip(seen["args"], (q, k, v, g, beta)))
+    assert seen["kwargs"]["ssm_states"] is pool and seen["kwargs"]["cache_indices"] is idx
+    assert seen["kwargs"]["query_start_loc"] is cu and seen["kwargs"]["inplace_update"] is True
+
+
+@pytest.mark.parametrize("pool_dtype", [torch.float32, torch.bfloat16])
+def test_inside_forward_extend_the_ladder_serves_the_value_first_pool_in_its_dtype(pool_dtype):
+    """o and the final states equal FLA's naive recurrence on the value-first pool rows; final is
+    value first [N, Hv, V, K]; h is [1, NT, Hv, V, K] in the pool's dtype, each sequence's first
+    chunk state its pool row exactly, and the tracked chunk state the final state of a fresh
+    prefill of that prefix (an fp32 pool's snapshot not rounded through bf16)."""
+    q, k, v, g, beta, pool, cu = _inputs([70, 150], pool_dtype=pool_dtype)  # 2 and 3 chunks
+    idx = torch.tensor([4, 1])
+    md = SimpleNamespace(has_mamba_track_mask=True, track_ssm_h_src=torch.tensor([0, 2 + 2]))
+    o, final, h = _extend_inside_forward_extend(md, q, k, v, g, beta, ssm_states=pool, cache_indices=idx,
+                                                query_start_loc=cu)
+    ref_o, ref_final = _reference(q, k, v, g, beta, cu, pool[idx])
+    assert o.shape == (1, 220, 4, V) and final.shape == (2, 4, V, K)
+    torch.testing.assert_close(o[0].float(), ref_o, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(final.float(), ref_final, atol=5e-3, rtol=5e-3)
+    assert h.dtype == pool_dtype and h.shape == (1, 2 + 3, 4, V, K)
+    assert torch.equal(h[0, 0], pool[4]) and torch.equal(h[0, 2], pool[1])
+    sel = torch.arange(70, 70 + 128)  # sequence 1's first two chunks
+    fresh_md = SimpleNamespace(has_mamba_track_mask=False)
+    _, fresh, _ = _extend_inside_forward_extend(
+        fresh_md, q[:, sel], k[:, sel], v[:, sel], g[:, sel], beta[:, sel], ssm_states=pool,
+        cache_indices=idx[1:], query_start_loc=torch.tensor([0, 128], dtype=torch.int32))
+    torch.testing.assert_close(h[0, 4].float(), fresh[0].to(pool_dtype).float(), atol=1e-6, rtol=0)
+
+
+def test_a_step_that_tracks_nothing_gets_no_chunk_states():
+    q, k, v, g, beta, pool, cu = _inputs([20, 9])
+    md = SimpleNamespace(has_mamba_track_mask=False)
+    o, final, h = _extend_inside_forward_extend(md, q, k, v, g, beta, ssm_states=pool,
+                                                cache_indices=torch.tensor([0, 3]), query_start_loc=cu)
+    assert h is None and final.shape == (2, 4, V, K) and final.dtype == torch.float32
+
+
+def test_the_pool_is_not_written():
+    """forward_extend writes the final states into the pool itself; the hook returns new tensors."""
+    q, k, v, g, beta, pool, cu = _inputs([20, 9])
+    before = pool.clone()
+    _extend_inside_forward_extend(SimpleNamespace(has_mamba_track_mask=True, track_ssm_h_src=torch.tensor([0])),
+                                  q, k, v, g, beta, ssm_states=pool, cache_indices=torch.tensor([0, 3]),
+                                  query_start_loc=cu)
+    assert torch.equal(pool, before)
+
+
+def test_forward_extend_publishes_its_step_for_its_duration_only():
+    md = SimpleNamespace(has_mamba_track_mask=True)
+    seen = []
+
+    def forward_extend(self, layer, batch, *, flag):
+        seen.append((gdn_hooks._EXTEND_STEP.get(), layer, batch, flag))
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        gdn_hooks.ascend_gdn_forward_extend(forward_extend, SimpleNamespace(forward_metadata=md), "L", "B", flag=3)
+    assert seen == [(md, "L", "B", 3)]
+    assert gdn_hooks._EXTEND_STEP.get() is None
