@@ -89,6 +89,15 @@ class Patch:
 
 
 RES_STEP = "sglang.srt.arg_groups.resolution_hooks"
+CHUNK_GDN = "sglang.srt.hardware_backend.npu.attention.ascend_gdn_backend.AscendGDNAttnBackend.chunk_gdn"
+
+
+def _on_the_chunk_gdn_route(why: str) -> Elsewhere:
+    """What a patch of the older GDN prefill route (forward_extend -> TritonGDNKernel.extend) is on
+    releases that prefill through ``AscendGDNAttnBackend.chunk_gdn``: not needed, its target present
+    off the route, that route verified instead."""
+    return Elsewhere(state=NOT_NEEDED, why=why, route=(CHUNK_GDN,), target_present=True)
+
 
 PATCHES: tuple[Patch, ...] = (
     Patch(
@@ -264,7 +273,7 @@ PATCHES: tuple[Patch, ...] = (
     ),
     Patch(
         name="gdn-prefill-ladder",
-        target="sglang.srt.hardware_backend.npu.attention.ascend_gdn_backend.AscendGDNAttnBackend.chunk_gdn",
+        target=CHUNK_GDN,
         kind="hook",
         hook_type="around",
         requires=("sgl_kernel_npu",),
@@ -288,8 +297,9 @@ PATCHES: tuple[Patch, ...] = (
         elsewhere=Elsewhere(
             state=NOT_NEEDED,
             why="GDN prefill takes the older route AscendGDNAttnBackend.forward_extend -> "
-                "GDNKernelDispatcher.extend -> sgl-kernel-npu chunk_gated_delta_rule_npu (fixed by "
-                "gdn-sgl-kernel-npu-chunk); AscendGDNAttnBackend.chunk_gdn does not exist and is never called",
+                "GDNKernelDispatcher.extend -> TritonGDNKernel.extend -> sgl-kernel-npu "
+                "chunk_gated_delta_rule_npu (served by gdn-extend-step / gdn-extend-ladder); "
+                "AscendGDNAttnBackend.chunk_gdn does not exist and is never called",
             route=(
                 "sglang.srt.layers.attention.linear.gdn_backend.GDNKernelDispatcher.extend",
                 "sglang.srt.layers.attention.linear.kernels.gdn_triton.chunk_gated_delta_rule_npu",
@@ -373,13 +383,9 @@ PATCHES: tuple[Patch, ...] = (
             "context variable for its duration (read by gdn-extend-ladder only)",
         removal="with gdn-extend-ladder",
         releases="<0.5.21",
-        elsewhere=Elsewhere(
-            state=NOT_NEEDED,
-            why="GDN prefill goes through AscendGDNAttnBackend.chunk_gdn, which the prefill hook "
-                "(gdn-prefill-ladder) reads the step's tracking from directly",
-            route=("sglang.srt.hardware_backend.npu.attention.ascend_gdn_backend.AscendGDNAttnBackend.chunk_gdn",),
-            target_present=True,
-        ),
+        elsewhere=_on_the_chunk_gdn_route(
+            "GDN prefill goes through AscendGDNAttnBackend.chunk_gdn, which the prefill hook "
+            "(gdn-prefill-ladder) reads the step's tracking from directly"),
     ),
     Patch(
         name="gdn-extend-ladder",
@@ -403,13 +409,9 @@ PATCHES: tuple[Patch, ...] = (
         removal="when no supported SGLang release routes Ascend GDN prefill through "
                 "GDNKernelDispatcher.extend (0.5.21 moved it to AscendGDNAttnBackend.chunk_gdn)",
         releases="<0.5.21",
-        elsewhere=Elsewhere(
-            state=NOT_NEEDED,
-            why="Ascend GDN prefill does not call this method (AscendGDNAttnBackend.chunk_gdn, "
-                "gdn-prefill-ladder)",
-            route=("sglang.srt.hardware_backend.npu.attention.ascend_gdn_backend.AscendGDNAttnBackend.chunk_gdn",),
-            target_present=True,
-        ),
+        elsewhere=_on_the_chunk_gdn_route(
+            "Ascend GDN prefill does not call this method (AscendGDNAttnBackend.chunk_gdn, "
+            "gdn-prefill-ladder)"),
     ),
     Patch(
         name="packed-attention-one-sided",

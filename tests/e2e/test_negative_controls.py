@@ -68,3 +68,32 @@ def test_broken_plugin_fails_the_fp32_comparison(name, breakage):
 def test_healthy_run_of_the_same_plan_passes():
     """The controls above fail because of the break, not because of the plan."""
     assert run_family("lfm2").compare().fp32_ok()
+
+
+class _NeverPublished:
+    """A step variable that forward_extend's hook cannot publish to: the extend hook then lets
+    SGLang's own TritonGDNKernel.extend run (the older route without gdn-extend-ladder)."""
+
+    def set(self, value):
+        return None
+
+    def reset(self, token):
+        pass
+
+    def get(self):
+        return None
+
+
+def sglang_entry_route_alone(mp):
+    """SGLang 0.5.20's own GDN prefill: the value-first pool's rows handed to sgl-kernel-npu's
+    key-first Triton entry (its refusals served by the entry hook's ladder, in the entry's layout)."""
+    mp.setattr(gdn_hooks, "_EXTEND_STEP", _NeverPublished())
+
+
+@pytest.mark.patch_route("gdn-extend-ladder")
+def test_entry_route_without_the_extend_ladder_fails_the_fp32_comparison():
+    """What gdn-extend-ladder fixes on the releases it targets: without it the pool holds the
+    entry's key-first states while decode reads it value first (K == V: nothing raises)."""
+    cmp = run_family("qwen3_5", device=device.gdn_fp32, breakage=sglang_entry_route_alone).compare()
+    assert not cmp.fp32_ok(), f"the entry route alone still matched transformers: {cmp}"
+    assert cmp.max_gap > 100 * 1e-3, str(cmp)
