@@ -28,7 +28,8 @@ def test_doctor_reports_versions_ops_patches_and_settings():
     assert "torch_npu              not found" in out and "sgl-kernel-npu         not found" in out
     assert "chunk_gated_delta_rule" in out and "absent" in out
     for p in patches.PATCHES:
-        line = next(ln for ln in out.splitlines() if f" {p.name} " in ln)
+        # the patch's own row: state, name, target in columns (another row's reason may name it)
+        line = next(ln for ln in out.splitlines() if [c.strip() for c in ln.split("  ") if c.strip()][1:2] == [p.name])
         on_release = patches.release_state(p)
         # applied, or not needed / unavailable on this release (with the reason), or
         # waiting for an NPU package this CPU machine lacks.

@@ -146,3 +146,25 @@ def test_forward_extend_publishes_its_step_for_its_duration_only():
         gdn_hooks.ascend_gdn_forward_extend(forward_extend, SimpleNamespace(forward_metadata=md), "L", "B", flag=3)
     assert seen == [(md, "L", "B", 3)]
     assert gdn_hooks._EXTEND_STEP.get() is None
+
+
+def test_multi_item_scoring_inside_forward_extend_is_left_to_the_original():
+    """``inplace_update=False`` (GDN multi-item scoring), which SGLang's NPU branch refuses itself,
+    and keyword arguments the hook does not know go to the original unchanged."""
+    q, k, v, g, beta, pool, cu = _inputs([5, 7])
+    idx = torch.tensor([2, 0])
+    calls = []
+
+    def original(self, *args, **kwargs):
+        calls.append(kwargs)
+        return "original"
+
+    def forward_extend(self, **extra):
+        return gdn_hooks.triton_gdn_extend(original, object(), q, k, v, g, beta, ssm_states=pool, cache_indices=idx,
+                                           query_start_loc=cu, **extra)
+
+    md = SimpleNamespace(has_mamba_track_mask=False)
+    backend = SimpleNamespace(forward_metadata=md)
+    assert gdn_hooks.ascend_gdn_forward_extend(forward_extend, backend, inplace_update=False) == "original"
+    assert gdn_hooks.ascend_gdn_forward_extend(forward_extend, backend, new_flag=1) == "original"
+    assert calls[0]["inplace_update"] is False and calls[1]["new_flag"] == 1

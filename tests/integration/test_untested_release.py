@@ -99,6 +99,8 @@ def test_every_other_target_is_verified_and_applied(untested):
             assert state == "failed" and OLD in reason
         elif name in off_route:
             assert state == "failed" and "should take another route" in reason, (name, state, reason)
+        elif patches.release_state(patch, version) is not None:  # off its releases, that route there
+            assert (state, reason) == patches.release_state(patch, version), (name, state, reason)
         elif name in drifted:
             assert state == "failed" and "not found" in reason, (name, state, reason)
         elif patch.requires:
