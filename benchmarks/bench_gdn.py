@@ -30,7 +30,8 @@ over ``mm``/``bmm``/``baddbmm``/``addmm`` (``2 M N K`` per matrix product; the e
 work and the small inverse are not counted beyond their matmuls).  The probe is one
 ``torch.bmm`` over ``[n, 64, 128] x [n, 128, 128]`` blocks (the shape of the hand-over's
 ``q S`` and ``w S`` at 64-token chunks; on CPU the subject computes at 32-token chunks, fewer FLOPs
-in smaller matmuls than the probe's, which run slower per FLOP) with ``n`` chosen for the same FLOP count; goal: ``probe time / subject
+in smaller matmuls than the probe's, which run slower per FLOP) with ``n`` chosen for the same FLOP count;
+goal: ``probe time / subject
 time >= 0.70``.  Note honestly: at T = 4096 that probe is about 5,000 blocks (about 700 MB of
 operands), so it streams from memory and runs below the in-cache matmul speed.  The table
 therefore also has an informational **cache-resident probe** (the same FLOPs as a loop of
@@ -125,7 +126,7 @@ def inputs(lens, hv, hk, dk, dv, seed=0):
     return q, k, v, g, beta, cu
 
 
-# ------------------------------------------------------------------ the methods (all return o [T, Hv, V], final [N, Hv, V, K])
+# ------------------------------------------------ the methods (all return o [T, Hv, V], final [N, Hv, V, K])
 
 def subject(q, k, v, g, beta, cu):
     o, final, _ = chunk_gdn_torch(q, k, v, g, beta, cu_seqlens=cu)

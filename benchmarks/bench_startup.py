@@ -230,7 +230,8 @@ def registration_table(reps, warmup, threads, bytecode, disabled, note, **_) -> 
 
     warm = child_env(threads, bytecode)
     t = interleaved("registration: SGLang's load_plugins() after importing sglang.launch_server", [
-        ("plugin disabled", in_child(REGISTRATION_CHILD, lambda: child_env(threads, bytecode, SGLANG_PLUGINS=disabled))),
+        ("plugin disabled",
+         in_child(REGISTRATION_CHILD, lambda: child_env(threads, bytecode, SGLANG_PLUGINS=disabled))),
         ("plugin enabled", in_child(REGISTRATION_CHILD, lambda: warm)),
         ("plugin enabled, cold target cache", in_child(REGISTRATION_CHILD, cold_env, drop)),
     ], "plugin enabled", reps, warmup, threads, notes=[

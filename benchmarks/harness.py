@@ -254,7 +254,8 @@ def report(table: Table, unit: float | None = None, unit_name: str | None = None
                      f"1-thread time > {SYNC_LIMIT}: threads wake up slowly, not a result)")
     print(f"\n== {table.title} | {table.threads} thread(s), {table.reps} interleaved reps, "
           f"other processes {table.others_load:.2f} cores" +
-          (f", sync probe {table.sync_ratio:.2f}" if table.threads > 1 else "") + (" | " + "; ".join(flags) if flags else ""))
+          (f", sync probe {table.sync_ratio:.2f}" if table.threads > 1 else "")
+          + (" | " + "; ".join(flags) if flags else ""))
     for note in table.notes:
         print(f"   {note}")
     width = max(len(n) for n in table.times)

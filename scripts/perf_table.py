@@ -42,7 +42,8 @@ def rows(path: Path):
             cells.append(f"{goal['median']:.2f} / {goal['min']:.2f} {'✅' if goal['met'] else '❌'} "
                          f"(A/A {aa[0]:.2f}, others {load:.2f}" + (f", sync {sync:.2f}" if threads > 1 else "") + ")")
         bar = f"{'≥' if goal['at_least'] else '≤'} {goal['bar']:g}"
-        yield f"| `{bench}` | {label} | {allocator} | {bar} | {cells[0]} | {cells[1]} | {'met' if met_all else 'not met'} |"
+        verdict = "met" if met_all else "not met"
+        yield f"| `{bench}` | {label} | {allocator} | {bar} | {cells[0]} | {cells[1]} | {verdict} |"
 
 
 def main(argv: list[str]) -> int:

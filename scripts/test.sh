@@ -5,7 +5,8 @@
 #   SGLANG_RELEASE=0.5.22 scripts/test.sh [args]   one release (its environment: .venv-sglang-0.5.22/)
 #   scripts/test.sh --release 0.5.22 [args]        the same
 #
-# For each release: build or reuse its environment (scripts/setup_env.sh), then run
+# First `ruff check` over the repository (pyproject.toml [tool.ruff]); then for each
+# release: build or reuse its environment (scripts/setup_env.sh), then run
 # the whole suite with PYTEST_WORKERS workers (default 2).  Prints one line per
 # release (test counts, seconds) and fails when any release's suite fails.
 set -euo pipefail
@@ -19,6 +20,13 @@ export TORCH_DEVICE_BACKEND_AUTOLOAD=0 HF_HUB_OFFLINE=1 TRITON_INTERPRET=1
 logs="$(mktemp -d)"
 summary=()
 status=0
+# lint first (ruff, configured in pyproject.toml), with the base environment's pinned ruff
+scripts/setup_env.sh >/dev/null
+echo "=== ruff check"
+lint=0
+.venv/bin/python -m ruff check . || lint=$?
+[ "$lint" -eq 0 ] || status=1
+summary+=("ruff check: $([ "$lint" -eq 0 ] && echo clean || echo "findings (exit $lint)")")
 for release in $releases; do
   start=$SECONDS
   scripts/setup_env.sh "$release"

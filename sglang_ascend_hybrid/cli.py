@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="what the plugin will run for a model config, per TP size")
     p.add_argument("--config", required=True, help="a Hugging Face config.json, or a directory holding one")
     p.add_argument("--tp", type=int, nargs="+", help="TP sizes (default: 1 2 4 8 16)")
-    p.add_argument("--json", action="store_true", help="print the plan as one versioned JSON document (docs/plan-json.md)")
+    p.add_argument("--json", action="store_true",
+                   help="print the plan as one versioned JSON document (docs/plan-json.md)")
     p.add_argument("--kernel-heads", help="value-head counts the GDN mega kernel accepts, e.g. 8,12,16 "
                    "(default: the installed sgl-kernel-npu's set, or the current release's)")
     p.add_argument("--mamba-ssm-dtype", choices=("float32", "bfloat16", "float16"),

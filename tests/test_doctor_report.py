@@ -79,6 +79,7 @@ def test_home_directory_reads_as_tilde(monkeypatch):
 def test_report_options_are_checked_before_anything_runs():
     bad_tp = run_cli("doctor", "--report", "--tp", "0")
     assert bad_tp.returncode == 2 and bad_tp.stdout == ""
-    assert bad_tp.stderr.strip().splitlines()[-1] == "sglang-ascend-hybrid doctor: error: --tp 0: expected a positive integer"
+    last = bad_tp.stderr.strip().splitlines()[-1]
+    assert last == "sglang-ascend-hybrid doctor: error: --tp 0: expected a positive integer"
     alone = run_cli("doctor", "--model-path", str(CONFIG))
     assert alone.returncode == 2 and alone.stdout == "" and "expected --report" in alone.stderr

@@ -3,7 +3,6 @@ document lists them all, and static verification really detects drift."""
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import pytest

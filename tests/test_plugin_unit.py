@@ -175,7 +175,8 @@ def test_sglang_plugins_whitelist_filters_backend_entries(fake_sglang, monkeypat
 
 def test_missing_target_is_failed_not_raised(fake_sglang, monkeypatch, caplog):
     broken = _srt_patches()[0].name
-    monkeypatch.setattr(patches, "verify", lambda p, version=None: "'X' not found in fake" if p.name == broken else None)
+    monkeypatch.setattr(patches, "verify",
+                        lambda p, version=None: "'X' not found in fake" if p.name == broken else None)
     with caplog.at_level(logging.WARNING, logger="sglang_ascend_hybrid"):
         plugin.register()  # must not raise
     st = status.STATUS.patches[broken]
@@ -186,13 +187,15 @@ def test_missing_target_is_failed_not_raised(fake_sglang, monkeypatch, caplog):
 
 def test_strict_mode_turns_failure_into_startup_error(fake_sglang, monkeypatch, caplog):
     broken = _srt_patches()[0]
-    monkeypatch.setattr(patches, "verify", lambda p, version=None: "gone in this release" if p.name == broken.name else None)
+    monkeypatch.setattr(patches, "verify",
+                        lambda p, version=None: "gone in this release" if p.name == broken.name else None)
     plugin.register()
     with caplog.at_level(logging.WARNING, logger="sglang_ascend_hybrid"):
         plugin.enforce_strict()  # plain 'ascend': warning only
     assert any(broken.target in r.getMessage() for r in caplog.records)
     mode.record_request()
-    with pytest.raises(plugin.PluginPatchError, match=re.escape(NEWEST_TESTED) + ".*" + broken.target.replace(".", r"\.")):
+    expected = re.escape(NEWEST_TESTED) + ".*" + broken.target.replace(".", r"\.")
+    with pytest.raises(plugin.PluginPatchError, match=expected):
         plugin.enforce_strict()
 
 
@@ -471,7 +474,8 @@ def test_sglang_plugin_load_imports_no_attention_registry_and_parses_nothing_whe
         "import ast, json, sys\n"
         "parsed = []\n"
         "real = ast.parse\n"
-        "ast.parse = lambda src, filename='<unknown>', *a, **k: parsed.append(filename) or real(src, filename, *a, **k)\n"
+        "ast.parse = lambda src, filename='<unknown>', *a, **k: "
+        "parsed.append(filename) or real(src, filename, *a, **k)\n"
         "from sglang.srt.plugins import load_plugins\n"
         "lazy = ('sglang.srt.layers.attention.attention_registry', 'sglang.srt.layers.attention.mamba.causal_conv1d')\n"
         "before = [m for m in lazy if m in sys.modules]\n"

@@ -322,7 +322,8 @@ def planned_decision(
     ``config`` is a config.json dict, file or model directory.  Keyword
     arguments are the user's flags (defaults = not given).  Pure: reads the
     config and, when SGLang is installed, its extra_buffer architecture list
-    from its source (nothing of SGLang is imported); resolves nothing.  ``tp_size`` does not change today's decisions (the
+    from its source (nothing of SGLang is imported); resolves nothing.  ``tp_size`` does not change today's
+    decisions (the
     page-size / radix-cache conflict is per model, not per rank); it is part of
     the signature so ``plan`` has one call shape.
 

@@ -168,3 +168,32 @@ def test_multi_item_scoring_inside_forward_extend_is_left_to_the_original():
     assert gdn_hooks.ascend_gdn_forward_extend(forward_extend, backend, inplace_update=False) == "original"
     assert gdn_hooks.ascend_gdn_forward_extend(forward_extend, backend, new_flag=1) == "original"
     assert calls[0]["inplace_update"] is False and calls[1]["new_flag"] == 1
+
+
+def test_triton_path_on_an_fp32_pool_keeps_the_tracked_states_exact(monkeypatch):
+    """GDN_ATTN_BACKEND_TRITON=1 with an fp32 pool: sgl-kernel-npu's Triton entry serves (its chunk
+    states are bf16) and the entries SGLang copies are the fp32 final states of a fresh prefill of
+    each tracked prefix, bit for bit."""
+    from sglang_ascend_hybrid.emulators import gdn as emu
+    from sglang_ascend_hybrid.ops import seam
+    from sglang_ascend_hybrid.ops.gdn import chunk_stride_probe
+    from tests.call_counter import Counting
+
+    monkeypatch.setenv("GDN_ATTN_BACKEND_TRITON", "1")
+    q, k, v, g, beta, pool, cu = _inputs([150, 200])  # 3 and 4 chunks
+    idx = torch.tensor([3, 1])
+    md = SimpleNamespace(has_mamba_track_mask=True, track_ssm_h_src=torch.tensor([2, 3 + 2]))
+    triton = Counting(emu.make_triton_chunk_emulator(mega=None, version="2026.6.1"))
+    with seam.install_device_facts(chip="A3"), seam.install_emulators({dispatch.OP_TRITON: triton}):
+        verdict = chunk_stride_probe.stride_verdict(4, 2, K, V, torch.bfloat16, "cpu", before_serving=True)
+        assert verdict.verdict == chunk_stride_probe.STRIDE_64
+        _, _, h = _extend_inside_forward_extend(md, q, k, v, g, beta, ssm_states=pool, cache_indices=idx,
+                                                query_start_loc=cu)
+        sel = torch.cat([torch.arange(0, 128), torch.arange(150, 278)])
+        _, fresh, _ = _extend_inside_forward_extend(
+            SimpleNamespace(has_mamba_track_mask=False), q[:, sel], k[:, sel], v[:, sel], g[:, sel], beta[:, sel],
+            ssm_states=pool, cache_indices=idx, query_start_loc=torch.tensor([0, 128, 256], dtype=torch.int32))
+    assert triton.calls == 3  # the step, its tracked prefixes, the fresh prefill
+    assert h.dtype == torch.float32
+    assert torch.equal(h[0, 2], fresh[0]) and torch.equal(h[0, 5], fresh[1])
+    assert not torch.equal(h[0, 2], h[0, 2].bfloat16().float())  # not a rounded state

@@ -272,7 +272,6 @@ def test_fp32_pool_tracking_on_the_triton_path_keeps_the_tracked_states_exact(as
     """GDN_ATTN_BACKEND_TRITON=1, fp32 pool, radix-cache tracking: the Triton entry serves (its chunk
     states are bf16), and the entries SGLang copies are the fp32 states, equal to the fp32 final
     state of a fresh prefill of the tracked prefix."""
-    from types import SimpleNamespace
 
     mod = ascend_gdn
     monkeypatch.setenv("GDN_ATTN_BACKEND_TRITON", "1")

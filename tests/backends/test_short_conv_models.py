@@ -73,7 +73,7 @@ def _setup(cfg, seed):
 
 
 @pytest.mark.parametrize("width", [2, 3, 4])
-def test_lfm2_short_conv_layer(ascend_env, monkeypatch, width):
+def test_lfm2_short_conv_layer(ascend_env, monkeypatch, width):  # noqa: F811  (fixture)
     import sglang.srt.models.lfm2 as lfm2
     from sglang.srt.layers.attention.mamba import causal_conv1d as upstream_conv
 
@@ -119,7 +119,7 @@ def test_lfm2_short_conv_layer(ascend_env, monkeypatch, width):
             assert torch.equal(conv_pool[other], before[other])
 
 
-def test_zaya_cca_layer(ascend_env):
+def test_zaya_cca_layer(ascend_env):  # noqa: F811  (fixture)
     from sglang.srt.models.zaya import CCA
 
     cfg = zaya_config()

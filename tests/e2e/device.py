@@ -29,7 +29,8 @@ def gdn_emulators(*, npu_chunk_refuse: Optional[Callable] = None, mega_predicate
                   npu_chunk: bool = True, decode_layout: str = "key_first", triton: Optional[bool] = None) -> dict:
     """``triton``: also sgl-kernel-npu's Triton prefill entry (of the current release, reading
     ``os.environ`` at every call); default: where the installed SGLang's GDN prefill calls it
-    (:func:`tests.e2e.npu_standins.entry_route_serves_prefill`).  ``npu_chunk=False``: an sgl-kernel-npu build without ``torch.ops.npu.chunk_gated_delta_rule``
+    (:func:`tests.e2e.npu_standins.entry_route_serves_prefill`).  ``npu_chunk=False``: an sgl-kernel-npu build
+    without ``torch.ops.npu.chunk_gated_delta_rule``
     (every tag up to 2026.08.21: the op is sgl-kernel-npu PR #747).  ``decode_layout``: how the
     build's Triton decode kernel addresses the SSM pool (key first as its readable source does,
     or value first)."""

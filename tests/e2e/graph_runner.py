@@ -333,7 +333,8 @@ class GraphRun:
     buckets: list  # per step: the capture size it replayed
     changed: list  # per step: the pool slots the replay changed
     live_slots: list  # per step: the live requests' slots (and the track slots the step writes)
-    tracked: dict = field(default_factory=dict)  # (step, request) -> its slot's states after that step [temporal, *conv]
+    # (step, request) -> its slot's states after that step [temporal, *conv]
+    tracked: dict = field(default_factory=dict)
 
 
 def _decode_fb(sched, reqs):

@@ -46,7 +46,7 @@ def test_gdn_decode_matches_transformers_for_either_kernel_layout(name, layout, 
     assert f"probe gdn-decode-layout {device.DECODE_ENTRY} q=bfloat16 pool={str(ssm_dtype)[6:]}" in text, text
     assert f": {verdict} (" in text, text
     rung = RUNG_FOR[(layout, ssm_dtype)]
-    assert f"GDN decode (NumValueHeads" in text and f"runs on the {rung} kernel" in text, text
+    assert "GDN decode (NumValueHeads" in text and f"runs on the {rung} kernel" in text, text
     # every GDN layer of every decode step reached the rung's device op (torch: none)
     decode_calls = GDN_LAYERS * PLAN.decodes
     kernel_calls = run.device_calls.get(device.OP_GDN_DECODE, 0)

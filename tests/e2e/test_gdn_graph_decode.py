@@ -87,7 +87,8 @@ def _batch(sched, reqs, fill_req_row: int = 0):
         seq.append(p + 1)
         rows.append(req.row)
     pad = CAPTURE_BS - len(reqs)
-    ids, pos, locs, seq, rows = ids + [0] * pad, pos + [0] * pad, locs + [0] * pad, seq + [1] * pad, rows + [fill_req_row] * pad
+    ids, pos, locs = ids + [0] * pad, pos + [0] * pad, locs + [0] * pad
+    seq, rows = seq + [1] * pad, rows + [fill_req_row] * pad
     fb = ForwardBatch(
         forward_mode=ForwardMode.DECODE, batch_size=CAPTURE_BS, input_ids=torch.tensor(ids, dtype=torch.int64),
         req_pool_indices=torch.tensor(rows, dtype=torch.int64), seq_lens=torch.tensor(seq, dtype=torch.int64),

@@ -17,7 +17,7 @@ from sglang_ascend_hybrid.backends import launch_defaults
 from sglang_ascend_hybrid.backends.launch_defaults import LaunchConfigError, planned_adjustments
 from sglang_ascend_hybrid.launch_check import resolve_isolated
 
-from ._families import EXAMPLE_CONFIGS, FAMILIES, GDN_FAMILIES, SHORT_CONV_FAMILIES, config_dir
+from ._families import EXAMPLE_CONFIGS, FAMILIES, SHORT_CONV_FAMILIES, config_dir
 
 # The lead adds "ascend_hybrid" here once the backend name is registered.
 ATTENTION_BACKENDS = ("ascend", "ascend_hybrid")

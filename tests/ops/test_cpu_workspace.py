@@ -17,7 +17,8 @@ def test_kept_buffers_are_reused_grown_and_per_thread():
     assert b.data_ptr() == a.data_ptr()                        # the same kept buffer, a smaller view
     assert cpu_workspace.kept("test.a", (4, 8), torch.bfloat16, "cpu").data_ptr() != a.data_ptr()
     grown = cpu_workspace.kept("test.a", (64, 8), torch.float32, "cpu")
-    assert grown.shape == (64, 8) and cpu_workspace.kept("test.a", (64, 8), torch.float32, "cpu").data_ptr() == grown.data_ptr()
+    assert grown.shape == (64, 8)
+    assert cpu_workspace.kept("test.a", (64, 8), torch.float32, "cpu").data_ptr() == grown.data_ptr()
     other = []
     t = threading.Thread(target=lambda: other.append(cpu_workspace.kept("test.a", (4, 8), torch.float32, "cpu")))
     t.start()

@@ -45,7 +45,6 @@ def test_the_triton_rung_trusts_the_probe_over_the_release_prediction(caplog):
     """The seam reports a release whose Triton entry uses its Triton path unless GDN_USE_MEGA_GDN=1, but
     the installed entry runs the mega kernel by default (as 2026.6.0 does): with 64-token chunk states
     asked for, the probe's 128-token verdict keeps the rung out and torch serves exact states."""
-    from sglang_ascend_hybrid.ops.gdn import dispatch
     from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states
     from sglang_ascend_hybrid.ops.gdn.reference import chunk_gdn_torch, l2norm
     from tests.call_counter import Counting

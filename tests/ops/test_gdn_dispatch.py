@@ -196,8 +196,9 @@ def test_decode_npu_recurrent_emulator_matches_torch():
 def test_mega_emulator_keeps_the_real_contract():
     q, k, v, g, beta, cu, h0 = _inputs([4], 6, 2)
     run = emu.make_mega_emulator()
-    with pytest.raises(RuntimeError, match=r"unsupported mega_chunk_gdn \(NumValueHeads, NumKeyHeads\) pair "
-                                           r"Try running the alternative backend by setting GDN_ATTN_BACKEND_TRITON=1\."):
+    text = (r"unsupported mega_chunk_gdn \(NumValueHeads, NumKeyHeads\) pair "
+            r"Try running the alternative backend by setting GDN_ATTN_BACKEND_TRITON=1\.")
+    with pytest.raises(RuntimeError, match=text):
         run(q, k, v, g, beta, None, None, True, cu)
     q2, k2, v2, g2, b2, cu2, _ = _inputs([4], 8, 2)
     with pytest.raises(RuntimeError, match="g must be float32"):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import pytest
@@ -73,9 +72,9 @@ def test_plans_fit_the_kernel_and_are_minimal(pair):
     assert math.isclose(plan.overhead, expected[0])
     assert len(plan.launches) == expected[1]
     # the detail covers every real key group exactly once
-    covered = [g for l in plan.detail for g in range(l.key_start, l.key_start + l.key_count)]
+    covered = [g for part in plan.detail for g in range(part.key_start, part.key_start + part.key_count)]
     assert covered == list(range(hk))
-    assert sum(l.value_heads for l in plan.detail) == round(plan.overhead * hv)
+    assert sum(part.value_heads for part in plan.detail) == round(plan.overhead * hv)
 
 
 @pytest.mark.parametrize("pair,strategy,launches", [

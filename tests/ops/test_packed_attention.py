@@ -63,9 +63,9 @@ def sdpa_packed_attention(q, k, v, q_bounds, k_bounds, scale):
         qh = q[qs:qe].transpose(0, 1)[None]
         kh = k[ks:ke].repeat_interleave(group, dim=1).transpose(0, 1)[None]
         vh = v[ks:ke].repeat_interleave(group, dim=1).transpose(0, 1)[None]
-        o, l = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(qh, kh, vh, scale=scale)[:2]
+        o, lse_h = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(qh, kh, vh, scale=scale)[:2]
         out[qs:qe] = o[0].transpose(0, 1)
-        lse[:, qs:qe] = l[0]
+        lse[:, qs:qe] = lse_h[0]
         rows[qs:qe] = True
     return out, lse, rows
 

@@ -1,5 +1,6 @@
 """The seam resolves the torch.ops.npu ops sgl-kernel-npu registers only after importing it
-(sgl-project/sgl-kernel-npu f425bdf1 ``csrc/pytorch_extensions.cpp``, ``TORCH_LIBRARY_FRAGMENT(npu, m)``), and takes no negative cache before that import."""
+(sgl-project/sgl-kernel-npu f425bdf1 ``csrc/pytorch_extensions.cpp``, ``TORCH_LIBRARY_FRAGMENT(npu, m)``), and takes
+no negative cache before that import."""
 
 from __future__ import annotations
 

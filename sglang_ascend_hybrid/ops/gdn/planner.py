@@ -73,7 +73,7 @@ class Plan:
 
     @property
     def inert_value_heads(self) -> int:
-        return sum(l.value_heads for l in self.detail) - (self.value_heads if self.detail else 0)
+        return sum(part.value_heads for part in self.detail) - (self.value_heads if self.detail else 0)
 
     def describe(self) -> str:
         if self.strategy == "none":
@@ -153,11 +153,11 @@ def _best_plan(value_heads: int, key_heads: int, predicate: Callable[[int, int],
     for h, rp, extra in parts:
         detail.append(Launch(start, h, rp, extra))
         start += h
-    padded = any(l.group_size != r or l.inert_groups for l in detail)
+    padded = any(part.group_size != r or part.inert_groups for part in detail)
     split = len(detail) > 1
     strategy = {(False, False): "native", (True, False): "split",
                 (False, True): "pad", (True, True): "split+pad"}[(split, padded)]
-    return Plan(strategy, tuple(l.pair for l in detail), work / value_heads,
+    return Plan(strategy, tuple(part.pair for part in detail), work / value_heads,
                 value_heads, key_heads, tuple(detail))
 
 

@@ -2,7 +2,8 @@
 an exact torch implementation of the same semantics everywhere else.
 
 The op is ``torch.ops.npu.recurrent_gated_delta_rule`` (contract: :mod:`.capabilities`,
-read from sgl-project/sgl-kernel-npu ``csrc/recurrent_gated_delta_rule`` at f425bdf1).  SGLang's Ascend GDN backend calls it for every
+read from sgl-project/sgl-kernel-npu ``csrc/recurrent_gated_delta_rule`` at f425bdf1).  SGLang's Ascend GDN backend
+calls it for every
 verify step; it is bf16-only without a dtype check, so with the fp32 SSM pool the
 Qwen3.5 / 3.6 configs ask for it reads fp32 bytes as bf16 (sglang issue #40419).
 
