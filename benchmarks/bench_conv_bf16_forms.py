@@ -1,4 +1,4 @@
-"""Why the bf16 short-conv bandwidth goal (issue 15) is out of reach of eager torch ops on a CPU: the
+"""Why the bf16 short-conv bandwidth goal is out of reach of eager torch ops on a CPU: the
 ways to compute the bf16 depthwise stream with the kernels' arithmetic (fp32 products and sums,
 one rounding) side by side with the bandwidth probe, each without the work on segment starts and
 states that the real rung adds.

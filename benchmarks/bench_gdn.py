@@ -1,4 +1,4 @@
-"""GDN prefill on CPU: the plugin's torch chunked path against the pure-torch competitors (issue 15).
+"""GDN prefill on CPU: the plugin's torch chunked path against the pure-torch competitors (its performance goal).
 
     .venv/bin/python benchmarks/bench_gdn.py [--threads 1,2] [--reps 7] [--smoke] [--json PATH]
 

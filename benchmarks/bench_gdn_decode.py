@@ -13,7 +13,7 @@ capture-safe, no host sync).  Rows, side by side in one process (``benchmarks/ha
 * ``2-pass floor``: gathering the same rows into a preallocated buffer and scattering them back,
   i.e. one read and one write of every state row, the minimum any step must move.
 
-Goal (issue 15): the torch rung at least 3x faster than ``previous``.  Bytes: the 2-pass
+Goal: the torch rung at least 3x faster than ``previous``.  Bytes: the 2-pass
 minimum per step is ``2 * B * Hv * V * K * 4``; the table reports the time of each method as
 a multiple of the floor and the bandwidth it implies.  A bf16 pool is measured the same way.
 """

@@ -6,7 +6,7 @@ The device op is the CPU emulator of ``npu_fused_infer_attention_score`` behind 
 the NPU would run); bf16, 8 query and 8 KV heads (MHA, as the diffusion models calling this op
 have), head dim 128.  Tables (``benchmarks/harness.py``: interleaved, medians and minima, A/A):
 
-1. compaction at scale (issue 15's goal): 31k query tokens, 10 % of sequences one-sided
+1. compaction at scale (the performance goal): 31k query tokens, 10 % of sequences one-sided
    (half KV-only, half query-only); the wrapper (compaction + op + restoring the query-only rows)
    against the op called directly on inputs compacted beforehand, outside the timing.
    Goal: wrapper / op <= 1.05.

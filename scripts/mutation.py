@@ -1,4 +1,4 @@
-"""Mutation testing of the modules that decide results (issue 16); run by scripts/mutation.sh.
+"""Mutation testing of the modules that decide results; run by scripts/mutation.sh.
 
 Tool: mutmut 3 (pinned in requirements/mutation.txt).  mutmut imports torch once, forks a
 child per mutant and runs only the tests that reached the mutated function in its stats

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Mutation testing of the modules that decide results (issue 16).  Not run by CI (too slow):
+# Mutation testing of the modules that decide results.  Not run by CI (too slow):
 # run it before closing a change to ops/, backends/, plugin.py, mode.py or patches.py.
 #
 #   scripts/mutation.sh [--sample N] [--resume] [--max-children N] [group ...]

@@ -1,5 +1,5 @@
 """The patch registry's static target check (``patches.find_target``) on a package written for the
-test (issue 16, mutation testing): package ``__init__`` definitions, conditional definitions in
+test (mutation testing): package ``__init__`` definitions, conditional definitions in
 every branch of ``if`` / ``try``, classes, top-level single-file modules, namespace portions, and
 the reasons it gives when something is missing."""
 

@@ -1,4 +1,4 @@
-"""Plugin / strict-mode properties the other plugin tests leave unchecked (issue 16):
+"""Plugin / strict-mode properties the other plugin tests leave unchecked (found by mutation testing):
 
 * ``register`` and ``register_multimodal`` never raise, and the swallowed error is logged
   with its traceback (a silent swallow fails);

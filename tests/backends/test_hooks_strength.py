@@ -1,4 +1,4 @@
-"""Hook behaviour the other hook tests do not pin down (issue 16, mutation testing):
+"""Hook behaviour the other hook tests do not pin down (mutation testing):
 
 * sgl-kernel-npu's entry hook returns the entry's own layouts *by value*: key-first final
   states and per-chunk states ``h [1, NT, H, K, V]`` equal to FLA's states at every chunk start

@@ -1,5 +1,5 @@
 """Launch readiness: every supported family gets through SGLang's real startup
-resolution for ``--device npu`` with default flags (issue 7).
+resolution for ``--device npu`` with default flags.
 
 All resolutions run through ``launch_check.resolve_isolated``: one fresh Python
 process per batch (resolution touches process-global state), the whole module's

@@ -1,4 +1,4 @@
-"""The conv AROUND hooks' argument handling, found weak by mutation testing (issue 16): a call
+"""The conv AROUND hooks' argument handling, found weak by mutation testing: a call
 for upstream reaches it with every argument as given; arguments passed by keyword route the
 same way as positional ones; the host check of ``seq_lens_cpu`` accepts its edges."""
 

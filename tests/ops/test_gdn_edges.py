@@ -1,4 +1,4 @@
-"""GDN edges found by mutation testing (issue 16): each test names the property a surviving
+"""GDN edges found by mutation testing: each test names the property a surviving
 mutant broke without any other test noticing."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""ATen op counts of the pure-torch chunked GDN (issue 15): the op count is the launch count
+"""ATen op counts of the pure-torch chunked GDN (a performance goal): the op count is the launch count
 an NPU would pay, so it must not grow back to many small ops per chunk.
 
 The count does not depend on the head dimensions (every op is batched over them), so the
@@ -22,7 +22,7 @@ from tests.ops.gdn_inputs import random_case
 
 HV, HK = 16, 8
 C, PAIRS = ref_mod._compute_chunk(ref_mod.CHUNK_SIZE, torch.device("cpu"))  # compute chunk, pairs per group
-OP_GOAL = 5000                # issue 15: ATen ops per call at T = 4096, Hv = 16, Hk = 8
+OP_GOAL = 5000                # the goal: ATen ops per call at T = 4096, Hv = 16, Hk = 8
 PER_POSITION = 4              # hand-over ops per chunk position: q S, u = u0 - w S, gamma S, + k_end^T u
 PER_GROUP = 150               # fixed ops per group of chunks (measured about 120)
 

@@ -1,4 +1,4 @@
-"""GDN tests that reach what the other GDN tests leave out (issue 16, mutation testing):
+"""GDN tests that reach what the other GDN tests leave out (mutation testing):
 
 * the exact strong-decay branch of the chunked path (in-chunk cumulative decay below
   ``-_DECAY_PRODUCT_RANGE``), against FLA's naive recurrence;

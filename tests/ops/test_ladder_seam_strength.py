@@ -1,4 +1,4 @@
-"""The generic kernel ladder and the seam's device facts, found weak by mutation testing (issue 16):
+"""The generic kernel ladder and the seam's device facts, found weak by mutation testing:
 keyword arguments reach every rung, the errors name the op, fatal device errors are recognised
 by type and by text, the chip is classified from its device name, a real kernel serves only
 NPU tensors."""
