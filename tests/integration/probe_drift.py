@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from sglang_ascend_hybrid import patches
-from sglang_ascend_hybrid.launch_check import resolve_launch
+from sglang_ascend_hybrid.testing.launch_check import resolve_launch
 
 DRIFTED = "sglang.srt.layers.attention.attention_registry.removed_in_a_later_release"
 patches.PATCHES = patches.PATCHES + (

@@ -19,7 +19,7 @@ logging.getLogger("sglang_ascend_hybrid").addHandler(_Capture(level=logging.INFO
 logging.getLogger("sglang_ascend_hybrid").setLevel(logging.INFO)
 
 from sglang_ascend_hybrid import plugin  # noqa: E402
-from sglang_ascend_hybrid.launch_check import resolve_launch  # noqa: E402
+from sglang_ascend_hybrid.testing.launch_check import resolve_launch  # noqa: E402
 from sglang_ascend_hybrid.status import STATUS  # noqa: E402
 
 model = Path(sys.argv[1])

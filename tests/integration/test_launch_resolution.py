@@ -15,7 +15,7 @@ import pytest
 
 from sglang_ascend_hybrid.backends import launch_defaults
 from sglang_ascend_hybrid.backends.launch_defaults import LaunchConfigError, planned_adjustments
-from sglang_ascend_hybrid.launch_check import resolve_isolated
+from sglang_ascend_hybrid.testing.launch_check import resolve_isolated
 
 from ._families import EXAMPLE_CONFIGS, FAMILIES, SHORT_CONV_FAMILIES, config_dir
 
@@ -320,7 +320,7 @@ def test_npu_emulation_is_scoped():
     import sglang.srt.utils.common as common
     from sglang.srt.runtime_context import get_platform
 
-    from sglang_ascend_hybrid.launch_check import emulated_npu_platform
+    from sglang_ascend_hybrid.testing.launch_check import emulated_npu_platform
 
     had_torch_npu = "torch_npu" in sys.modules
     env_before = os.environ.get("SGLANG_ZBAL_LOCAL_MEM_SIZE")
@@ -351,7 +351,7 @@ def test_emulation_passes_only_the_platform_facts_this_release_knows():
     """Releases differ in their platform-fact table and reject unknown facts."""
     from sglang.srt import runtime_context
 
-    from sglang_ascend_hybrid.launch_check import _PLATFORM_FACTS_NPU, platform_facts_npu
+    from sglang_ascend_hybrid.testing.launch_check import _PLATFORM_FACTS_NPU, platform_facts_npu
 
     known = set(runtime_context._PLATFORM_PROBES) | set(runtime_context._PLATFORM_VALUES)
     facts = platform_facts_npu()

@@ -109,7 +109,7 @@ def test_drifted_target_stops_startup_under_ascend_hybrid(drift):
 
 
 def test_ascend_hybrid_resolves_to_the_ascend_stack_and_is_recorded():
-    from sglang_ascend_hybrid.launch_check import resolve_isolated
+    from sglang_ascend_hybrid.testing.launch_check import resolve_isolated
 
     model = Path(__file__).parent.parent.parent / "examples" / "configs" / "qwen3_6-27b"
     (res,) = resolve_isolated([dict(model_path=model, tp_size=8, attention_backend="ascend_hybrid",

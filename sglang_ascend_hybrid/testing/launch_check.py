@@ -1,10 +1,11 @@
 """Launch-resolution harness: run SGLang's real server-argument resolution for
 ``--device npu`` on a machine without an NPU.
 
-Used by the tests (``tests/integration/test_launch_resolution.py``) and by the
-CLI (``doctor`` / ``plan``) to answer "would ``sglang serve --device npu ...``
-get through startup resolution with this model, and what did the plugin
-adjust?" without loading weights or touching a device.
+Used by the tests (``tests/integration/test_launch_resolution.py`` and the other
+resolution tests), and runnable by an operator, to answer "would ``sglang serve
+--device npu ...`` get through startup resolution with this model, and what did
+the plugin adjust?" without loading weights or touching a device.  The plugin's
+own code (its discovery, backends and CLI) never imports it.
 
 What is emulated (see :func:`emulated_npu_platform`):
 
@@ -182,7 +183,7 @@ def _importable_torch_npu() -> Iterator[bool]:
     stub = types.ModuleType("torch_npu")
     # A spec keeps importlib.util.find_spec("torch_npu") (transformers probes it) working.
     stub.__spec__ = importlib.machinery.ModuleSpec("torch_npu", loader=None)
-    stub.__doc__ = "Temporary empty torch_npu from sglang_ascend_hybrid.launch_check."
+    stub.__doc__ = "Temporary empty torch_npu from sglang_ascend_hybrid.testing.launch_check."
     stub.__version__ = "0.0.0+launch-check"
     sys.modules["torch_npu"] = stub
     try:
@@ -416,7 +417,7 @@ def resolve_isolated(requests: Sequence[dict], *, timeout: float = 900.0) -> lis
         p for p in (repo_root, env.get("PYTHONPATH", "")) if p
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "sglang_ascend_hybrid.launch_check", "--batch"],
+        [sys.executable, "-m", "sglang_ascend_hybrid.testing.launch_check", "--batch"],
         input=payload,
         capture_output=True,
         text=True,
@@ -455,7 +456,7 @@ def _run_batch(stream) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m sglang_ascend_hybrid.launch_check",
+        prog="python -m sglang_ascend_hybrid.testing.launch_check",
         description="Run SGLang's --device npu startup resolution on a CPU machine.",
     )
     parser.add_argument("--batch", action="store_true", help="read a JSON list of requests on stdin")
