@@ -326,7 +326,7 @@ def main(argv=None):
     # NPU's caching allocator does; --allocator plain: PyTorch's CPU allocator hands multi-MB blocks
     # back to the OS, so every fresh one page-faults, as a CPU run of these methods does.  The
     # competitors allocate much more fresh memory per call than the subject, so the two differ:
-    # run both (README shows both).
+    # run both (docs/performance.md shows both).
     line = setup(args)
     print(line)
     allocator = KEPT if line.startswith("allocator: caching") else PLAIN

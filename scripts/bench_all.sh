@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every benchmark, under both allocators, at 1 and 2 threads; JSON into $1 (default perf/), then the
-# README table (scripts/perf_table.py).  Run it on a quiet machine: each table says how much CPU
+# performance table of docs/performance.md (scripts/perf_table.py).  Run it on a quiet machine: each table says how much CPU
 # other processes took while it was measured, and marks itself LOADED above 0.25 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,4 +1,4 @@
-"""Render benchmark JSON results (``benchmarks/*.py --json FILE``) as README's performance table.
+"""Render benchmark JSON results (``benchmarks/*.py --json FILE``) as the performance table of docs/performance.md.
 
     python scripts/perf_table.py perf/*.json
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command (README, "Tests"; .ci/run calls it).
+# The test command (README, "The two commands"; .ci/run calls it).
 #
 #   scripts/test.sh [pytest args]                  every tested SGLang release, one after another
 #   SGLANG_RELEASE=0.5.22 scripts/test.sh [args]   one release (its environment: .venv-sglang-0.5.22/)

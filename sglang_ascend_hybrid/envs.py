@@ -1,6 +1,6 @@
 """Every environment variable the plugin reads, in one place.
 
-Each variable is named ``SGLANG_ASCEND_HYBRID_*`` and documented in README.md
+Each variable is named ``SGLANG_ASCEND_HYBRID_*`` and documented in docs/configuration.md
 ("Environment variables").  Read them through :data:`ENV` so the parsing and
 validation rules (and the defaults ``doctor`` prints) live here only.
 

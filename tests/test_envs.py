@@ -1,5 +1,5 @@
 """The environment-variable registry: every variable is named SGLANG_ASCEND_HYBRID_*,
-documented in README.md, and parsed with clear errors."""
+documented in docs/configuration.md, and parsed with clear errors."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from sglang_ascend_hybrid import envs
 
-README = (Path(__file__).parent.parent / "README.md").read_text()
+README = (Path(__file__).parent.parent / "docs" / "configuration.md").read_text()
 
 
 @pytest.mark.parametrize("var", envs.all_vars(), ids=lambda v: v.name)

@@ -45,7 +45,7 @@ class Verdict:
 class Probe:
     name: str
     what: str
-    verdicts: dict  # verdict name -> what it means for serving (README / doctor)
+    verdicts: dict  # verdict name -> what it means for serving (docs/kernels.md / doctor)
 
 
 REGISTRY: dict[str, Probe] = {}
