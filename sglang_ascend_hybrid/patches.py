@@ -186,6 +186,8 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         name="short-conv-extra-buffer",
         target="sglang.srt.arg_groups.overrides.supports_mamba_cache_extra_buffer",
+        # read from the source by launch_defaults (plan, the launch decision)
+        extra_targets=("sglang.srt.arg_groups.overrides._MAMBA_EXTRA_BUFFER_ARCHS",),
         kind="hook",
         hook_type="around",
         hook="sglang_ascend_hybrid.backends.launch_defaults:supports_extra_buffer_around",
@@ -569,11 +571,30 @@ def release_state(patch: Patch, version: str | None = None) -> tuple[str, str] |
     return patch.elsewhere.state, f"SGLang {version}: {patch.elsewhere.why}"
 
 
+# Private upstream internals the plugin core reads or writes to apply a patch of a kind (SGLang has no
+# public API for them): verified with every such patch, so upstream drift there is a startup message
+# naming the symbol, not an AttributeError mid-registration.
+HOOK_REGISTRIES = {"srt": "sglang.srt.plugins.hook_registry.HookRegistry",
+                   "multimodal": "sglang.multimodal_gen.runtime.platforms.plugins.HookRegistry"}
+HOOK_REGISTRY_INTERNALS = ("_hooks", "_patched")  # plugin._register_hook / _apply_target / _applying_now
+RESOLUTION_INTERNALS = (f"{RES_STEP}._HOOKS",)  # plugin.register_resolution_hook_once, launch_defaults
+
+
+def internals(patch: Patch) -> tuple[str, ...]:
+    """The private upstream symbols the plugin core relies on to apply ``patch``."""
+    if patch.kind == "hook":
+        return tuple(f"{HOOK_REGISTRIES[patch.runtime]}.{attr}" for attr in HOOK_REGISTRY_INTERNALS)
+    if patch.kind == "resolution":
+        return RESOLUTION_INTERNALS
+    return ()
+
+
 def verify(patch: Patch, version: str | None = None) -> str | None:
     """None when the patch's targets for SGLang ``version`` (default: the installed
-    one) exist in the installed upstream, else why not.  Call it for a patch whose
+    one) and the upstream internals applying it relies on (:func:`internals`) exist in
+    the installed upstream, else why not.  Call it for a patch whose
     :func:`release_state` is None."""
-    targets = release_targets(patch.extra_targets, version)
+    targets = (*release_targets(patch.extra_targets, version), *internals(patch))
     if patch.kind == "resolution":
         module, _, attr = patch.step_registry.rpartition(".")
         try:
@@ -628,6 +649,9 @@ def render_markdown() -> str:
         for extra in p.extra_targets:
             target, _, cond = extra.partition(";")
             lines.append(f"- **Also checked**: `{target.strip()}`" + (f" (on {cond.strip()})" if cond else ""))
+        if internals(p):
+            lines.append("- **Upstream internals relied on (checked too)**: "
+                         + ", ".join(f"`{t}`" for t in internals(p)))
         lines.append(f"- **SGLang releases**: {('sglang' + p.releases) if p.releases else 'every supported release'}")
         if p.elsewhere is not None:
             lines.append(f"- **Other releases**: {p.elsewhere.state}: {p.elsewhere.why}"

@@ -134,3 +134,27 @@ def test_resolution_step_verification():
 def test_patch_document_is_generated_from_registry():
     assert (ROOT / "PATCHES.md").read_text() == patches.render_markdown(), (
         "PATCHES.md is stale: run `python -m sglang_ascend_hybrid.patches > PATCHES.md`")
+
+
+def test_the_upstream_internals_a_patch_relies_on_are_verified_with_it(monkeypatch):
+    """The private symbols the plugin core applies a patch through (HookRegistry._hooks / _patched for
+    hooks of each runtime, resolution_hooks._HOOKS for resolution hooks) are checked like targets:
+    one gone upstream makes verify() name it."""
+    hook = next(p for p in patches.PATCHES if p.kind == "hook" and p.runtime == "srt" and not p.releases)
+    mm = next(p for p in patches.PATCHES if p.kind == "hook" and p.runtime == "multimodal")
+    res = next(p for p in patches.PATCHES if p.kind == "resolution")
+    assert patches.internals(hook) == ("sglang.srt.plugins.hook_registry.HookRegistry._hooks",
+                                       "sglang.srt.plugins.hook_registry.HookRegistry._patched")
+    assert all(t.startswith("sglang.multimodal_gen.") for t in patches.internals(mm))
+    assert patches.internals(res) == ("sglang.srt.arg_groups.resolution_hooks._HOOKS",)
+    assert patches.internals(patches.by_name("backend-choices")) == ()
+    for patch in (hook, res):
+        gone = patches.internals(patch)[-1]
+        real = patches.find_target
+        monkeypatch.setattr(patches, "find_target",
+                            lambda t, gone=gone, real=real: f"{t!r} not found" if t == gone else real(t))
+        assert gone in (patches.verify(patch) or ""), patch.name
+        monkeypatch.setattr(patches, "find_target", real)
+        assert patches.verify(patch) is None
+    text = (ROOT / "PATCHES.md").read_text()
+    assert "`sglang.srt.plugins.hook_registry.HookRegistry._patched`" in text
