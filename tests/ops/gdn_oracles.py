@@ -1,4 +1,4 @@
-"""Independent GDN references for the strength tests (found by mutation testing): FLA's naive recurrence per
+"""Independent GDN references for the GDN reference-branch tests: FLA's naive recurrence per
 sequence (with the state at the start of every 64-token chunk), and a CPU emulator of
 sgl-kernel-npu's Triton prefill entry written from its source."""
 
