@@ -17,17 +17,34 @@ NPU_STUBS = Path(__file__).parent / "npu_stubs"
 REPO_ROOT = Path(__file__).parent.parent
 
 
-@pytest.fixture(autouse=True)
-def _fresh_log_once():
-    """Every test starts with no log-once keys and no probe verdicts (a verdict is a fact about
-    the kernel a test installed, not about the next test's)."""
+def reset_process_state() -> None:
+    """Forget the process-global state the plugin keeps between calls: log-once keys, probe
+    verdicts and run counts, and the refusals its kernel ladders learnt (GDN prefill / decode /
+    serving decode / verify, short-conv prefill / update, with the conv tiling record).  Only
+    modules already imported are touched, so no test imports more than it asks for."""
     from sglang_ascend_hybrid.logutil import reset_log_once
     from sglang_ascend_hybrid.ops import probes
 
     reset_log_once()
     probes.reset()
+    loaded = sys.modules.get
+    if loaded("sglang_ascend_hybrid.ops.gdn.dispatch") is not None:
+        loaded("sglang_ascend_hybrid.ops.gdn.dispatch").forget_refusals()
+    if loaded("sglang_ascend_hybrid.ops.gdn.verify") is not None:
+        loaded("sglang_ascend_hybrid.ops.gdn.verify").VERIFY.forget_refusals()
+    if loaded("sglang_ascend_hybrid.ops.gdn.decode") is not None:
+        loaded("sglang_ascend_hybrid.ops.gdn.decode").SERVING_DECODE.forget_refusals()
+    if loaded("sglang_ascend_hybrid.ops.causal_conv1d") is not None:
+        loaded("sglang_ascend_hybrid.ops.causal_conv1d").reset_state()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_process_state():
+    """Every test starts and ends with no learnt state (a verdict or a refusal is a fact about the
+    kernel a test installed, not about the next test's): the one place tests reset it."""
+    reset_process_state()
     yield
-    probes.reset()
+    reset_process_state()
 
 
 @pytest.fixture

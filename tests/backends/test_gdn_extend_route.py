@@ -67,12 +67,6 @@ def _extend_inside_forward_extend(metadata, *args, **kwargs):
     return gdn_hooks.ascend_gdn_forward_extend(forward_extend, backend)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_refusals():
-    dispatch.forget_refusals()
-    yield
-    dispatch.forget_refusals()
-
 
 def test_outside_forward_extend_the_original_runs_with_the_same_arguments():
     q, k, v, g, beta, pool, cu = _inputs([5, 7])

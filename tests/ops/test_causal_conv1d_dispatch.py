@@ -24,12 +24,6 @@ SLOTS = [1, -1, 3, 4, 6]
 HAS_INIT = [True, False, True, False, True]
 
 
-@pytest.fixture(autouse=True)
-def _fresh_ladders():
-    ops.reset_state()
-    yield
-    ops.reset_state()
-
 
 def _ops(*names):
     table = emu.emulators()

@@ -24,12 +24,6 @@ SETTINGS = dict(derandomize=True, deadline=None, max_examples=60,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
-@pytest.fixture(autouse=True)
-def _fresh_ladders():
-    ops.reset_state()
-    yield
-    ops.reset_state()
-
 
 def _pool(draw, dtype, width, dim, gen):
     """A state view: the last W-1 rows of a window-major pool (maybe with draft rows), or a

@@ -20,12 +20,6 @@ from tests.call_counter import Counting as _Counting
 D = 128
 
 
-@pytest.fixture(autouse=True)
-def _fresh_ladders():
-    dispatch.forget_refusals()
-    yield
-    dispatch.forget_refusals()
-
 
 def _inputs(lens, hv, hk, dtype=torch.float16, seed=0, with_state=True, state_dtype=None):
     """Inputs in ``dtype``; the initial state in ``state_dtype`` (default: the input dtype, a

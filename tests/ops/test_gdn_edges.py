@@ -10,18 +10,10 @@ import torch.nn.functional as F
 from sglang_ascend_hybrid.emulators import gdn as emu
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import capabilities as caps
-from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, dispatch
+from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule
 from sglang_ascend_hybrid.ops.gdn import verify as gv
 from sglang_ascend_hybrid.ops.gdn.reference import _unit_lower_inverse, chunk_gdn_torch
 
-
-@pytest.fixture(autouse=True)
-def _fresh():
-    dispatch.forget_refusals()
-    gv.VERIFY.forget_refusals()
-    yield
-    dispatch.forget_refusals()
-    gv.VERIFY.forget_refusals()
 
 
 @pytest.mark.parametrize("C", [16, 32, 64, 128, 48])

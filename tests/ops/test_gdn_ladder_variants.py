@@ -28,12 +28,6 @@ MEGA = {  # name -> (installed variant, the version string the wheel reports)
 }
 
 
-@pytest.fixture(autouse=True)
-def _fresh():
-    dispatch.forget_refusals()
-    yield
-    dispatch.forget_refusals()
-
 
 def _inputs(hv, hk, pool_dtype, seed=0):
     gen = torch.Generator().manual_seed(seed)

@@ -27,12 +27,6 @@ from tests.sync_counter import SyncCounter
 NK, NV, DK, DV = 2, 4, 32, 16
 
 
-@pytest.fixture(autouse=True)
-def _fresh():
-    gv.VERIFY.forget_refusals()
-    yield
-    gv.VERIFY.forget_refusals()
-
 
 def _case(B, S, *, seed=0, dtype=torch.bfloat16, pool_dtype=torch.bfloat16, slots=None, lens=None,
           accepted=None, with_g=True):

@@ -19,14 +19,6 @@ from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.index_dtype import index_dtype_problem
 
 
-@pytest.fixture(autouse=True)
-def _fresh():
-    conv.reset_state()
-    seam.forget_verdicts()
-    yield
-    conv.reset_state()
-    seam.forget_verdicts()
-
 
 def test_a_recorded_verdict_is_read_back_per_probe_and_signature():
     seam.record_verdict("p", "sig-a", "A")
