@@ -13,6 +13,7 @@ module top.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import os
@@ -580,6 +581,13 @@ HOOK_REGISTRY_INTERNALS = ("_hooks", "_patched")  # plugin._register_hook / _app
 RESOLUTION_INTERNALS = (f"{RES_STEP}._HOOKS",)  # plugin.register_resolution_hook_once, launch_defaults
 
 
+@functools.lru_cache(maxsize=None)
+def _internal_missing(target: str) -> str | None:
+    """:func:`find_target` of an upstream internal, once per process: every hook patch relies on the
+    same two, and registration is on every process's start-up path."""
+    return find_target(target)
+
+
 def internals(patch: Patch) -> tuple[str, ...]:
     """The private upstream symbols the plugin core relies on to apply ``patch``."""
     if patch.kind == "hook":
@@ -594,7 +602,7 @@ def verify(patch: Patch, version: str | None = None) -> str | None:
     one) and the upstream internals applying it relies on (:func:`internals`) exist in
     the installed upstream, else why not.  Call it for a patch whose
     :func:`release_state` is None."""
-    targets = (*release_targets(patch.extra_targets, version), *internals(patch))
+    targets = release_targets(patch.extra_targets, version)
     if patch.kind == "resolution":
         module, _, attr = patch.step_registry.rpartition(".")
         try:
@@ -607,6 +615,10 @@ def verify(patch: Patch, version: str | None = None) -> str | None:
         targets = (patch.target, *targets)
     for target in targets:
         reason = find_target(target)
+        if reason:
+            return reason
+    for target in internals(patch):
+        reason = _internal_missing(target)
         if reason:
             return reason
     return None
