@@ -68,10 +68,6 @@ from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states
 
 logger = logging.getLogger(__name__)
 
-ASCEND_CHUNK_GDN_TARGET = (
-    "sglang.srt.hardware_backend.npu.attention.ascend_gdn_backend.AscendGDNAttnBackend.chunk_gdn")
-SGL_CHUNK_NPU_TARGET = "sgl_kernel_npu.fla.chunk.chunk_gated_delta_rule_npu"
-
 
 def _triton_requested() -> bool:
     return os.environ.get("GDN_ATTN_BACKEND_TRITON", "0").strip() == "1"
