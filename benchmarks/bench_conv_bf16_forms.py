@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from benchmarks.harness import Goal, measure, run  # noqa: E402
-from sglang_ascend_hybrid.ops.causal_conv1d_reference import (  # noqa: E402
+from sglang_ascend_hybrid.ops.conv.torch_impl import (  # noqa: E402
     _BLOCK_ELEMS,
     _stream_taps,
     causal_conv1d_fn_torch,

@@ -53,7 +53,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from benchmarks.harness import Goal, measure, run  # noqa: E402
 from sglang_ascend_hybrid.backends.conv_state_layout import cuda_layout_view  # noqa: E402
-from sglang_ascend_hybrid.ops.causal_conv1d import causal_conv1d_fn, causal_conv1d_update  # noqa: E402
+from sglang_ascend_hybrid.ops.conv.api import causal_conv1d_fn, causal_conv1d_update  # noqa: E402
 
 DECODE_REPS = 31
 FULL = dict(dim=2048, width=4, total=8192, seqs=128, decode_batches=(64, 256))

@@ -27,7 +27,7 @@ from typing import Callable, Generic, Iterator, TypeVar
 T = TypeVar("T")
 
 # Rung names of the kernel ladders (fastest first), as the ladders in
-# ``ops/gdn/dispatch.py`` and ``ops/causal_conv1d.py`` name them.  Listed here so
+# ``ops/gdn/dispatch.py`` and ``ops/conv/dispatch.py`` name them.  Listed here so
 # validating the environment needs no op module (and no torch) import;
 # ``tests/test_envs.py`` checks they equal the ladders' names.
 GDN_PREFILL_RUNGS = ("npu_chunk", "mega", "triton", "torch")

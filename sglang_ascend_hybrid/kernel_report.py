@@ -31,7 +31,7 @@ def _probe_device() -> str:
 
 def installed_kernels() -> list[dict]:
     """Each kernel the plugin can use: present or not, and which variant."""
-    from sglang_ascend_hybrid.emulators import causal_conv1d as conv_emu
+    from sglang_ascend_hybrid.ops.conv import contract as conv_contract
     from sglang_ascend_hybrid.ops.gdn import capabilities as caps
     from sglang_ascend_hybrid.ops.gdn import dispatch
 
@@ -47,12 +47,12 @@ def installed_kernels() -> list[dict]:
                       if mega else "absent (sgl-kernel-npu before 2026.05.01.post3)")),
         dict(kernel="sgl_kernel_npu chunk_gated_delta_rule_npu (Triton)", present=seam.available(dispatch.OP_TRITON),
              variant=""),
-        dict(kernel="torch.ops.npu.causal_conv1d", present=seam.available(conv_emu.OP_ACLNN),
+        dict(kernel="torch.ops.npu.causal_conv1d", present=seam.available(conv_contract.OP_ACLNN),
              variant="sgl-kernel-npu (not built for Ascend 950)"),
         dict(kernel="sgl_kernel_npu causal_conv1d_fn_v2 / causal_conv1d_update_npu_v2",
-             present=seam.available(conv_emu.OP_FN_V2) and seam.available(conv_emu.OP_UPDATE_V2),
+             present=seam.available(conv_contract.OP_FN_V2) and seam.available(conv_contract.OP_UPDATE_V2),
              variant="unmerged sgl-kernel-npu branch (sglang PR #38252)"),
-        dict(kernel="sgl_kernel_npu causal_conv1d_update_v2", present=seam.available(conv_emu.OP_UPDATE_V2_MAIN),
+        dict(kernel="sgl_kernel_npu causal_conv1d_update_v2", present=seam.available(conv_contract.OP_UPDATE_V2_MAIN),
              variant="released main"),
         dict(kernel="npu_fused_infer_attention_score", present=seam.available("npu_fused_infer_attention_score"),
              variant="torch_npu"),
@@ -93,16 +93,16 @@ def gdn_verify_rung(value_heads: int, key_heads: int, head_dim: int, dtype: torc
 
 
 def conv_update_rung(width: int, channels: int, dtype: torch.dtype, device: Optional[str] = None) -> str:
-    from sglang_ascend_hybrid.ops import causal_conv1d as conv
+    from sglang_ascend_hybrid.ops.conv import dispatch as conv_dispatch
 
     dev = device or _probe_device()
     x = torch.zeros(1, channels, dtype=dtype, device=dev)
     pool = torch.zeros(2, width - 1, channels, dtype=dtype, device=dev)   # window-major NPU pool
     weight = torch.zeros(channels, width, dtype=dtype, device=dev)
-    call = conv._UpdateCall(x, pool.transpose(1, 2), weight, None, None,
-                            torch.zeros(1, dtype=torch.int32, device=dev), -1)
-    sig = conv._signature("update", width, x, weight, call.conv_state)
-    return conv.UPDATE_LADDER.choose(sig, call).name
+    call = conv_dispatch._UpdateCall(x, pool.transpose(1, 2), weight, None, None,
+                                     torch.zeros(1, dtype=torch.int32, device=dev), -1)
+    sig = conv_dispatch._signature("update", width, x, weight, call.conv_state)
+    return conv_dispatch.UPDATE_LADDER.choose(sig, call).name
 
 
 @dataclass(frozen=True)

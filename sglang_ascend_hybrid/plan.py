@@ -3,7 +3,7 @@
 Uses the runtime's own code: the family table and config rules
 (:mod:`sglang_ascend_hybrid.model_families`), the GDN head planner and the prefill ladder's
 signature rules (:func:`sglang_ascend_hybrid.ops.gdn.dispatch.prefill_static_reasons`), the
-conv-kernel limits (:mod:`sglang_ascend_hybrid.ops.causal_conv1d`), the SSM state dtype rules
+conv-kernel limits (:mod:`sglang_ascend_hybrid.ops.conv.contract`), the SSM state dtype rules
 (:mod:`sglang_ascend_hybrid.backends.gdn_state_dtype`) and the launch-default decisions
 (:mod:`sglang_ascend_hybrid.backends.launch_defaults`, which reads what it needs of SGLang from
 its installed source).  Nothing of SGLang or transformers is imported.
@@ -60,7 +60,7 @@ def prefill_route() -> str:
     sgl-kernel-npu's ``chunk_gated_delta_rule_npu`` itself, the ladder (mega, torch) serving only the
     calls that entry refuses (a release none of those patches targets)."""
     from sglang_ascend_hybrid import patches
-    from sglang_ascend_hybrid.versioning import installed_version
+    from sglang_ascend_hybrid.patches.releases import installed_version
 
     version = installed_version("sglang")
     targeted = any(patches.matches(patches.by_name(name).releases, version) for name in LADDER_PATCHES)
@@ -151,7 +151,7 @@ def gdn_entry(cfg: dict, tp: int, predicate=None, ssm_dtype: Optional[str] = Non
 def short_conv_entry(cfg: dict, tp: int) -> dict[str, Any]:
     import torch
 
-    from sglang_ascend_hybrid.ops.causal_conv1d import npu_conv_supports
+    from sglang_ascend_hybrid.ops.conv.contract import npu_conv_supports
 
     lay = mf.short_conv_layout(cfg, tp)
     dtype, _ = mf.model_dtype(cfg)
@@ -177,7 +177,7 @@ def assumptions(kernel_heads: Optional[list[int]], route: str) -> dict[str, Any]
     from sglang_ascend_hybrid.envs import ENV
     from sglang_ascend_hybrid.ops import seam
     from sglang_ascend_hybrid.ops.gdn import capabilities as caps
-    from sglang_ascend_hybrid.versioning import installed_version
+    from sglang_ascend_hybrid.patches.releases import installed_version
 
     variant = caps.mega_variant()
     env = {name: os.environ.get(name) for name in KERNEL_ENV}

@@ -128,8 +128,8 @@ def _conv_emulators(which: str) -> Callable[[], dict]:
 
 
 def _conv_fn_case(device: str, quick: bool) -> tuple[float, float]:
-    from sglang_ascend_hybrid.ops import causal_conv1d as conv
-    from sglang_ascend_hybrid.ops.causal_conv1d_reference import causal_conv1d_fn_torch
+    from sglang_ascend_hybrid.ops.conv import api as conv
+    from sglang_ascend_hybrid.ops.conv.torch_impl import causal_conv1d_fn_torch
 
     gen = torch.Generator().manual_seed(1)
     dim, width, dtype = (32 if quick else 64), 4, torch.float16
@@ -161,8 +161,8 @@ def _conv_fn_case(device: str, quick: bool) -> tuple[float, float]:
 
 
 def _conv_update_case(device: str, quick: bool) -> tuple[float, float]:
-    from sglang_ascend_hybrid.ops import causal_conv1d as conv
-    from sglang_ascend_hybrid.ops.causal_conv1d_reference import causal_conv1d_update_torch
+    from sglang_ascend_hybrid.ops.conv import api as conv
+    from sglang_ascend_hybrid.ops.conv.torch_impl import causal_conv1d_update_torch
 
     gen = torch.Generator().manual_seed(2)
     dim, width, dtype = (32 if quick else 64), 4, torch.float16
@@ -322,22 +322,22 @@ _GDN_MEGA = {"SGLANG_ASCEND_HYBRID_GDN_BACKEND": "mega"}
 
 
 def checks() -> list[Check]:
-    from sglang_ascend_hybrid.emulators import causal_conv1d as conv_emu
+    from sglang_ascend_hybrid.ops.conv import contract as conv_contract
     from sglang_ascend_hybrid.emulators import gdn as gdn_emu
     from sglang_ascend_hybrid.emulators import fused_infer_attention as attn_emu
 
     return [
         Check("causal_conv1d_fn", "varlen fp16 W=4 pad/short/init (v2)", _conv_fn_case, TOL_CONV,
-              _conv_emulators("v2"), (conv_emu.OP_FN_V2,),
+              _conv_emulators("v2"), (conv_contract.OP_FN_V2,),
               npu_env={"SGLANG_ASCEND_HYBRID_CONV_BACKEND": "npu_v2"}),
         Check("causal_conv1d_fn", "varlen fp16 W=4 pad/short/init (aclnn)", _conv_fn_case, TOL_CONV,
-              _conv_emulators("aclnn"), (conv_emu.OP_ACLNN,),
+              _conv_emulators("aclnn"), (conv_contract.OP_ACLNN,),
               npu_env={"SGLANG_ASCEND_HYBRID_CONV_BACKEND": "npu_aclnn"}),
         Check("causal_conv1d_update", "decode fp16 W=4 pad slot (v2)", _conv_update_case, TOL_CONV,
-              _conv_emulators("v2"), (conv_emu.OP_UPDATE_V2,),
+              _conv_emulators("v2"), (conv_contract.OP_UPDATE_V2,),
               npu_env={"SGLANG_ASCEND_HYBRID_CONV_BACKEND": "npu_v2"}),
         Check("causal_conv1d_update", "decode fp16 W=4 pad slot (aclnn)", _conv_update_case, TOL_CONV,
-              _conv_emulators("aclnn"), (conv_emu.OP_ACLNN,),
+              _conv_emulators("aclnn"), (conv_contract.OP_ACLNN,),
               npu_env={"SGLANG_ASCEND_HYBRID_CONV_BACKEND": "npu_aclnn"}),
         Check("chunk_gated_delta_rule", "heads (6,2) D=128 bf16, bf16 state (npu op)",
               _gdn_prefill_case(2, 6, torch.bfloat16), TOL_GDN_BF16,

@@ -34,8 +34,8 @@ def reset_process_state() -> None:
         loaded("sglang_ascend_hybrid.ops.gdn.verify").VERIFY.forget_refusals()
     if loaded("sglang_ascend_hybrid.ops.gdn.decode") is not None:
         loaded("sglang_ascend_hybrid.ops.gdn.decode").SERVING_DECODE.forget_refusals()
-    if loaded("sglang_ascend_hybrid.ops.causal_conv1d") is not None:
-        loaded("sglang_ascend_hybrid.ops.causal_conv1d").reset_state()
+    if loaded("sglang_ascend_hybrid.ops.conv.dispatch") is not None:
+        loaded("sglang_ascend_hybrid.ops.conv.dispatch").reset_state()
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from sglang_ascend_hybrid import patches
-from sglang_ascend_hybrid.versioning import installed_version
+from sglang_ascend_hybrid.patches.releases import installed_version
 
 
 def run_cli(*argv, env_extra=None):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sglang_ascend_hybrid import doctor_report, envs, kernel_report, patches
-from sglang_ascend_hybrid.versioning import installed_version
+from sglang_ascend_hybrid.patches.releases import installed_version
 from tests.test_doctor_cli import run_cli
 
 CONFIG = Path(__file__).resolve().parents[1] / "examples" / "configs" / "qwen3_6-27b"

@@ -20,7 +20,7 @@ import pytest
 
 from sglang_ascend_hybrid import doctor, mode, pairing
 from sglang_ascend_hybrid.backends import short_conv
-from sglang_ascend_hybrid.versioning import installed_version
+from sglang_ascend_hybrid.patches.releases import installed_version
 
 DECODE_OPTIMIZED = "sgl_kernel_npu.fla.fused_sigmoid_gating_recurrent_decode_optimized"
 INSTALL_TAIL = ", or use an SGLang release that does not import it"

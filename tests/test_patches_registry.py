@@ -33,7 +33,7 @@ def test_every_target_exists_in_installed_sglang(patch):
 
 
 def test_release_declarations_are_well_formed():
-    from sglang_ascend_hybrid.versioning import range_bounds
+    from sglang_ascend_hybrid.patches.releases import range_bounds
 
     low, _ = range_bounds()
     for p in patches.PATCHES:
@@ -49,7 +49,7 @@ def test_release_declarations_are_well_formed():
 
 def test_release_state_decides_by_version_and_verifies_the_other_route():
     ladder = patches.by_name("gdn-prefill-ladder")
-    from sglang_ascend_hybrid.versioning import range_bounds
+    from sglang_ascend_hybrid.patches.releases import range_bounds
 
     low, high = range_bounds()
     assert patches.release_state(ladder, high) is None  # newer releases: verified, never assumed

@@ -13,10 +13,10 @@ import pytest
 
 from sglang_ascend_hybrid import mode, patches, plugin, status
 from sglang_ascend_hybrid.backends import registry
-from sglang_ascend_hybrid import versioning
-from sglang_ascend_hybrid.versioning import range_bounds
+from sglang_ascend_hybrid.patches import releases
+from sglang_ascend_hybrid.patches.releases import range_bounds
 
-NEWEST_TESTED = versioning.tested_releases()[-1]
+NEWEST_TESTED = releases.tested_releases()[-1]
 
 
 class FakeHookType:

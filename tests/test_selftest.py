@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from sglang_ascend_hybrid import selftest
-from sglang_ascend_hybrid.ops import causal_conv1d as conv
+from sglang_ascend_hybrid.ops.conv import api as conv
 from sglang_ascend_hybrid.ops import seam
 
 OPS = ("causal_conv1d_fn", "causal_conv1d_update", "chunk_gated_delta_rule",

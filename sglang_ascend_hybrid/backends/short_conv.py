@@ -126,7 +126,7 @@ def backend_classes():
     )
     from sglang.srt.layers.attention.linear.short_conv_backend import ShortConvAttnBackend
 
-    from sglang_ascend_hybrid.ops.causal_conv1d import add_call_observer
+    from sglang_ascend_hybrid.ops.conv.api import add_call_observer
 
     class AscendShortConvAttnBackend(ShortConvAttnBackend, AscendMambaAttnBackendBase):
         """ShortConvAttnBackend's plumbing on the Ascend mamba base; window-major pool views."""

@@ -138,7 +138,7 @@ def copy_decode(state: torch.Tensor, track: DecodeTrack) -> None:
 
 
 class ConvCallTracker:
-    """The observer the plugin's conv calls report to (:data:`ops.causal_conv1d.CALL_OBSERVERS`)."""
+    """The observer the plugin's conv calls report to (:data:`ops.conv.api.CALL_OBSERVERS`)."""
 
     def before_prefill(self, x: torch.Tensor, conv_states: torch.Tensor) -> None:
         step = current()

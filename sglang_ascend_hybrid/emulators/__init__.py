@@ -1,7 +1,4 @@
-"""CPU emulators of NPU ops, with the real ops' contracts (used by tests and ``selftest --device cpu``)."""
-
-
-class EmulatorContractViolation(AssertionError):
-    """The call would be undefined behaviour on the real op (an out-of-bounds read, a dtype the
-    kernel silently reinterprets, ...): the real op raises nothing, so the emulator must, so that
-    no test can pass on undefined behaviour.  Never treated as a kernel refusal by the ladders."""
+"""CPU emulators of NPU ops: each implements the contract of its op family in
+:mod:`sglang_ascend_hybrid.ops` (``ops/<family>/contract.py``) and raises
+:class:`~sglang_ascend_hybrid.ops.errors.EmulatorContractViolation` where the real op's behaviour
+is undefined.  Used by tests and ``selftest --device cpu``; nothing in production imports them."""

@@ -1,95 +1,15 @@
-"""CPU emulators of the Ascend causal-conv1d entry points, written from their upstream source.
+"""CPU emulators of the Ascend causal-conv1d entry points.
 
-Sources (read, not guessed; every rule below names the one it comes from):
+They implement the contract in :mod:`sglang_ascend_hybrid.ops.conv.contract` (sources, host
+check order and texts, semantics, what stays unwritten); the source tags in the comments below
+(``SKN``, ``HOST``, ``KERN``, ``EXT``, ``PY``) are the ones that module defines.  Where the real op
+would read or write out of bounds or reinterpret a dtype, they raise
+:class:`~sglang_ascend_hybrid.ops.errors.EmulatorContractViolation`; output rows the op leaves
+unwritten are NaN.
 
-``SKN``  = ``sgl-project/sgl-kernel-npu`` at ``f425bdf1e191a7682296d3b2ed0b927d4e37d671``
-           (``main``, tag ``2026.08.21``; the conv op last changed in 8f13e502, #592, 2026-07-10)
-``HOST`` = SKN ``csrc/causal_conv1d/op_host/causal_conv1d.cpp``
-``KERN`` = SKN ``csrc/causal_conv1d/op_kernel/causal_conv1d.h``, ``causal_conv1d.cpp``,
-           ``causal_conv1d_fn.h``, ``causal_conv1d_fn_tasks.h``
-``EXT``  = SKN ``csrc/pytorch_extensions.cpp``
-``PY``   = SKN ``python/sgl_kernel_npu/sgl_kernel_npu/mamba/causal_conv1d.py``
-
-Four entry points:
-
-:class:`NpuCausalConv1d` -- ``torch.ops.npu.causal_conv1d`` (:data:`OP_ACLNN`).
-    Registered by sgl-kernel-npu inside ``#ifdef SGL_KERNEL_ENABLE_A3_ONLY_OPS`` (EXT), i.e.
-    on every build except Ascend 950.  Schema (EXT)::
-
-        causal_conv1d(Tensor x, Tensor weight, Tensor conv_states, Tensor? bias=None,
-                      Tensor? query_start_loc=None, Tensor? cache_indices=None,
-                      Tensor? has_initial_state=None, Tensor? num_accepted_tokens=None,
-                      int activation_mode=0, int pad_slot_id=-1, int run_mode=0) -> Tensor
-
-    ``x [T, dim]`` (varlen by ``query_start_loc``) or ``[B, S, dim]``; ``weight [W, dim]``;
-    ``conv_states [slots, state_len, dim]`` window major.  Host checks, in order, raised as
-    ``RuntimeError`` by ``TORCH_CHECK`` with exactly these texts (HOST ``causal_conv1d_impl``):
-    ``x must be 2D or 3D tensor``, ``weight must be 2D tensor``,
-    ``Only BF16 and FP16 are supported``, ``weight dtype must match x dtype``,
-    ``conv_states dtype must match x dtype``, ``x must be contiguous``,
-    ``weight must be contiguous``, ``conv_states must be contiguous``,
-    ``Only support width in [2,4]``, and for 2-D x ``query_start_loc must have at least 2
-    elements`` (EXT turns None into an empty tensor).  Nothing else is checked: no ``dim % 16``
-    rule, no bias dtype, no ``weight.size(1) == dim``, no index ranges.
-    Semantics (KERN): per sequence, a zero-length window (``end - start <= 0``) is skipped
-    (``BuildSeqTaskWindowVarlen``), a cache index equal to ``pad_slot_id`` is skipped
-    (``ResolveSeqCacheIndex``); without cache_indices sequence ``b`` uses slot ``b``.  The
-    history is rows ``[0, W-1)`` of the slot (``InitRing``: ``pos = stateTokenOffset + i``,
-    offset 0), zeros in run_mode 0 when ``has_initial_state`` is absent or 0
-    (``ResolveSeqHasInit``), always the state in run_mode 1 (``hasInit = true`` in
-    ``ProcessDefaultByWindowMode``).  The output accumulates in fp32 (bias first, then taps
-    oldest to newest), optional SiLU (``activation_mode != 0``), rounded to x's dtype
-    (``CAST_RINT``).  The state write-back (``WriteBackState``) puts the last ``W-1`` rows of
-    ``[history, tokens]`` into rows ``[0, W-1)``; rows ``>= W-1`` are never touched.  In run
-    mode 1 with ``num_accepted_tokens`` and ``W == 4`` (``IsUpdateSpecDecodingEnabled``) the
-    history is read at row offset ``clamp(accepted - 1, 0, state_len - 3)`` and, when
-    ``2 + len <= state_len``, the write-back (``WriteBackStateSpec``) stores rows
-    ``offset+1, offset+2`` into rows 0, 1 and the tokens into rows ``2 ..``; otherwise the plain
-    write-back.  Run mode 0 ignores ``num_accepted_tokens`` (``(void)numAcceptedTokens`` in
-    ``causal_conv1d_fn.h``).  The output is ``at::empty_like(x)``: rows of skipped sequences
-    (and tokens outside every sequence) stay uninitialised -- NaN here.
-    Tiling cache (HOST): the tiling data is cached per ``CausalConv1dTilingKey`` (dim,
-    cuSeqlen, seqLen, batch, inputMode, width, stateLen, numCacheLines, activation,
-    pad_slot_id, run_mode, has bias / cache_indices / has_initial_state / num_accepted),
-    which omits the dtype although the tiling data carries ``dtypeKey`` and the kernel picks
-    its bf16 / fp16 instantiation from it (KERN ``causal_conv1d.cpp``): a second call of the
-    same key in the other dtype runs the wrong instantiation.  Up to ``MAX_CAPTURE_NUM``
-    (1024) keys are cached, later keys are not.  Each emulator instance keeps that cache.
-    Corroborated by SKN's own golden, ``tests/python/sgl_kernel_npu/test_conv1d_prefill.py``
-    ``reference_causal_conv1d`` (rows ``[:W-1]``, empty and pad sequences skipped, zeros
-    without an initial state).  That test file is older than the host: its negative cases
-    expect texts of the replaced PTO kernel (#572: widths ``2..64``, ``conv_states.shape[2]
-    must equal dim``, ``query_start_loc dtype must be int32``) that the f425bdf1 host lacks.
-
-:func:`emulate_causal_conv1d_update_v2` -- released ``sgl_kernel_npu.mamba.causal_conv1d:
-    causal_conv1d_update_v2`` (:data:`OP_UPDATE_V2_MAIN`, PY), a Triton kernel: x token major
-    ``[batch, dim]`` / ``[batch, seqlen, dim]`` / varlen ``[tokens, dim]``, ``conv_state
-    [slots, state_len, dim]`` (any strides), ``weight [W, dim]``.  It converts x to the state's
-    dtype and **overwrites that tensor in place** (``out = x``): the caller's x when the dtypes
-    agree.  History rows ``[offset, offset + W-1)`` (offset ``accepted - 1`` with
-    num_accepted_tokens, else 0) and the tokens are cast to **fp16** before the fp32
-    accumulation (``.to(tl.float16)``); weight and bias are read as fp32.  Pad and empty
-    sequences are skipped: their output rows keep x.  Checked against PY's Triton kernel itself
-    run in Triton's CPU interpreter (dim 512: below 512 its tiling uses a 48-wide ``tl.arange``
-    that only Triton-Ascend accepts): outputs and states bit-identical in fp16 (widths 2-4,
-    1-3 tokens, longer states, pads, num_accepted_tokens, varlen), bf16 outputs within one ulp.
-
-:func:`emulate_causal_conv1d_fn_v2`, :func:`emulate_causal_conv1d_update_npu_v2` -- the
-    window-major ops of an unmerged sgl-kernel-npu branch used by open sglang PR #38252
-    (:data:`OP_FN_V2`, :data:`OP_UPDATE_V2`); no release has them.  Only their signatures are
-    known (read from the sgl-kernel-npu branch that sglang PR #38252 installs; its later version
-    skips pad rows), so everything not
-    pinned raises :class:`EmulatorContractViolation`: a pool window other than ``W - 1``,
-    dtypes other than one shared fp16 / bf16, zero-length non-pad sequences.
-
-Everywhere: where the real op would read or write out of bounds (a slot index outside the
-pool that is not ``pad_slot_id``, offsets outside x, short index vectors, a bias or weight
-of another length), or reinterpret a dtype (a bias of another dtype is read as x's dtype),
-the emulators raise :class:`EmulatorContractViolation`.  Two processed sequences on one slot
-race (parallel blocks / lanes, no ordering): the rows they write and their outputs are left
-NaN (unspecified), not an error -- SGLang's NPU graph padding sends every padded decode row
-to slot 0 by design.
-
+:class:`NpuCausalConv1d` is ``torch.ops.npu.causal_conv1d``; :func:`emulate_causal_conv1d_update_v2`
+the released Triton ``causal_conv1d_update_v2``; :func:`emulate_causal_conv1d_fn_v2` and
+:func:`emulate_causal_conv1d_update_npu_v2` the unmerged branch's window-major ops.
 :func:`emulators` builds the name -> callable table for
 :func:`sglang_ascend_hybrid.ops.seam.install_emulators`; which ops exist is a parameter, so
 tests run every build variant (conv op absent on Ascend 950 builds, v2 branch present or
@@ -104,30 +24,26 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from sglang_ascend_hybrid.emulators import EmulatorContractViolation
+from sglang_ascend_hybrid.ops.conv.contract import (
+    ERR_DTYPE,
+    ERR_QSL,
+    ERR_S_CONTIG,
+    ERR_S_DTYPE,
+    ERR_WIDTH,
+    ERR_W_CONTIG,
+    ERR_W_DIM,
+    ERR_W_DTYPE,
+    ERR_X_CONTIG,
+    ERR_X_DIM,
+    MAX_CAPTURE_NUM,
+    NPU_DTYPES,
+    OP_ACLNN,
+    OP_FN_V2,
+    OP_UPDATE_V2,
+    OP_UPDATE_V2_MAIN,
+)
+from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 
-SOURCE_COMMIT = "sgl-project/sgl-kernel-npu@f425bdf1e191a7682296d3b2ed0b927d4e37d671"
-
-OP_ACLNN = "causal_conv1d"
-OP_FN_V2 = "sgl_kernel_npu.mamba.causal_conv1d:causal_conv1d_fn_v2"
-OP_UPDATE_V2 = "sgl_kernel_npu.mamba.causal_conv1d:causal_conv1d_update_npu_v2"
-OP_UPDATE_V2_MAIN = "sgl_kernel_npu.mamba.causal_conv1d:causal_conv1d_update_v2"
-
-# HOST TORCH_CHECK texts, in check order.
-ERR_X_DIM = "x must be 2D or 3D tensor"
-ERR_W_DIM = "weight must be 2D tensor"
-ERR_DTYPE = "Only BF16 and FP16 are supported"
-ERR_W_DTYPE = "weight dtype must match x dtype"
-ERR_S_DTYPE = "conv_states dtype must match x dtype"
-ERR_X_CONTIG = "x must be contiguous"
-ERR_W_CONTIG = "weight must be contiguous"
-ERR_S_CONTIG = "conv_states must be contiguous"
-ERR_WIDTH = "Only support width in [2,4]"
-ERR_QSL = "query_start_loc must have at least 2 elements"
-REFUSAL_TEXTS = (ERR_X_DIM, ERR_W_DIM, ERR_DTYPE, ERR_W_DTYPE, ERR_S_DTYPE, ERR_X_CONTIG,
-                 ERR_W_CONTIG, ERR_S_CONTIG, ERR_WIDTH, ERR_QSL)
-MAX_CAPTURE_NUM = 1024  # HOST: tiling entries cached per process
-_HALF = (torch.float16, torch.bfloat16)
 
 
 def _violate(msg: str) -> None:
@@ -195,7 +111,7 @@ class NpuCausalConv1d:
         if weight.dim() != 2:
             raise RuntimeError(ERR_W_DIM)
         dtype = x.dtype
-        if dtype not in _HALF:
+        if dtype not in NPU_DTYPES:
             raise RuntimeError(ERR_DTYPE)
         if weight.dtype != dtype:
             raise RuntimeError(ERR_W_DTYPE)
@@ -440,7 +356,7 @@ def emulate_causal_conv1d_update_v2(x, conv_state, weight, bias=None, activation
 
 
 def _branch_checks(op: str, dtypes: tuple, pool: torch.Tensor, width: int, dim: int) -> None:
-    if len(set(dtypes)) != 1 or dtypes[0] not in _HALF:
+    if len(set(dtypes)) != 1 or dtypes[0] not in NPU_DTYPES:
         _violate(f"{op}: dtypes {dtypes} -- the unmerged branch's dtype rules are not known; "
                  "only one shared fp16 / bf16 dtype is emulated")
     if pool.dim() != 3 or pool.shape[1] != width - 1 or pool.shape[2] != dim:

@@ -6,7 +6,7 @@ SKN-747 = PR #747 host ``csrc/chunk_gated_delta_rule/op_host/chunk_gated_delta_r
 b878a61a (sgl-project/sgl-kernel-npu) and c811ba3f (the PR branch, zhaozx-cn/sgl-kernel-npu)).
 Memory the real op leaves unwritten is filled with NaN here; calls the real op would take and
 compute wrongly without an error (a dtype it reinterprets, an index it reads out of bounds)
-raise :class:`~sglang_ascend_hybrid.emulators.EmulatorContractViolation`.
+raise :class:`~sglang_ascend_hybrid.ops.errors.EmulatorContractViolation`.
 
 ``run_mega_chunk_gdn`` (:func:`make_mega_emulator`; SKN ``python/.../fla/mega_chunk_gdn.py`` and
 ``csrc/mega_chunk_gdn/op_host/mega_chunk_gdn.cpp``)
@@ -58,7 +58,7 @@ from typing import Callable, Optional
 
 import torch
 
-from sglang_ascend_hybrid.emulators import EmulatorContractViolation
+from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 from sglang_ascend_hybrid.ops.gdn import capabilities as caps
 from sglang_ascend_hybrid.ops.gdn.reference import l2norm, recurrent_reference
 

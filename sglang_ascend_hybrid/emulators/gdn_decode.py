@@ -29,7 +29,7 @@ from typing import Callable
 
 import torch
 
-from sglang_ascend_hybrid.emulators import EmulatorContractViolation
+from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 from sglang_ascend_hybrid.ops.gdn import decode_contract as dc
 
 LAYOUTS = ("key_first", "value_first")

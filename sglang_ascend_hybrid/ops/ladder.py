@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Sequence
 
 from sglang_ascend_hybrid.logutil import log_once
+from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 
 logger = logging.getLogger(__name__)
 
@@ -76,8 +77,6 @@ def is_fatal_device_error(exc: BaseException) -> bool:
 
 
 def _contract_violation(exc: BaseException) -> bool:
-    from sglang_ascend_hybrid.emulators import EmulatorContractViolation
-
     return isinstance(exc, EmulatorContractViolation)
 
 

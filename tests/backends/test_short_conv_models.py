@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from sglang_ascend_hybrid.backends import short_conv
-from sglang_ascend_hybrid.ops import causal_conv1d as plugin_conv
+from sglang_ascend_hybrid.ops.conv import api as plugin_conv
 from tests.backends.test_short_conv_backend import (  # noqa: F401  (fixture re-export)
     ascend_env,
     decode_batch,

@@ -61,7 +61,7 @@ def plugin_loaded(npu_stubs_path):
     from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
     from sglang.srt.plugins.hook_registry import HookRegistry
 
-    from sglang_ascend_hybrid.ops import causal_conv1d as conv_ops
+    from sglang_ascend_hybrid.ops.conv import dispatch as conv_dispatch
     from sglang_ascend_hybrid.ops import seam
     from sglang_ascend_hybrid.ops.gdn import dispatch
     from sglang_ascend_hybrid.status import STATUS
@@ -83,7 +83,7 @@ def plugin_loaded(npu_stubs_path):
     sys.path.insert(0, str(npu_stubs_path))
     seam.reset_probes()
     dispatch.forget_refusals()  # kernel refusals learnt by earlier runs in this process
-    conv_ops.reset_state()
+    conv_dispatch.reset_state()
     STATUS.patches = {}
     plugins._plugins_loaded = False
     try:
@@ -110,5 +110,5 @@ def plugin_loaded(npu_stubs_path):
             sys.modules.pop(name, None)
         seam.reset_probes()
         dispatch.forget_refusals()
-        conv_ops.reset_state()
+        conv_dispatch.reset_state()
         mp.undo()

@@ -125,7 +125,7 @@ def test_negative_control_a_fresh_copy_of_the_slot_indices_at_replay_is_caught()
 def _host_read_in_conv_decode(mp):
     """Breakage: the plugin's conv decode op reads its slot indices on the host first (a value check
     left on): a sync inside the captured part."""
-    from sglang_ascend_hybrid.ops import causal_conv1d as plugin_conv
+    from sglang_ascend_hybrid.ops.conv import api as plugin_conv
 
     real = plugin_conv.causal_conv1d_update
 

@@ -111,7 +111,7 @@ def _watch_plugin_ops(mp, shapes: dict) -> None:
     """Record what the plugin's ops are handed: GDN prefill (Hk, Hv) and decode (Hk, K, Hv, V),
     conv channels of the prefill and decode conv ops (x's and the weight's)."""
     from sglang_ascend_hybrid.backends import gdn_hooks
-    from sglang_ascend_hybrid.ops import causal_conv1d as plugin_conv
+    from sglang_ascend_hybrid.ops.conv import api as plugin_conv
     from sglang_ascend_hybrid.ops.gdn import decode
 
     mp.setattr(gdn_hooks, "chunk_with_states", _recorder(

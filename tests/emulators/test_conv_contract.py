@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_ascend_hybrid.emulators import EmulatorContractViolation
+from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 from sglang_ascend_hybrid.emulators import causal_conv1d as emu
+from sglang_ascend_hybrid.ops.conv import contract as conv_contract
 from tests.ops.conv_oracle import assert_close_to_oracle, oracle_fn, oracle_update
 
 H = torch.float16
@@ -59,7 +60,7 @@ def test_aclnn_refusal_texts_are_the_hosts_and_nothing_is_written(change, text):
     before = args["conv_states"].clone()
     with pytest.raises(RuntimeError) as info:
         emu.NpuCausalConv1d()(**args)
-    assert str(info.value) == text and text in emu.REFUSAL_TEXTS
+    assert str(info.value) == text and text in conv_contract.REFUSAL_TEXTS
     assert torch.equal(args["conv_states"], before)
 
 

@@ -34,7 +34,7 @@ def column() -> dict:
     sys.path.insert(0, str(STUBS))
     from sglang_ascend_hybrid import doctor, mode, patches, plugin
     from sglang_ascend_hybrid.status import STATUS
-    from sglang_ascend_hybrid.versioning import installed_version
+    from sglang_ascend_hybrid.patches.releases import installed_version
 
     doctor._load_plugins_like_sglang()  # SGLang's srt and (where present) diffusion loaders
     mode.record_request()

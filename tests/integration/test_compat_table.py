@@ -12,7 +12,7 @@ import tomllib
 from pathlib import Path
 
 from sglang_ascend_hybrid import TESTED_SGLANG_RANGE, patches
-from sglang_ascend_hybrid.versioning import installed_version, tested_releases
+from sglang_ascend_hybrid.patches.releases import installed_version, tested_releases
 
 from . import compat_table
 

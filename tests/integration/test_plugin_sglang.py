@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sglang_ascend_hybrid import patches
-from sglang_ascend_hybrid.versioning import installed_version
+from sglang_ascend_hybrid.patches.releases import installed_version
 
 HERE = Path(__file__).parent
 SGLANG = installed_version("sglang")

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from sglang_ascend_hybrid import patches
-from sglang_ascend_hybrid.versioning import range_bounds
+from sglang_ascend_hybrid.patches.releases import range_bounds
 
 HERE = Path(__file__).parent
 OLD, NEW = "attn_backend_wrapper", "wrap_attention_backend_v2"

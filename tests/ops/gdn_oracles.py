@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from fla.ops.gated_delta_rule.naive import naive_recurrent_gated_delta_rule
 
-from sglang_ascend_hybrid.emulators import EmulatorContractViolation
+from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 
 C = 64  # the entry's chunk length (sgl-kernel-npu chunk_local_cumsum(g, chunk_size=64))
 

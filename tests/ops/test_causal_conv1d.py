@@ -12,7 +12,7 @@ from sglang.kernels.ops.mamba.causal_conv1d_triton import (
     causal_conv1d_update as triton_update,
 )
 from sglang_ascend_hybrid.backends.conv_state_layout import cuda_layout_view, shares_storage
-from sglang_ascend_hybrid.ops.causal_conv1d import causal_conv1d_fn, causal_conv1d_update
+from sglang_ascend_hybrid.ops.conv.api import causal_conv1d_fn, causal_conv1d_update
 
 DIM = 24
 SLOTS = 9
@@ -234,7 +234,7 @@ def test_window_major_view_writes_land_in_pool():
 @pytest.mark.parametrize("his", [None, True, False])
 def test_reference_fn_with_every_sequence_empty_returns_empty_and_writes_nothing(his):
     """T == 0 used to crash inside the torch prefill (a gather from an empty x)."""
-    from sglang_ascend_hybrid.ops.causal_conv1d_reference import causal_conv1d_fn_torch
+    from sglang_ascend_hybrid.ops.conv.torch_impl import causal_conv1d_fn_torch
 
     pool = torch.randn(3, 2, 8)
     before = pool.clone()
@@ -247,7 +247,7 @@ def test_reference_fn_with_every_sequence_empty_returns_empty_and_writes_nothing
 
 def test_reference_update_without_value_checks_writes_only_live_slots():
     """The capture-safe scatter: pads never write (slot 0 and the first live slot included)."""
-    from sglang_ascend_hybrid.ops.causal_conv1d_reference import causal_conv1d_update_torch
+    from sglang_ascend_hybrid.ops.conv.torch_impl import causal_conv1d_update_torch
 
     pool = torch.randn(5, 3, 8)
     before = pool.clone()

@@ -15,7 +15,8 @@ from sglang.kernels.ops.mamba.causal_conv1d_triton import (
 )
 from sglang_ascend_hybrid.backends.conv_state_layout import cuda_layout_view
 from sglang_ascend_hybrid.emulators import causal_conv1d as emu
-from sglang_ascend_hybrid.ops import causal_conv1d as ops
+from sglang_ascend_hybrid.ops.conv import api as ops
+from sglang_ascend_hybrid.ops.conv import dispatch as conv_dispatch
 from sglang_ascend_hybrid.ops import seam
 
 DIM = 32
@@ -51,10 +52,10 @@ def test_prefill_device_rungs_match_triton(width, installed, expected_rung):
     his = torch.tensor(HAS_INIT)
     ref_pool = pool.clone()
     before = pool.clone()
-    call = ops._FnCall(x, weight, bias, qsl, idx, his, cuda_layout_view(pool), "silu", -1)
+    call = conv_dispatch._FnCall(x, weight, bias, qsl, idx, his, cuda_layout_view(pool), "silu", -1)
     with seam.install_emulators(_ops(*installed)):
         sig = ("fn", width, DIM, "float16", "window-major")
-        assert ops.FN_LADDER.choose(sig, call).name == expected_rung
+        assert conv_dispatch.FN_LADDER.choose(sig, call).name == expected_rung
         out = ops.causal_conv1d_fn(x, weight, bias, query_start_loc=qsl, cache_indices=idx,
                                    has_initial_state=his, conv_states=cuda_layout_view(pool),
                                    activation="silu")
@@ -84,8 +85,8 @@ def test_decode_device_rungs_match_triton(width, installed, expected_rung):
     with seam.install_emulators(_ops(*installed)):
         for step in range(3):
             x = torch.randn(4, DIM, generator=gen).half()
-            call = ops._UpdateCall(x, cuda_layout_view(pool), weight, None, None, idx, -1)
-            assert ops.UPDATE_LADDER.choose(("update",), call).name == expected_rung
+            call = conv_dispatch._UpdateCall(x, cuda_layout_view(pool), weight, None, None, idx, -1)
+            assert conv_dispatch.UPDATE_LADDER.choose(("update",), call).name == expected_rung
             out = ops.causal_conv1d_update(x, cuda_layout_view(pool), weight, None, None,
                                            conv_state_indices=idx)
             ref = triton_update(x, cuda_layout_view(ref_pool), weight, None, None, conv_state_indices=idx)
@@ -104,10 +105,10 @@ def test_out_of_limits_goes_to_torch_and_logs_once(caplog, why, dim, width, dtyp
     ref = pool.clone()
     weight = torch.randn(dim, width, generator=gen).to(dtype)
     idx = torch.tensor([1, 3], dtype=torch.int32)
-    call = ops._UpdateCall(torch.zeros(2, dim, dtype=dtype), cuda_layout_view(pool), weight, None,
+    call = conv_dispatch._UpdateCall(torch.zeros(2, dim, dtype=dtype), cuda_layout_view(pool), weight, None,
                            None, idx, -1)
     with seam.install_emulators(emu.emulators()), caplog.at_level(logging.INFO):
-        assert ops.UPDATE_LADDER.choose(("update",), call).name == "torch"
+        assert conv_dispatch.UPDATE_LADDER.choose(("update",), call).name == "torch"
         for _ in range(3):
             x = torch.randn(2, dim, generator=gen).to(dtype)
             out = ops.causal_conv1d_update(x, cuda_layout_view(pool), weight, conv_state_indices=idx)
@@ -120,10 +121,10 @@ def test_out_of_limits_goes_to_torch_and_logs_once(caplog, why, dim, width, dtyp
 def test_dim_not_a_multiple_of_16_stays_on_the_npu_kernel():
     """torch.ops.npu.causal_conv1d's host has no dim rule (sgl-kernel-npu f425bdf1)."""
     pool = torch.randn(4, 2, 24).half()
-    call = ops._UpdateCall(torch.zeros(2, 24).half(), cuda_layout_view(pool), torch.randn(24, 3).half(),
+    call = conv_dispatch._UpdateCall(torch.zeros(2, 24).half(), cuda_layout_view(pool), torch.randn(24, 3).half(),
                            None, None, torch.tensor([1, 3]), -1)
     with seam.install_emulators(emu.emulators(v2_branch=False)):
-        assert ops.UPDATE_LADDER.choose(("update",), call).name == "npu_aclnn"
+        assert conv_dispatch.UPDATE_LADDER.choose(("update",), call).name == "npu_aclnn"
 
 
 def test_refusal_falls_back_to_next_rung(caplog):
@@ -136,12 +137,12 @@ def test_refusal_falls_back_to_next_rung(caplog):
     def refusing_v2(*a, **k):
         raise RuntimeError(emu.ERR_DTYPE)
 
-    ops.reset_state()
+    conv_dispatch.reset_state()
     with seam.install_emulators({emu.OP_FN_V2: refusing_v2, emu.OP_ACLNN: emu.NpuCausalConv1d()}), \
             caplog.at_level(logging.INFO):
         out = ops.causal_conv1d_fn(x, weight, bias, query_start_loc=qsl, cache_indices=idx,
                                    conv_states=cuda_layout_view(pool), activation=None)
-    ops.reset_state()
+    conv_dispatch.reset_state()
     ref = triton_fn(x, weight, bias, cuda_layout_view(ref_pool), qsl, LENS, cache_indices=idx, activation=None)
     real = torch.ones(sum(LENS), dtype=torch.bool)
     real[5:7] = False
@@ -156,7 +157,7 @@ def test_forced_backend_env(monkeypatch):
     gen = torch.Generator().manual_seed(6)
     pool = torch.randn(4, 2, DIM, generator=gen).half()
     called = []
-    with seam.install_emulators({n: (lambda *a, **k: called.append(1)) for n in ops.DEVICE_OPS}):
+    with seam.install_emulators({n: (lambda *a, **k: called.append(1)) for n in conv_dispatch.DEVICE_OPS}):
         ops.causal_conv1d_update(torch.randn(1, DIM).half(), cuda_layout_view(pool),
                                  torch.randn(DIM, 3).half(), conv_state_indices=torch.tensor([1]))
     assert not called
@@ -206,7 +207,7 @@ def test_decode_only_env_backend_leaves_prefill_on_its_ladder(monkeypatch, caplo
 
 def test_unknown_forced_backend_still_refused_by_the_ladder():
     with pytest.raises(ValueError, match="backend='bogus' is not a rung"):
-        ops.FN_LADDER(("fn",), None, backend="bogus")
+        conv_dispatch.FN_LADDER(("fn",), None, backend="bogus")
 
 
 # --------------------------------------------------------------------------- AROUND hooks

@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 
 from sglang_ascend_hybrid.backends.conv_state_layout import cuda_layout_view
 from sglang_ascend_hybrid.emulators import causal_conv1d as emu
-from sglang_ascend_hybrid.ops import causal_conv1d as ops
+from sglang_ascend_hybrid.ops import seam
+from sglang_ascend_hybrid.ops.conv import api as ops
+from sglang_ascend_hybrid.ops.conv import dispatch as conv_dispatch
 from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable
 from tests.ops.conv_oracle import assert_close_to_oracle, forced_backend, oracle_fn, oracle_update
 
@@ -105,9 +107,9 @@ def test_fn_valid_inputs_every_rung_matches_oracle(c, variant):
     expect, scale, expect_view = oracle_fn(c["x"], c["weight"], c["bias"], c["qsl"], c["idx"], c["his"],
                                            c["view"], c["silu"])
     for rung in FN_RUNGS:
-        ops.reset_state()
+        conv_dispatch.reset_state()
         pool = c["pool"].clone()
-        with ops.seam.install_emulators(emu.emulators(**emu.VARIANTS[variant])), forced_backend(rung):
+        with seam.install_emulators(emu.emulators(**emu.VARIANTS[variant])), forced_backend(rung):
             try:
                 out = _run_fn(c, _same_view(c, pool))
             except ForcedRungUnavailable:
@@ -135,9 +137,9 @@ def test_update_valid_inputs_every_rung_matches_oracle(c, variant):
     expect, scale, expect_view = oracle_update(c["x"], c["view"], c["weight"], c["bias"], c["idx"], c["silu"])
     x_before = c["x"].clone()
     for rung in UPDATE_RUNGS:
-        ops.reset_state()
+        conv_dispatch.reset_state()
         pool = c["pool"].clone()
-        with ops.seam.install_emulators(emu.emulators(**emu.VARIANTS[variant])), forced_backend(rung):
+        with seam.install_emulators(emu.emulators(**emu.VARIANTS[variant])), forced_backend(rung):
             try:
                 out = _run_update(c, _same_view(c, pool))
             except ForcedRungUnavailable:
@@ -190,7 +192,7 @@ def test_fn_malformed_values_raise_on_every_rung_pool_untouched(case, variant):
     c, arg = case
     for rung in FN_RUNGS:
         pool = c["pool"].clone()
-        with ops.seam.install_emulators(emu.emulators(**emu.VARIANTS[variant])), forced_backend(rung):
+        with seam.install_emulators(emu.emulators(**emu.VARIANTS[variant])), forced_backend(rung):
             with pytest.raises(ValueError, match=arg):
                 _run_fn(c, _same_view(c, pool))
         assert torch.equal(pool, c["pool"]), f"{rung}: pool written before the ValueError"
@@ -219,7 +221,7 @@ def malformed_update(draw):
 def test_update_malformed_values_raise_on_every_rung_pool_untouched(c, variant):
     for rung in UPDATE_RUNGS:
         pool = c["pool"].clone()
-        with ops.seam.install_emulators(emu.emulators(**emu.VARIANTS[variant])), forced_backend(rung):
+        with seam.install_emulators(emu.emulators(**emu.VARIANTS[variant])), forced_backend(rung):
             with pytest.raises(ValueError, match="conv_state_indices"):
                 _run_update(c, _same_view(c, pool))
         assert torch.equal(pool, c["pool"])

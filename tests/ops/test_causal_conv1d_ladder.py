@@ -13,7 +13,8 @@ import torch
 
 from sglang_ascend_hybrid.backends.conv_state_layout import cuda_layout_view
 from sglang_ascend_hybrid.emulators import causal_conv1d as emu
-from sglang_ascend_hybrid.ops import causal_conv1d as ops
+from sglang_ascend_hybrid.ops.conv import api as ops
+from sglang_ascend_hybrid.ops.conv import dispatch as conv_dispatch
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable
 from tests.ops.conv_oracle import (
@@ -34,9 +35,9 @@ LOG_TORCH = "outside every installed NPU conv kernel"
 def _fresh_ladders(monkeypatch):
     monkeypatch.delenv("SGLANG_ASCEND_HYBRID_CONV_BACKEND", raising=False)
     monkeypatch.delenv("SGLANG_ASCEND_HYBRID_DEBUG_CHECKS", raising=False)
-    ops.reset_state()
+    conv_dispatch.reset_state()
     yield
-    ops.reset_state()
+    conv_dispatch.reset_state()
 
 
 def _spy(table, calls):
@@ -196,7 +197,7 @@ def _every_rung(ladder):
             yield variant, rung
 
 
-@pytest.mark.parametrize("variant,rung", list(_every_rung(ops.FN_LADDER)))
+@pytest.mark.parametrize("variant,rung", list(_every_rung(conv_dispatch.FN_LADDER)))
 @pytest.mark.parametrize("his", [True, False, None])
 def test_fn_empty_sequences_and_padding_never_write_any_slot(variant, rung, his):
     gen = torch.Generator().manual_seed(11)
@@ -222,7 +223,7 @@ def test_fn_empty_sequences_and_padding_never_write_any_slot(variant, rung, his)
             assert torch.equal(pool, before), f"{rung} {lens} {idx} wrote a slot"
 
 
-@pytest.mark.parametrize("variant,rung", list(_every_rung(ops.UPDATE_LADDER)))
+@pytest.mark.parametrize("variant,rung", list(_every_rung(conv_dispatch.UPDATE_LADDER)))
 def test_update_empty_and_all_padding_batches_never_write(variant, rung):
     gen = torch.Generator().manual_seed(12)
     pool = _pool(3, False, torch.float16, gen)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from sglang_ascend_hybrid.backends.conv_state_layout import cuda_layout_view
-from sglang_ascend_hybrid.ops import causal_conv1d as ops
+from sglang_ascend_hybrid.ops.conv import api as ops
 
 DIM = 16
 

@@ -8,7 +8,7 @@ import threading
 import torch
 
 from sglang_ascend_hybrid.ops import cpu_workspace
-from sglang_ascend_hybrid.ops import causal_conv1d_reference as ref
+from sglang_ascend_hybrid.ops.conv import torch_impl as ref
 
 
 def test_kept_buffers_are_reused_grown_and_per_thread():

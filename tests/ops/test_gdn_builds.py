@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from sglang_ascend_hybrid.backends.conv_state_layout import cuda_layout_view
 from sglang_ascend_hybrid.emulators import causal_conv1d as conv_emu
 from sglang_ascend_hybrid.emulators import gdn as emu
-from sglang_ascend_hybrid.ops import causal_conv1d as conv_ops
+from sglang_ascend_hybrid.ops.conv import api as conv_ops
+from sglang_ascend_hybrid.ops.conv import dispatch as conv_dispatch
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, dispatch, recurrent_gated_delta_rule
 from sglang_ascend_hybrid.ops.gdn.reference import l2norm
@@ -154,7 +155,7 @@ def test_the_conv_ladders_run_on_an_emulated_ascend_950():
     his = torch.tensor([True, False])
     x = torch.randn(dim, sum(lens), generator=gen).bfloat16()
     ops = {**emu.emulators(chip="950", triton=True), **conv_emu.emulators(**conv_emu.VARIANTS["ascend950"])}
-    conv_ops.reset_state()
+    conv_dispatch.reset_state()
     with seam.install_device_facts(chip="950"), seam.install_emulators(ops):
         view = cuda_layout_view(pool, width - 1)
         expect, scale, new_view = oracle_fn(x, weight, None, qsl, idx, his, view, True)

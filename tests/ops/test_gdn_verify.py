@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from sglang_ascend_hybrid.backends import gdn_hooks
-from sglang_ascend_hybrid.emulators import EmulatorContractViolation
+from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 from sglang_ascend_hybrid.emulators import gdn as emu
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import verify as gv

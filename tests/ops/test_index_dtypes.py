@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_ascend_hybrid.ops import causal_conv1d as conv
+from sglang_ascend_hybrid.ops.conv import api as conv
 from sglang_ascend_hybrid.ops import packed_attention as pa
 from sglang_ascend_hybrid.ops.gdn import api
 from sglang_ascend_hybrid.ops.gdn import decode

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from sglang_ascend_hybrid.ops import causal_conv1d_reference as ref
+from sglang_ascend_hybrid.ops.conv import torch_impl as ref
 from sglang_ascend_hybrid.ops.row_copy import index_copy_rows_
 
 

@@ -13,8 +13,8 @@ import torch
 
 from sglang_ascend_hybrid.backends.conv_state_layout import cuda_layout_view
 from sglang_ascend_hybrid.emulators import causal_conv1d as emu
-from sglang_ascend_hybrid.ops import causal_conv1d as conv
-from sglang_ascend_hybrid.ops import causal_conv1d_reference as ref
+from sglang_ascend_hybrid.ops.conv import api as conv
+from sglang_ascend_hybrid.ops.conv import torch_impl as ref
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.index_dtype import index_dtype_problem
 

@@ -1,7 +1,7 @@
 """Vectorised pure-torch causal conv1d with SGLang's conv-state contract.
 
-This is the CPU path and the last rung of the conv ladder in
-:mod:`sglang_ascend_hybrid.ops.causal_conv1d`.  Semantics are those of
+This is the CPU path and the last rung of the conv ladders in
+:mod:`sglang_ascend_hybrid.ops.conv.dispatch`.  Semantics are those of
 ``sglang.srt.layers.attention.mamba.causal_conv1d`` (and its Triton kernels):
 
 * conv states are any strided ``[slots, dim, state_len]`` tensor with
@@ -25,8 +25,8 @@ kernels do) and are rounded once, but only a channel block (prefill) or the smal
 window is ever widened: never the whole input or output.  Both are inference ops (no
 autograd), like the kernels they stand in for.
 
-Input checks raise ``ValueError`` naming the argument, the value and what was
-expected, before anything is written.
+Input checks (:mod:`~sglang_ascend_hybrid.ops.conv.inputs`) raise ``ValueError`` naming the
+argument, the value and what was expected, before anything is written.
 """
 
 from __future__ import annotations
@@ -37,144 +37,16 @@ import torch
 import torch.nn.functional as F
 
 from sglang_ascend_hybrid.ops import cpu_workspace
-from sglang_ascend_hybrid.ops.index_dtype import INDEX_DTYPES
+from sglang_ascend_hybrid.ops.conv.inputs import (
+    PAD_SLOT_ID,
+    need,
+    activation_is_silu,
+    check_fn_inputs,
+    check_fn_values,
+    check_slot_values,
+    check_update_inputs,
+)
 from sglang_ascend_hybrid.ops.row_copy import index_copy_rows_
-
-PAD_SLOT_ID = -1
-# --------------------------------------------------------------------------- checks
-
-
-def activation_is_silu(activation) -> bool:
-    """``None`` / False -> identity, ``"silu"`` / ``"swish"`` / True -> SiLU."""
-    if activation is None or activation is False:
-        return False
-    if activation is True or activation in ("silu", "swish"):
-        return True
-    raise ValueError(f"activation={activation!r}: expected None, 'silu' or 'swish'")
-
-
-def _need(cond: bool, msg: str) -> None:
-    if not cond:
-        raise ValueError(msg)
-
-
-def _check_index_vector(t, name: str, length: int, dtypes=INDEX_DTYPES) -> None:
-    if t is None:
-        return
-    _need(isinstance(t, torch.Tensor), f"{name}={type(t).__name__}: expected a tensor")
-    _need(t.dim() == 1 and t.shape[0] == length,
-          f"{name} has shape {tuple(t.shape)}: expected ({length},)")
-    _need(t.dtype in dtypes, f"{name} has dtype {t.dtype}: expected one of {list(dtypes)}")
-
-
-def check_weight(weight, bias, dim: int) -> int:
-    """Validate ``weight [dim, width]`` / ``bias [dim]``; return the width."""
-    _need(isinstance(weight, torch.Tensor) and weight.dim() == 2,
-          f"weight has shape {tuple(getattr(weight, 'shape', ()))}: expected (dim={dim}, width)")
-    _need(weight.shape[0] == dim,
-          f"weight has shape {tuple(weight.shape)}: expected first dim == x channels ({dim})")
-    _need(weight.shape[1] >= 2, f"weight has width {weight.shape[1]}: expected width >= 2")
-    _need(weight.is_floating_point(), f"weight has dtype {weight.dtype}: expected a floating dtype")
-    if bias is not None:
-        _need(bias.dim() == 1 and bias.shape[0] == dim,
-              f"bias has shape {tuple(bias.shape)}: expected ({dim},)")
-    return int(weight.shape[1])
-
-
-def check_conv_states(conv_states, name: str, dim: int, width: int) -> None:
-    if conv_states is None:
-        return
-    _need(isinstance(conv_states, torch.Tensor) and conv_states.dim() == 3,
-          f"{name} has shape {tuple(getattr(conv_states, 'shape', ()))}: "
-          f"expected (slots, dim={dim}, state_len>={width - 1})")
-    _need(conv_states.shape[1] == dim and conv_states.shape[2] >= width - 1,
-          f"{name} has shape {tuple(conv_states.shape)}: expected (slots, {dim}, >= {width - 1})")
-    _need(conv_states.is_floating_point(),
-          f"{name} has dtype {conv_states.dtype}: expected a floating dtype")
-
-
-def check_slot_values(indices: Optional[torch.Tensor], name: str, num_slots: int, pad_slot_id: int,
-                      active: Optional[torch.Tensor] = None) -> None:
-    """Value check (reads the values on the host: never on the serving decode path): every
-    index is ``pad_slot_id`` or in ``[0, num_slots)``, and no slot repeats among the rows that
-    write a state (``active``: rows that would write, e.g. non-empty sequences)."""
-    if indices is None or indices.numel() == 0:
-        return
-    idx = indices.detach().to("cpu", torch.int64)
-    bad = (idx != pad_slot_id) & ((idx < 0) | (idx >= num_slots))
-    if bool(bad.any()):
-        first = int(idx[bad][0])
-        raise ValueError(f"{name} contains slot {first}: expected pad_slot_id ({pad_slot_id}) "
-                         f"or a slot in [0, {num_slots})")
-    live = idx != pad_slot_id
-    if active is not None:
-        live = live & active.detach().to("cpu").bool()
-    same = (idx[:, None] == idx[None, :]) & live[:, None] & live[None, :]
-    same.fill_diagonal_(False)
-    if bool(same.any()):
-        slot = int(idx[same.any(1)][0])
-        raise ValueError(f"{name} uses slot {slot} for more than one sequence of the batch "
-                         f"({idx.tolist()}): expected distinct slots (or pad_slot_id {pad_slot_id})")
-
-
-# Backward-compatible name (range check plus duplicates).
-check_slot_range = check_slot_values
-
-
-def check_fn_inputs(x, weight, bias, query_start_loc, cache_indices, has_initial_state,
-                    conv_states) -> int:
-    """Shape / dtype checks of ``causal_conv1d_fn`` (no host sync); returns the width."""
-    _need(isinstance(x, torch.Tensor) and x.dim() == 2,
-          f"x has shape {tuple(getattr(x, 'shape', ()))}: expected (dim, total_tokens)")
-    _need(x.is_floating_point(), f"x has dtype {x.dtype}: expected a floating dtype")
-    dim = x.shape[0]
-    width = check_weight(weight, bias, dim)
-    _need(query_start_loc is not None and query_start_loc.dim() == 1 and query_start_loc.shape[0] >= 1,
-          f"query_start_loc has shape {tuple(getattr(query_start_loc, 'shape', ()))}: expected (batch + 1,)")
-    _need(query_start_loc.dtype in INDEX_DTYPES,
-          f"query_start_loc has dtype {query_start_loc.dtype}: expected an integer dtype")
-    batch = query_start_loc.shape[0] - 1
-    _check_index_vector(cache_indices, "cache_indices", batch)
-    _check_index_vector(has_initial_state, "has_initial_state", batch, INDEX_DTYPES + (torch.bool,))
-    check_conv_states(conv_states, "conv_states", dim, width)
-    if has_initial_state is not None:
-        _need(conv_states is not None, "has_initial_state is given but conv_states is None: "
-              "expected conv_states to read the initial states from")
-    return width
-
-
-def check_query_start_loc_values(query_start_loc: torch.Tensor, total_tokens: int) -> None:
-    qsl = query_start_loc.detach().to("cpu", torch.int64)
-    if qsl.numel() and (int(qsl[0]) < 0 or bool((qsl[1:] < qsl[:-1]).any()) or int(qsl[-1]) > total_tokens):
-        raise ValueError(f"query_start_loc={qsl.tolist()}: expected non-decreasing offsets in "
-                         f"[0, {total_tokens}] (x has {total_tokens} tokens)")
-
-
-def check_fn_values(query_start_loc: torch.Tensor, cache_indices: Optional[torch.Tensor],
-                    conv_states: Optional[torch.Tensor], total_tokens: int, pad_slot_id: int) -> None:
-    """Every value rule of ``causal_conv1d_fn`` (host reads): offsets, slot range, no slot
-    shared by two non-empty sequences."""
-    check_query_start_loc_values(query_start_loc, total_tokens)
-    if conv_states is not None and cache_indices is not None:
-        lens = (query_start_loc[1:] - query_start_loc[:-1]).to(cache_indices.device) > 0
-        check_slot_values(cache_indices, "cache_indices", conv_states.shape[0], pad_slot_id, lens)
-
-
-def check_update_inputs(x, conv_state, weight, bias, conv_state_indices) -> int:
-    _need(isinstance(x, torch.Tensor) and x.dim() in (2, 3),
-          f"x has shape {tuple(getattr(x, 'shape', ()))}: expected (batch, dim) or (batch, dim, seqlen)")
-    _need(x.is_floating_point(), f"x has dtype {x.dtype}: expected a floating dtype")
-    batch, dim = x.shape[0], x.shape[1]
-    width = check_weight(weight, bias, dim)
-    check_conv_states(conv_state, "conv_state", dim, width)
-    _need(conv_state is not None, "conv_state is None: expected (slots, dim, state_len)")
-    _check_index_vector(conv_state_indices, "conv_state_indices", batch)
-    if conv_state_indices is None:
-        _need(conv_state.shape[0] >= batch,
-              f"conv_state has {conv_state.shape[0]} slots: expected >= batch ({batch}) "
-              "when conv_state_indices is None")
-    return width
-
 
 # --------------------------------------------------------------------------- math
 
@@ -247,7 +119,7 @@ def causal_conv1d_fn_torch(
     silu = activation_is_silu(activation)
     dim, total = x.shape
     if conv_states is not None and cache_indices is None:
-        _need(conv_states.shape[0] >= query_start_loc.shape[0] - 1,
+        need(conv_states.shape[0] >= query_start_loc.shape[0] - 1,
               f"conv_states has {conv_states.shape[0]} slots: expected >= batch "
               f"({query_start_loc.shape[0] - 1}) when cache_indices is None")
     if check_values:

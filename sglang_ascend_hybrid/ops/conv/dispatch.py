@@ -1,16 +1,10 @@
-"""Short-conv ``causal_conv1d_fn`` / ``causal_conv1d_update`` for Ascend.
-
-Same signatures and semantics as
-``sglang.srt.layers.attention.mamba.causal_conv1d`` (see
-:mod:`~sglang_ascend_hybrid.ops.causal_conv1d_reference` for the contract), plus a keyword
-``check_values``.  Conv states may be any strided ``[slots, dim, state_len]`` tensor, in
-particular the transposed view of a window-major NPU pool that
-:mod:`sglang_ascend_hybrid.backends.conv_state_layout` hands to the model; the state is its
-columns ``[0, W-1)``.
+"""The short-conv kernel ladders: which kernel serves a ``causal_conv1d_fn`` /
+``causal_conv1d_update`` call the public ops (:mod:`sglang_ascend_hybrid.ops.conv.api`) have
+already validated.
 
 Dispatch (a :class:`~sglang_ascend_hybrid.ops.ladder.Ladder` per op, device kernels only
 through :mod:`~sglang_ascend_hybrid.ops.seam`; contracts in
-:mod:`sglang_ascend_hybrid.emulators.causal_conv1d`, written from sgl-kernel-npu f425bdf1):
+:mod:`sglang_ascend_hybrid.ops.conv.contract`, written from sgl-kernel-npu f425bdf1):
 
 ``npu_v2`` (both ops)
     ``causal_conv1d_fn_v2`` / ``causal_conv1d_update_npu_v2`` of an unmerged sgl-kernel-npu
@@ -39,22 +33,6 @@ through :mod:`~sglang_ascend_hybrid.ops.seam`; contracts in
 ``torch``
     the vectorised pure-torch implementation (the CPU path); its decode is graph-capture
     safe (no host sync, fixed shapes).
-
-Inputs (the project's policy): shape, dtype and layout checks always (no sync); value checks
-(offsets, slot ranges, duplicate slots) when ``check_values`` is true -- the default for a
-direct call -- once, before any rung runs, identical for every rung, raising ``ValueError``
-with the pool untouched.  The SGLang hooks pass ``check_values=ENV.DEBUG_CHECKS.get()``:
-decode under graph capture never reads tensor values on the host.  Empty batches and
-``T == 0`` return an empty result without calling any kernel.  ``SGLANG_ASCEND_HYBRID_CONV_BACKEND``
-forces a rung.
-
-Hooks: SGLang's LFM2 imports ``causal_conv1d_fn`` / ``causal_conv1d_update`` into its own
-module.  :func:`causal_conv1d_fn_around` / :func:`causal_conv1d_update_around` are AROUND
-hooks for the two names in ``sglang.srt.layers.attention.mamba.causal_conv1d`` (HookRegistry
-rebinds the from-import copies).  They route to this module when the input lives on an NPU,
-when a conv emulator is installed in the seam (CPU self-test), or when the conv state is a
-window-major view (only the NPU pool is laid out that way); every other call (CUDA, ROCm,
-CPU with a CUDA-layout pool) runs the original.
 """
 
 from __future__ import annotations
@@ -66,32 +44,24 @@ from typing import Optional
 
 import torch
 
-from sglang_ascend_hybrid.emulators.causal_conv1d import (
+from sglang_ascend_hybrid.envs import ENV
+from sglang_ascend_hybrid.logutil import log_once
+from sglang_ascend_hybrid.ops import seam
+from sglang_ascend_hybrid.ops.conv.contract import (
+    DEVICE_OPS,
+    MAX_CAPTURE_NUM,
+    NPU_DTYPES,
     OP_ACLNN,
     OP_FN_V2,
     OP_UPDATE_V2,
     OP_UPDATE_V2_MAIN,
-    REFUSAL_TEXTS,
+    is_refusal,
 )
-from sglang_ascend_hybrid.envs import ENV
-from sglang_ascend_hybrid.logutil import log_once
-from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.causal_conv1d_reference import (
-    PAD_SLOT_ID,
-    activation_is_silu,
-    causal_conv1d_fn_torch,
-    update_rows_torch,
-    check_fn_inputs,
-    check_fn_values,
-    check_slot_values,
-    check_update_inputs,
-)
+from sglang_ascend_hybrid.ops.conv.inputs import activation_is_silu
+from sglang_ascend_hybrid.ops.conv.torch_impl import causal_conv1d_fn_torch, update_rows_torch
 from sglang_ascend_hybrid.ops.ladder import Ladder, Rung
 
 logger = logging.getLogger(__name__)
-
-DEVICE_OPS = (OP_FN_V2, OP_UPDATE_V2, OP_ACLNN, OP_UPDATE_V2_MAIN)
-_NPU_DTYPES = (torch.float16, torch.bfloat16)
 
 
 # --------------------------------------------------------------------------- layout facts
@@ -112,12 +82,6 @@ def layout_tag(conv_states: Optional[torch.Tensor]) -> str:
     return "channel-major"
 
 
-def npu_conv_supports(width: int, dim: int, dtype: torch.dtype) -> bool:
-    """Whether ``torch.ops.npu.causal_conv1d``'s host accepts this width and dtype (it has no
-    ``dim`` rule; shared with the ``plan`` CLI)."""
-    return 2 <= width <= 4 and dtype in _NPU_DTYPES
-
-
 def _pool_is_state(state: Optional[torch.Tensor], width: int, exact: bool) -> bool:
     """The model's view transposed is a contiguous window-major pool whose rows ``[0, W-1)``
     are the view's state columns (``exact``: the pool has exactly ``W-1`` rows)."""
@@ -129,17 +93,11 @@ def _pool_is_state(state: Optional[torch.Tensor], width: int, exact: bool) -> bo
 
 def _one_half_dtype(*tensors) -> bool:
     dtypes = {t.dtype for t in tensors if t is not None}
-    return len(dtypes) == 1 and dtypes.pop() in _NPU_DTYPES
+    return len(dtypes) == 1 and dtypes.pop() in NPU_DTYPES
 
 
-def _device_possible(x: torch.Tensor) -> bool:
+def device_possible(x: torch.Tensor) -> bool:
     return x.device.type == "npu" or any(seam.is_emulated(n) for n in DEVICE_OPS)
-
-
-def _refusal(exc: BaseException) -> bool:
-    """One of ``torch.ops.npu.causal_conv1d``'s host ``TORCH_CHECK`` texts."""
-    text = str(exc)
-    return isinstance(exc, RuntimeError) and any(t in text for t in REFUSAL_TEXTS)
 
 
 def _skip_empty(idx: torch.Tensor, qsl: torch.Tensor, pad_slot_id: int) -> torch.Tensor:
@@ -148,11 +106,11 @@ def _skip_empty(idx: torch.Tensor, qsl: torch.Tensor, pad_slot_id: int) -> torch
     return torch.where(lens > 0, idx, torch.full_like(idx, pad_slot_id))
 
 
-# torch.ops.npu.causal_conv1d caches its tiling per key without the dtype (emulators module doc):
+# torch.ops.npu.causal_conv1d caches its tiling per key without the dtype (contract module doc):
 # key -> dtype of the first call in this process.
 _TILING_SEEN: dict[tuple, torch.dtype] = {}
 _TILING_LOCK = threading.Lock()
-_TILING_CAPACITY = 1024
+_TILING_CAPACITY = MAX_CAPTURE_NUM
 
 
 def _tiling_free(key: tuple, dtype: torch.dtype) -> bool:
@@ -260,8 +218,8 @@ _NEEDS_UPDATE_V2 = ("sgl_kernel_npu.mamba.causal_conv1d.causal_conv1d_update_v2,
                     "state, a window-major state")
 
 FN_LADDER = Ladder("causal_conv1d_fn", [
-    Rung("npu_v2", lambda sig, c: _fn_v2_ok(c), _fn_v2, _refusal, device=True, needs=_NEEDS_V2),
-    Rung("npu_aclnn", lambda sig, c: _fn_aclnn_ok(c), _fn_aclnn, _refusal, device=True,
+    Rung("npu_v2", lambda sig, c: _fn_v2_ok(c), _fn_v2, is_refusal, device=True, needs=_NEEDS_V2),
+    Rung("npu_aclnn", lambda sig, c: _fn_aclnn_ok(c), _fn_aclnn, is_refusal, device=True,
          needs=_NEEDS_ACLNN),
     Rung("torch", lambda sig, c: True, _fn_torch),
 ])
@@ -359,10 +317,10 @@ def _update_torch(c: _UpdateCall) -> torch.Tensor:
 
 
 UPDATE_LADDER = Ladder("causal_conv1d_update", [
-    Rung("npu_v2", lambda sig, c: _update_v2_ok(c), _update_v2, _refusal, device=True, needs=_NEEDS_V2),
-    Rung("npu_aclnn", lambda sig, c: _update_aclnn_ok(c), _update_aclnn, _refusal, device=True,
+    Rung("npu_v2", lambda sig, c: _update_v2_ok(c), _update_v2, is_refusal, device=True, needs=_NEEDS_V2),
+    Rung("npu_aclnn", lambda sig, c: _update_aclnn_ok(c), _update_aclnn, is_refusal, device=True,
          needs=_NEEDS_ACLNN),
-    Rung("npu_update_v2", lambda sig, c: _update_v2_main_ok(c), _update_v2_main, _refusal, device=True,
+    Rung("npu_update_v2", lambda sig, c: _update_v2_main_ok(c), _update_v2_main, is_refusal, device=True,
          needs=_NEEDS_UPDATE_V2),
     Rung("torch", lambda sig, c: True, _update_torch),
 ])
@@ -382,7 +340,7 @@ def _forced_backend(ladder: Ladder) -> str:
 
 def _dispatch(ladder: Ladder, sig: tuple, call, x: torch.Tensor):
     backend = _forced_backend(ladder)
-    if backend == "auto" and _device_possible(x) and ladder.choose(sig, call).name == "torch":
+    if backend == "auto" and device_possible(x) and ladder.choose(sig, call).name == "torch":
         log_once(logger, ("conv-torch-path", sig),
                  "sglang-ascend-hybrid: %s %s is outside every installed NPU conv kernel's contract "
                  "(width 2-4; x, weight and state of one dtype fp16/bf16; torch.ops.npu.causal_conv1d "
@@ -398,155 +356,3 @@ def _signature(kind: str, width: int, x: torch.Tensor, weight: torch.Tensor,
 
     return (kind, width, x.shape[0] if kind == "fn" else x.shape[1], name(x), name(weight), name(state),
             layout_tag(state), None if state is None else int(state.shape[2]))
-
-
-# --------------------------------------------------------------------------- public ops
-
-
-def _resolve_check(check_values: Optional[bool]) -> bool:
-    return True if check_values is None else bool(check_values)
-
-
-def causal_conv1d_fn(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: Optional[torch.Tensor] = None,
-    query_start_loc: Optional[torch.Tensor] = None,
-    cache_indices: Optional[torch.Tensor] = None,
-    has_initial_state: Optional[torch.Tensor] = None,
-    conv_states: Optional[torch.Tensor] = None,
-    activation: Optional[str] = "silu",
-    pad_slot_id: int = PAD_SLOT_ID,
-    *,
-    check_values: Optional[bool] = None,
-    **kwargs,
-) -> torch.Tensor:
-    """Varlen causal conv1d: ``x [dim, T]`` packed by ``query_start_loc`` (or
-    ``[batch, dim, L]`` without it) -> same shape; ``conv_states`` updated in place.
-    ``check_values`` (None: True) checks offsets and slot indices on the host first.
-    ``seq_lens_cpu`` / ``validate_data`` keyword arguments are accepted and unused."""
-    if kwargs.get("block_table") is not None:
-        raise ValueError("block_table is not None: expected None (chunk block tables are "
-                         "not supported by the Ascend short-conv path)")
-    unknown = set(kwargs) - {"seq_lens_cpu", "validate_data", "block_table"}
-    if unknown:
-        raise ValueError(f"unexpected keyword arguments {sorted(unknown)}: expected "
-                         "seq_lens_cpu / validate_data only")
-    batched = None
-    if query_start_loc is None:
-        if not isinstance(x, torch.Tensor) or x.dim() not in (2, 3):
-            raise ValueError(f"x has shape {tuple(getattr(x, 'shape', ()))}: expected (dim, T) "
-                             "or (batch, dim, seqlen) when query_start_loc is None")
-        if x.dim() == 3:
-            batched = x.shape
-            b, d, length = x.shape
-            x = x.transpose(0, 1).reshape(d, b * length)
-            query_start_loc = torch.arange(b + 1, device=x.device, dtype=torch.int32) * length
-        else:
-            query_start_loc = torch.tensor([0, x.shape[1]], dtype=torch.int32, device=x.device)
-    width = check_fn_inputs(x, weight, bias, query_start_loc, cache_indices, has_initial_state,
-                            conv_states)
-    activation_is_silu(activation)
-    batch = query_start_loc.shape[0] - 1
-    if conv_states is not None and cache_indices is None and conv_states.shape[0] < batch:
-        raise ValueError(f"conv_states has {conv_states.shape[0]} slots: expected >= batch "
-                         f"({batch}) when cache_indices is None")
-    if _resolve_check(check_values):
-        check_fn_values(query_start_loc, cache_indices, conv_states, x.shape[1], pad_slot_id)
-    if batch == 0 or x.shape[1] == 0:   # nothing to compute, no state to touch (shapes only)
-        out = torch.empty_like(x)
-    else:
-        call = _FnCall(x, weight, bias, query_start_loc, cache_indices, has_initial_state, conv_states,
-                       activation, pad_slot_id)
-        out = _dispatch(FN_LADDER, _signature("fn", width, x, weight, conv_states), call, x)
-    if batched is not None:
-        b, d, length = batched
-        out = out.reshape(d, b, length).transpose(0, 1)
-    return out
-
-
-def causal_conv1d_update(
-    x: torch.Tensor,
-    conv_state: torch.Tensor,
-    weight: torch.Tensor,
-    bias: Optional[torch.Tensor] = None,
-    activation: Optional[str] = None,
-    cache_seqlens: Optional[torch.Tensor] = None,
-    conv_state_indices: Optional[torch.Tensor] = None,
-    pad_slot_id: int = PAD_SLOT_ID,
-    *,
-    check_values: Optional[bool] = None,
-) -> torch.Tensor:
-    """Decode step: ``x [batch, dim]`` or ``[batch, dim, L]``; ``conv_state``
-    (``[slots, dim, >= width-1]``, any strides) updated in place.  ``check_values``
-    (None: True) checks the slot indices on the host first; with False nothing reads tensor
-    values on the host (graph capture)."""
-    if cache_seqlens is not None:
-        raise ValueError("cache_seqlens is not None: expected None (circular-buffer conv states "
-                         "are not supported; SGLang's Triton kernel ignores it as well)")
-    width = check_update_inputs(x, conv_state, weight, bias, conv_state_indices)
-    activation_is_silu(activation)
-    if _resolve_check(check_values):
-        check_slot_values(conv_state_indices, "conv_state_indices", conv_state.shape[0], pad_slot_id)
-    if x.shape[0] == 0 or (x.dim() == 3 and x.shape[2] == 0):
-        return torch.empty_like(x)
-    call = _UpdateCall(x, conv_state, weight, bias, activation, conv_state_indices, pad_slot_id)
-    return _dispatch(UPDATE_LADDER, _signature("update", width, x, weight, conv_state), call, x)
-
-
-# --------------------------------------------------------------------------- hooks
-
-
-def routes_to_plugin(x, conv_state) -> bool:
-    """Whether an upstream conv call belongs to this plugin (see module docstring)."""
-    if not isinstance(x, torch.Tensor):
-        return False
-    return _device_possible(x) or (isinstance(conv_state, torch.Tensor) and is_window_major(conv_state))
-
-
-def _host_seq_lens_check(seq_lens_cpu, x) -> None:
-    """Value check on SGLang's host mirror of the query lengths (no device read)."""
-    if seq_lens_cpu is None or not isinstance(x, torch.Tensor) or x.dim() != 2:
-        return
-    lens = [int(v) for v in seq_lens_cpu]
-    if any(v < 0 for v in lens) or sum(lens) > x.shape[1]:
-        raise ValueError(f"seq_lens_cpu={lens}: expected non-negative lengths summing to at most "
-                         f"the {x.shape[1]} tokens of x")
-
-
-# Observers of the serving calls the hooks below route to the plugin: ``before_prefill(x, conv_states)``
-# runs before the prefill kernel, ``after_update(conv_state)`` after the decode update (the Ascend
-# short-conv sidecar registers its radix-cache snapshots here: backends/short_conv_track.py).
-CALL_OBSERVERS: list = []
-
-
-def add_call_observer(observer) -> None:
-    if observer not in CALL_OBSERVERS:
-        CALL_OBSERVERS.append(observer)
-
-
-def causal_conv1d_fn_around(original, *args, **kwargs):
-    """AROUND hook for ``sglang.srt.layers.attention.mamba.causal_conv1d.causal_conv1d_fn``."""
-    x = args[0] if args else kwargs.get("x")
-    state = args[6] if len(args) > 6 else kwargs.get("conv_states")
-    if routes_to_plugin(x, state):
-        _host_seq_lens_check(kwargs.get("seq_lens_cpu"), x)
-        kwargs.setdefault("check_values", ENV.DEBUG_CHECKS.get())
-        for observer in CALL_OBSERVERS:
-            observer.before_prefill(x, state)
-        return causal_conv1d_fn(*args, **kwargs)
-    return original(*args, **kwargs)
-
-
-def causal_conv1d_update_around(original, *args, **kwargs):
-    """AROUND hook for ``sglang.srt.layers.attention.mamba.causal_conv1d.causal_conv1d_update``
-    (the serving decode path: no host sync unless SGLANG_ASCEND_HYBRID_DEBUG_CHECKS=1)."""
-    x = args[0] if args else kwargs.get("x")
-    state = args[1] if len(args) > 1 else kwargs.get("conv_state")
-    if routes_to_plugin(x, state):
-        kwargs.setdefault("check_values", ENV.DEBUG_CHECKS.get())
-        out = causal_conv1d_update(*args, **kwargs)
-        for observer in CALL_OBSERVERS:
-            observer.after_update(state)
-        return out
-    return original(*args, **kwargs)

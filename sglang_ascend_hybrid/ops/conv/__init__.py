@@ -1,0 +1,9 @@
+"""Short-conv ops (``causal_conv1d_fn`` / ``causal_conv1d_update``), one module per job:
+
+- :mod:`.contract`: the NPU conv ops' names, host check texts in order, limits and sources;
+- :mod:`.reference`: the fp64 oracle (tests only);
+- :mod:`.inputs`: input validation (shape checks without a sync, value checks on the host);
+- :mod:`.torch_impl`: the tuned pure-torch rung (the CPU path);
+- :mod:`.dispatch`: the kernel ladders and their rungs;
+- :mod:`.api`: the public ops and SGLang's hooks.
+"""

@@ -1,0 +1,208 @@
+"""Short-conv ``causal_conv1d_fn`` / ``causal_conv1d_update`` for Ascend.
+
+Same signatures and semantics as
+``sglang.srt.layers.attention.mamba.causal_conv1d`` (see
+:mod:`~sglang_ascend_hybrid.ops.conv.torch_impl` for those semantics), plus a keyword
+``check_values``.  Conv states may be any strided ``[slots, dim, state_len]`` tensor, in
+particular the transposed view of a window-major NPU pool that
+:mod:`sglang_ascend_hybrid.backends.conv_state_layout` hands to the model; the state is its
+columns ``[0, W-1)``.
+
+Kernels: :mod:`~sglang_ascend_hybrid.ops.conv.dispatch` (the ladders),
+:mod:`~sglang_ascend_hybrid.ops.conv.contract` (the NPU ops' contracts),
+:mod:`~sglang_ascend_hybrid.ops.conv.reference` (the fp64 oracle).
+
+Inputs (the project's policy): shape, dtype and layout checks always (no sync); value checks
+(offsets, slot ranges, duplicate slots) when ``check_values`` is true -- the default for a
+direct call -- once, before any rung runs, identical for every rung, raising ``ValueError``
+with the pool untouched.  The SGLang hooks pass ``check_values=ENV.DEBUG_CHECKS.get()``:
+decode under graph capture never reads tensor values on the host.  Empty batches and
+``T == 0`` return an empty result without calling any kernel.  ``SGLANG_ASCEND_HYBRID_CONV_BACKEND``
+forces a rung.
+
+Hooks: SGLang's LFM2 imports ``causal_conv1d_fn`` / ``causal_conv1d_update`` into its own
+module.  :func:`causal_conv1d_fn_around` / :func:`causal_conv1d_update_around` are AROUND
+hooks for the two names in ``sglang.srt.layers.attention.mamba.causal_conv1d`` (HookRegistry
+rebinds the from-import copies).  They route to this module when the input lives on an NPU,
+when a conv emulator is installed in the seam (CPU self-test), or when the conv state is a
+window-major view (only the NPU pool is laid out that way); every other call (CUDA, ROCm,
+CPU with a CUDA-layout pool) runs the original.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from sglang_ascend_hybrid.envs import ENV
+from sglang_ascend_hybrid.ops.conv.dispatch import (
+    FN_LADDER,
+    UPDATE_LADDER,
+    _dispatch,
+    _FnCall,
+    _signature,
+    _UpdateCall,
+    device_possible,
+    is_window_major,
+)
+from sglang_ascend_hybrid.ops.conv.inputs import (
+    PAD_SLOT_ID,
+    activation_is_silu,
+    check_fn_inputs,
+    check_fn_values,
+    check_slot_values,
+    check_update_inputs,
+)
+
+
+# --------------------------------------------------------------------------- public ops
+
+
+def _resolve_check(check_values: Optional[bool]) -> bool:
+    return True if check_values is None else bool(check_values)
+
+
+def causal_conv1d_fn(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    query_start_loc: Optional[torch.Tensor] = None,
+    cache_indices: Optional[torch.Tensor] = None,
+    has_initial_state: Optional[torch.Tensor] = None,
+    conv_states: Optional[torch.Tensor] = None,
+    activation: Optional[str] = "silu",
+    pad_slot_id: int = PAD_SLOT_ID,
+    *,
+    check_values: Optional[bool] = None,
+    **kwargs,
+) -> torch.Tensor:
+    """Varlen causal conv1d: ``x [dim, T]`` packed by ``query_start_loc`` (or
+    ``[batch, dim, L]`` without it) -> same shape; ``conv_states`` updated in place.
+    ``check_values`` (None: True) checks offsets and slot indices on the host first.
+    ``seq_lens_cpu`` / ``validate_data`` keyword arguments are accepted and unused."""
+    if kwargs.get("block_table") is not None:
+        raise ValueError("block_table is not None: expected None (chunk block tables are "
+                         "not supported by the Ascend short-conv path)")
+    unknown = set(kwargs) - {"seq_lens_cpu", "validate_data", "block_table"}
+    if unknown:
+        raise ValueError(f"unexpected keyword arguments {sorted(unknown)}: expected "
+                         "seq_lens_cpu / validate_data only")
+    batched = None
+    if query_start_loc is None:
+        if not isinstance(x, torch.Tensor) or x.dim() not in (2, 3):
+            raise ValueError(f"x has shape {tuple(getattr(x, 'shape', ()))}: expected (dim, T) "
+                             "or (batch, dim, seqlen) when query_start_loc is None")
+        if x.dim() == 3:
+            batched = x.shape
+            b, d, length = x.shape
+            x = x.transpose(0, 1).reshape(d, b * length)
+            query_start_loc = torch.arange(b + 1, device=x.device, dtype=torch.int32) * length
+        else:
+            query_start_loc = torch.tensor([0, x.shape[1]], dtype=torch.int32, device=x.device)
+    width = check_fn_inputs(x, weight, bias, query_start_loc, cache_indices, has_initial_state,
+                            conv_states)
+    activation_is_silu(activation)
+    batch = query_start_loc.shape[0] - 1
+    if conv_states is not None and cache_indices is None and conv_states.shape[0] < batch:
+        raise ValueError(f"conv_states has {conv_states.shape[0]} slots: expected >= batch "
+                         f"({batch}) when cache_indices is None")
+    if _resolve_check(check_values):
+        check_fn_values(query_start_loc, cache_indices, conv_states, x.shape[1], pad_slot_id)
+    if batch == 0 or x.shape[1] == 0:   # nothing to compute, no state to touch (shapes only)
+        out = torch.empty_like(x)
+    else:
+        call = _FnCall(x, weight, bias, query_start_loc, cache_indices, has_initial_state, conv_states,
+                       activation, pad_slot_id)
+        out = _dispatch(FN_LADDER, _signature("fn", width, x, weight, conv_states), call, x)
+    if batched is not None:
+        b, d, length = batched
+        out = out.reshape(d, b, length).transpose(0, 1)
+    return out
+
+
+def causal_conv1d_update(
+    x: torch.Tensor,
+    conv_state: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    activation: Optional[str] = None,
+    cache_seqlens: Optional[torch.Tensor] = None,
+    conv_state_indices: Optional[torch.Tensor] = None,
+    pad_slot_id: int = PAD_SLOT_ID,
+    *,
+    check_values: Optional[bool] = None,
+) -> torch.Tensor:
+    """Decode step: ``x [batch, dim]`` or ``[batch, dim, L]``; ``conv_state``
+    (``[slots, dim, >= width-1]``, any strides) updated in place.  ``check_values``
+    (None: True) checks the slot indices on the host first; with False nothing reads tensor
+    values on the host (graph capture)."""
+    if cache_seqlens is not None:
+        raise ValueError("cache_seqlens is not None: expected None (circular-buffer conv states "
+                         "are not supported; SGLang's Triton kernel ignores it as well)")
+    width = check_update_inputs(x, conv_state, weight, bias, conv_state_indices)
+    activation_is_silu(activation)
+    if _resolve_check(check_values):
+        check_slot_values(conv_state_indices, "conv_state_indices", conv_state.shape[0], pad_slot_id)
+    if x.shape[0] == 0 or (x.dim() == 3 and x.shape[2] == 0):
+        return torch.empty_like(x)
+    call = _UpdateCall(x, conv_state, weight, bias, activation, conv_state_indices, pad_slot_id)
+    return _dispatch(UPDATE_LADDER, _signature("update", width, x, weight, conv_state), call, x)
+
+
+# --------------------------------------------------------------------------- hooks
+
+
+def routes_to_plugin(x, conv_state) -> bool:
+    """Whether an upstream conv call belongs to this plugin (see module docstring)."""
+    if not isinstance(x, torch.Tensor):
+        return False
+    return device_possible(x) or (isinstance(conv_state, torch.Tensor) and is_window_major(conv_state))
+
+
+def _host_seq_lens_check(seq_lens_cpu, x) -> None:
+    """Value check on SGLang's host mirror of the query lengths (no device read)."""
+    if seq_lens_cpu is None or not isinstance(x, torch.Tensor) or x.dim() != 2:
+        return
+    lens = [int(v) for v in seq_lens_cpu]
+    if any(v < 0 for v in lens) or sum(lens) > x.shape[1]:
+        raise ValueError(f"seq_lens_cpu={lens}: expected non-negative lengths summing to at most "
+                         f"the {x.shape[1]} tokens of x")
+
+
+# Observers of the serving calls the hooks below route to the plugin: ``before_prefill(x, conv_states)``
+# runs before the prefill kernel, ``after_update(conv_state)`` after the decode update (the Ascend
+# short-conv sidecar registers its radix-cache snapshots here: backends/short_conv_track.py).
+CALL_OBSERVERS: list = []
+
+
+def add_call_observer(observer) -> None:
+    if observer not in CALL_OBSERVERS:
+        CALL_OBSERVERS.append(observer)
+
+
+def causal_conv1d_fn_around(original, *args, **kwargs):
+    """AROUND hook for ``sglang.srt.layers.attention.mamba.causal_conv1d.causal_conv1d_fn``."""
+    x = args[0] if args else kwargs.get("x")
+    state = args[6] if len(args) > 6 else kwargs.get("conv_states")
+    if routes_to_plugin(x, state):
+        _host_seq_lens_check(kwargs.get("seq_lens_cpu"), x)
+        kwargs.setdefault("check_values", ENV.DEBUG_CHECKS.get())
+        for observer in CALL_OBSERVERS:
+            observer.before_prefill(x, state)
+        return causal_conv1d_fn(*args, **kwargs)
+    return original(*args, **kwargs)
+
+
+def causal_conv1d_update_around(original, *args, **kwargs):
+    """AROUND hook for ``sglang.srt.layers.attention.mamba.causal_conv1d.causal_conv1d_update``
+    (the serving decode path: no host sync unless SGLANG_ASCEND_HYBRID_DEBUG_CHECKS=1)."""
+    x = args[0] if args else kwargs.get("x")
+    state = args[1] if len(args) > 1 else kwargs.get("conv_state")
+    if routes_to_plugin(x, state):
+        kwargs.setdefault("check_values", ENV.DEBUG_CHECKS.get())
+        out = causal_conv1d_update(*args, **kwargs)
+        for observer in CALL_OBSERVERS:
+            observer.after_update(state)
+        return out
+    return original(*args, **kwargs)
