@@ -12,7 +12,7 @@ have), head dim 128.  Tables (``benchmarks/harness.py``: interleaved, medians an
    Goal: wrapper / op <= 1.05.
 2. no one-sided sequence, device path: wrapper vs the op called with upstream's arguments
    (the fast path adds nothing but boundary handling).  Goal <= 1.05.
-3. no one-sided sequence, CPU reference path: wrapper vs ``packed_attention_reference`` called
+3. no one-sided sequence, CPU reference path: wrapper vs ``packed_attention_torch`` called
    directly.  Goal <= 1.05.
 """
 
@@ -35,12 +35,9 @@ from sglang_ascend_hybrid.emulators.fused_infer_attention import (  # noqa: E402
     npu_fused_infer_attention_score,
 )
 from sglang_ascend_hybrid.ops import seam  # noqa: E402
-from sglang_ascend_hybrid.ops.packed_attention import (  # noqa: E402
-    fused_infer_attention_varlen,
-    packed_attention_reference,
-    packed_case,
-    random_lengths,
-)
+from sglang_ascend_hybrid.ops.attention.api import fused_infer_attention_varlen  # noqa: E402
+from sglang_ascend_hybrid.ops.attention.cases import packed_case, random_lengths  # noqa: E402
+from sglang_ascend_hybrid.ops.attention.torch_impl import packed_attention_torch  # noqa: E402
 
 HEADS, KV_HEADS, HEAD_DIM = 8, 8, 128
 GOAL = 1.05
@@ -110,7 +107,7 @@ def fast_path_table(threads, reps, smoke):
 def reference_table(threads, reps, smoke):
     case = make(*((16, 16) if smoke else (64, 128)), 0.0, torch.float32, seed=1)
     wrapper = lambda: fused_infer_attention_varlen(*case.args(), **case.kwargs())  # noqa: E731
-    direct = lambda: packed_attention_reference(case.q, case.k, case.v, case.q_bounds,  # noqa: E731
+    direct = lambda: packed_attention_torch(case.q, case.k, case.v, case.q_bounds,  # noqa: E731
                                                 case.k_bounds, case.scale)
     return harness.measure(
         f"packed attention, no one-sided sequence, CPU reference path ({case.q.shape[0]} query tokens)",

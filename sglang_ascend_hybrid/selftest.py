@@ -287,14 +287,15 @@ def _gdn_emulators(*names: str) -> Callable[[], dict]:
 
 def _attention_case(dtype: torch.dtype) -> Callable[[str, bool], tuple[float, float]]:
     def run(device: str, quick: bool) -> tuple[float, float]:
-        from sglang_ascend_hybrid.ops import packed_attention as pa
-        from sglang_ascend_hybrid.ops.packed_attention_reference import packed_attention_reference, packed_case
+        from sglang_ascend_hybrid.ops.attention import api as pa
+        from sglang_ascend_hybrid.ops.attention.torch_impl import packed_attention_torch
+        from sglang_ascend_hybrid.ops.attention.cases import packed_case
 
         # two-sided, KV-only, query-only, two-sided, empty on both sides
         q_lens, k_lens = ([3, 0, 4, 5, 0], [4, 6, 0, 7, 0]) if quick else ([9, 0, 11, 16, 0], [12, 20, 0, 24, 0])
         case = packed_case(q_lens, k_lens, num_heads=4, num_kv_heads=2, head_dim=128,
                            dtype=dtype, seed=3)
-        ref_out, ref_lse = packed_attention_reference(case.q.float(), case.k.float(), case.v.float(),
+        ref_out, ref_lse = packed_attention_torch(case.q.float(), case.k.float(), case.v.float(),
                                                       case.q_bounds, case.k_bounds, case.scale)
         args = [t.to(device) for t in case.args()]
         (out, lse), ms = _timed(device, lambda: pa.fused_infer_attention_varlen(*args, **case.kwargs()))

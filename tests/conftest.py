@@ -20,7 +20,8 @@ REPO_ROOT = Path(__file__).parent.parent
 def reset_process_state() -> None:
     """Forget the process-global state the plugin keeps between calls: log-once keys, probe
     verdicts and run counts, and the refusals its kernel ladders learnt (GDN prefill / decode /
-    serving decode / verify, short-conv prefill / update, with the conv tiling record).  Only
+    serving decode / verify, short-conv prefill / update, with the conv tiling record, packed
+    attention).  Only
     modules already imported are touched, so no test imports more than it asks for."""
     from sglang_ascend_hybrid.logutil import reset_log_once
     from sglang_ascend_hybrid.ops import probes
@@ -36,6 +37,8 @@ def reset_process_state() -> None:
         loaded("sglang_ascend_hybrid.ops.gdn.decode").SERVING_DECODE.forget_refusals()
     if loaded("sglang_ascend_hybrid.ops.conv.dispatch") is not None:
         loaded("sglang_ascend_hybrid.ops.conv.dispatch").reset_state()
+    if loaded("sglang_ascend_hybrid.ops.attention.dispatch") is not None:
+        loaded("sglang_ascend_hybrid.ops.attention.dispatch").LADDER.forget_refusals()
 
 
 @pytest.fixture(autouse=True)

@@ -13,12 +13,12 @@ Contract kept (failures raise ``RuntimeError`` like the real op's checks):
   contiguous, one dtype, fp16 or bf16 (the documented input types, op-plugin 517f2e7d
   ``torch_npu-npu_fused_infer_attention_score.md`` line 86; fp32 is refused with a RuntimeError
   whose text says the real op's text could not be read -- the plugin predicts the refusal from
-  ``fia_contract`` and never makes the call);
+  :mod:`~sglang_ascend_hybrid.ops.attention.contract` and never makes the call);
 * ``num_heads == Nq``; ``num_key_value_heads`` is ``Nkv`` (0 means ``Nq``) and
   divides ``Nq``;
 * ``actual_seq_lengths`` / ``actual_seq_lengths_kv``: cumulative ends, same count,
   non-decreasing (an empty sequence is allowed), at most 4096, the last equal to the
-  packed token count (:mod:`sglang_ascend_hybrid.ops.fia_contract`, from op-plugin
+  packed token count (:mod:`sglang_ascend_hybrid.ops.attention.contract`, from op-plugin
   517f2e7d's documentation);
 * head dims (128, 128, 128) or (192, 192, 128 / 192), at most 256 heads (same source);
 * a query row of a sequence with no keys: the documentation does not say what the op
@@ -28,7 +28,7 @@ Contract kept (failures raise ``RuntimeError`` like the real op's checks):
 
 The op's refusal texts are not in the documentation that was read: the texts below are
 the emulator's own, and nothing in the plugin keys on them (calls outside the contract
-are predicted from ``fia_contract`` and never made).
+are predicted from :mod:`~sglang_ascend_hybrid.ops.attention.contract` and never made).
 
 Other layouts and the quantisation / mask / paged-KV arguments are not modelled:
 any of them set to a non-default value raises ``NotImplementedError``.
@@ -41,8 +41,8 @@ from typing import Callable, Sequence
 
 import torch
 
-from sglang_ascend_hybrid.ops import fia_contract
-from sglang_ascend_hybrid.ops.packed_attention_reference import attend_segment
+from sglang_ascend_hybrid.ops.attention import contract as fia_contract
+from sglang_ascend_hybrid.ops.attention.torch_impl import attend_segment
 
 OP_NAME = "npu_fused_infer_attention_score"
 

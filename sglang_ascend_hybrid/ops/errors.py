@@ -5,3 +5,8 @@ class EmulatorContractViolation(AssertionError):
     """The call would be undefined behaviour on the real op (an out-of-bounds read, a dtype the
     kernel silently reinterprets, ...): the real op raises nothing, so the emulator must, so that
     no test can pass on undefined behaviour.  Never treated as a kernel refusal by the ladders."""
+
+
+class DeviceResultError(RuntimeError):
+    """A device op returned a result outside its contract (e.g. an LSE of another shape): the op
+    is not the one the contract describes, so this propagates from every rung (never a refusal)."""

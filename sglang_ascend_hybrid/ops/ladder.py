@@ -16,7 +16,8 @@ unsupported and retries the next rung with the original inputs:
   with the op, the shape and the full text: a kernel that refuses must never take
   the server down while a correct fallback exists;
 - memory exhaustion and device loss (:func:`is_fatal_device_error`), emulator
-  contract violations and every error of a pure-torch rung propagate.
+  contract violations, a device result outside its contract (``DeviceResultError``) and every
+  error of a pure-torch rung propagate.
 
 A rung may also decline one call without being marked (:class:`DeclinedCall`, e.g.
 outputs that came back non-finite from finite inputs): the ladder logs that once
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Sequence
 
 from sglang_ascend_hybrid.logutil import log_once
-from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
+from sglang_ascend_hybrid.ops.errors import DeviceResultError, EmulatorContractViolation
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ def is_fatal_device_error(exc: BaseException) -> bool:
 
 
 def _contract_violation(exc: BaseException) -> bool:
-    return isinstance(exc, EmulatorContractViolation)
+    return isinstance(exc, (EmulatorContractViolation, DeviceResultError))
 
 
 @dataclass(frozen=True)

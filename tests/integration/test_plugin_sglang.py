@@ -150,7 +150,7 @@ def test_diffusion_fix_is_installed_or_plainly_unavailable():
         "from sglang_ascend_hybrid.status import STATUS\n"
         "STATUS.refresh_applied()\n"
         "from sglang.multimodal_gen.runtime.layers.attention.backends import ascend_fa\n"
-        "from sglang_ascend_hybrid.ops import packed_attention as pa\n"
+        "from sglang_ascend_hybrid.ops.attention import api as pa\n"
         "st = STATUS.patches['packed-attention-one-sided']\n"
         "print(st.state, pa.probe_replacement(ascend_fa.fused_infer_attention_varlen))\n"
     )

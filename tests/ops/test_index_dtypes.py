@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from sglang_ascend_hybrid.ops.conv import api as conv
-from sglang_ascend_hybrid.ops import packed_attention as pa
+from sglang_ascend_hybrid.ops.attention import api as pa
 from sglang_ascend_hybrid.ops.gdn import api
 from sglang_ascend_hybrid.ops.gdn import decode
 from sglang_ascend_hybrid.ops.gdn import verify as gv

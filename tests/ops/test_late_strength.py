@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from sglang_ascend_hybrid.emulators import fused_infer_attention as fia_emu
-from sglang_ascend_hybrid.ops import packed_attention as pa
+from sglang_ascend_hybrid.ops.attention import api as pa
+from sglang_ascend_hybrid.ops.attention.torch_impl import packed_attention_torch
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import capabilities as caps
-from sglang_ascend_hybrid.ops.packed_attention_reference import packed_case
+from sglang_ascend_hybrid.ops.attention.cases import packed_case
 
 
 @pytest.mark.parametrize("shape,vstep", [((16, 128, 128), 112), ((64, 128, 128), 104), ((48, 128, 128), 112),
@@ -42,7 +43,7 @@ def test_fast_path_makes_different_shaped_non_contiguous_inputs_contiguous():
     assert not q.is_contiguous() and q.shape != k.shape
     with seam.install_emulators(fia_emu.emulators()):
         out, _ = pa.fused_infer_attention_varlen(q, k, v, case.cu_seqlens_q, case.cu_seqlens_k, **case.kwargs())
-    ref, _ = pa.packed_attention_reference(case.q, case.k, case.v, case.q_bounds, case.k_bounds, case.scale)
+    ref, _ = packed_attention_torch(case.q, case.k, case.v, case.q_bounds, case.k_bounds, case.scale)
     torch.testing.assert_close(out.float(), ref.float(), atol=2e-2, rtol=2e-2)
 
 
@@ -59,7 +60,7 @@ def test_host_copies_given_as_cpu_tensors(host, ok):
         case.q, case.k, case.v, case.cu_seqlens_q, case.cu_seqlens_k, cu_seqlens_q_host=host,
         cu_seqlens_k_host=case.k_bounds)
     if ok:
-        ref, _ = pa.packed_attention_reference(case.q, case.k, case.v, case.q_bounds, case.k_bounds, case.scale)
+        ref, _ = packed_attention_torch(case.q, case.k, case.v, case.q_bounds, case.k_bounds, case.scale)
         torch.testing.assert_close(call(), ref)
     else:
         with pytest.raises(ValueError, match="cu_seqlens_q_host is a .* tensor: expected a 1D integer tensor"):

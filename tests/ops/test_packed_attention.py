@@ -19,34 +19,13 @@ import torch
 
 from sglang_ascend_hybrid.emulators.fused_infer_attention import emulators
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.packed_attention import fused_infer_attention_varlen, packed_case
+from sglang_ascend_hybrid.ops.attention.api import fused_infer_attention_varlen
+from sglang_ascend_hybrid.ops.attention.reference import naive_packed_attention
+from sglang_ascend_hybrid.ops.attention.cases import packed_case
 
 # ---------------------------------------------------------------------------
 # Oracles (independent of the code under test)
 # ---------------------------------------------------------------------------
-
-
-def naive_packed_attention(q, k, v, q_bounds, k_bounds, scale):
-    """fp64, one query row and one head at a time.  Returns out [Tq, Nq, Dv]
-    fp64 and lse [Nq, Tq] fp64; rows without keys are 0 / -inf by definition."""
-    tq, nq, _ = q.shape
-    nkv = k.shape[1]
-    out = torch.zeros(tq, nq, v.shape[-1], dtype=torch.float64)
-    lse = torch.full((nq, tq), -math.inf, dtype=torch.float64)
-    q64, k64, v64 = q.double(), k.double(), v.double()
-    for (qs, qe), (ks, ke) in zip(pairwise(q_bounds), pairwise(k_bounds)):
-        if ke == ks:
-            continue
-        for h in range(nq):
-            kh = h // (nq // nkv)
-            for row in range(qs, qe):
-                logits = [float(q64[row, h] @ k64[j, kh]) * scale for j in range(ks, ke)]
-                peak = max(logits)
-                weights = [math.exp(x - peak) for x in logits]
-                total = sum(weights)
-                out[row, h] = sum(w * v64[j, kh] for w, j in zip(weights, range(ks, ke))) / total
-                lse[h, row] = peak + math.log(total)
-    return out, lse
 
 
 def sdpa_packed_attention(q, k, v, q_bounds, k_bounds, scale):

@@ -13,12 +13,16 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from sglang_ascend_hybrid.emulators import fused_infer_attention as emu
-from sglang_ascend_hybrid.ops import packed_attention as pa
+from sglang_ascend_hybrid.ops.attention import api as pa
+from sglang_ascend_hybrid.ops.attention.torch_impl import packed_attention_torch
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops import fia_contract
-from sglang_ascend_hybrid.ops.packed_attention import fused_infer_attention_varlen
-from sglang_ascend_hybrid.ops.packed_attention import packed_case as _packed_case
+from sglang_ascend_hybrid.ops.attention import contract as fia_contract
+from sglang_ascend_hybrid.ops.attention.api import fused_infer_attention_varlen
+from sglang_ascend_hybrid.ops.attention.cases import packed_case as _packed_case, random_packed_case
 
+
+# The packed-attention ladder logs from ops.attention.dispatch, its rung refusals from ops.ladder.
+OPS_LOGGER = "sglang_ascend_hybrid.ops"
 
 def packed_case(*args, head_dim=128, **kwargs):
     """Cases at the op's head dim (it takes 128, or 192 / 128): the device path runs."""
@@ -148,7 +152,7 @@ def test_compaction_rebuilds_only_the_kv_side(recorder, q_lens, k_lens):
     assert log.names.count("index_copy_") == 0                       # no scatter of the output
     # the query-only rows of the output and of the LSE (the zero K / V rows are cat pieces)
     assert log.names.count("index_fill_") == (2 if dummies else 0)
-    ref_out, ref_lse = pa.packed_attention_reference(case.q, case.k, case.v, case.q_bounds,
+    ref_out, ref_lse = packed_attention_torch(case.q, case.k, case.v, case.q_bounds,
                                                      case.k_bounds, case.scale)
     assert torch.equal(out, ref_out)
     assert torch.equal(lse, ref_lse)
@@ -223,7 +227,7 @@ def test_no_new_device_to_host_syncs(path, host):
             COUNTING[0] = False
     # upstream reads each cu_seqlens with one .tolist() when no host copy is given
     assert SYNCS == ([] if host else ["tolist", "tolist"])
-    ref_out, ref_lse = pa.packed_attention_reference(case.q, case.k, case.v, case.q_bounds,
+    ref_out, ref_lse = packed_attention_torch(case.q, case.k, case.v, case.q_bounds,
                                                      case.k_bounds, case.scale)
     assert torch.equal(out.as_subclass(torch.Tensor), ref_out)
     assert torch.equal(lse.as_subclass(torch.Tensor), ref_lse)
@@ -265,7 +269,7 @@ def test_emulator_valid_call_shapes():
     out, lse = emu.npu_fused_infer_attention_score(case.q, case.k, case.v, **_op_kwargs())
     assert out.shape == (5, 4, 128) and out.dtype == torch.bfloat16
     assert lse.shape == (5, 4, 1) and lse.dtype == torch.float32
-    ref_out, ref_lse = pa.packed_attention_reference(case.q, case.k, case.v, case.q_bounds,
+    ref_out, ref_lse = packed_attention_torch(case.q, case.k, case.v, case.q_bounds,
                                                      case.k_bounds, case.scale)
     assert torch.equal(out, ref_out) and torch.equal(lse[..., 0].T, ref_lse)
     _, lse_off = emu.npu_fused_infer_attention_score(
@@ -322,7 +326,7 @@ def test_upstream_style_call_with_one_sided_sequences_is_undefined_on_the_op():
     assert torch.isnan(out[3:]).all() and not torch.isnan(out[:3]).any()
     with seam.install_emulators(emu.emulators()):
         out, lse = fused_infer_attention_varlen(*case.args(), **case.kwargs(return_softmax_lse=True))
-    ref_out, ref_lse = pa.packed_attention_reference(case.q, case.k, case.v, case.q_bounds, case.k_bounds,
+    ref_out, ref_lse = packed_attention_torch(case.q, case.k, case.v, case.q_bounds, case.k_bounds,
                                                      case.scale)
     assert not torch.isnan(out).any()
     torch.testing.assert_close(out.float(), ref_out.float(), atol=2e-2, rtol=2e-2)
@@ -339,7 +343,7 @@ def test_head_dims_outside_the_contract_never_reach_the_op(recorder, dims, ok, c
                                            **case.kwargs(return_softmax_lse=False))
     assert len(recorder.calls) == int(ok)
     assert fia_contract.head_dims_supported(qd, kd, vd) == ok
-    ref_out, _ = pa.packed_attention_reference(case.q, case.k, v, case.q_bounds, case.k_bounds, case.scale)
+    ref_out, _ = packed_attention_torch(case.q, case.k, v, case.q_bounds, case.k_bounds, case.scale)
     torch.testing.assert_close(out.float(), ref_out.float(), atol=2e-2, rtol=2e-2)
     assert ("outside npu_fused_infer_attention_score's contract" in caplog.text) == (not ok)
 
@@ -422,24 +426,24 @@ def test_invalid_input_raises_upstream_value_error(name, args, kwargs, message, 
 
 def test_compaction_and_reference_are_logged_once(caplog):
     case = _packed_case([3, 0, 2], [2, 4, 0], dtype=torch.bfloat16, head_dim=128)
-    with caplog.at_level(logging.INFO, logger=pa.__name__):
+    with caplog.at_level(logging.INFO, logger=OPS_LOGGER):
         for _ in range(3):
             fused_infer_attention_varlen(*case.args(), **case.kwargs())
         with seam.install_emulators(emu.emulators()):
             for _ in range(3):
                 fused_infer_attention_varlen(*case.args(), **case.kwargs())
-    messages = [r.getMessage() for r in caplog.records if r.name == pa.__name__]
+    messages = [r.getMessage() for r in caplog.records if r.name.startswith(OPS_LOGGER)]
     assert sum("pure-torch reference" in m for m in messages) == 1
     assert sum("compacting" in m for m in messages) == 1
-    assert all(r.levelno == logging.INFO for r in caplog.records if r.name == pa.__name__)
+    assert all(r.levelno == logging.INFO for r in caplog.records if r.name.startswith(OPS_LOGGER))
 
 
 def test_fast_path_logs_nothing(caplog):
     case = _packed_case([3, 2], [2, 4], dtype=torch.bfloat16, head_dim=128)
-    with caplog.at_level(logging.INFO, logger=pa.__name__):
+    with caplog.at_level(logging.INFO, logger=OPS_LOGGER):
         with seam.install_emulators(emu.emulators()):
             fused_infer_attention_varlen(*case.args(), **case.kwargs())
-    assert not [r for r in caplog.records if r.name == pa.__name__]
+    assert not [r for r in caplog.records if r.name.startswith(OPS_LOGGER)]
 
 
 def test_probe_replacement_tells_fixed_from_refusing():
@@ -466,7 +470,7 @@ def test_upstream_needs_replacement_reads_the_source():
 
 
 def test_random_packed_case_helper():
-    case = pa.random_packed_case(5, num_seqs=40, one_sided_fraction=0.5, both_empty_fraction=0.2)
+    case = random_packed_case(5, num_seqs=40, one_sided_fraction=0.5, both_empty_fraction=0.2)
     pairs = list(zip(pairwise(case.q_bounds), pairwise(case.k_bounds)))
     kinds = {((qe > qs), (ke > ks)) for (qs, qe), (ks, ke) in pairs}
     assert kinds == {(True, True), (True, False), (False, True), (False, False)}
@@ -488,7 +492,7 @@ def test_query_only_rows_are_zero_and_neg_inf_whatever_their_queries():
     case.q[2:5] = float("nan")
     with seam.install_emulators(emu.emulators()):
         out, lse = fused_infer_attention_varlen(*case.args(), **case.kwargs())
-    ref_out, ref_lse = pa.packed_attention_reference(case.q, case.k, case.v, case.q_bounds, case.k_bounds,
+    ref_out, ref_lse = packed_attention_torch(case.q, case.k, case.v, case.q_bounds, case.k_bounds,
                                                      case.scale)
     assert torch.equal(out[2:5], torch.zeros_like(out[2:5]))
     assert torch.isneginf(lse[:, 2:5]).all()
@@ -504,7 +508,7 @@ def test_compaction_takes_non_contiguous_key_values():
     with seam.install_emulators(emu.emulators()):
         out, lse = fused_infer_attention_varlen(case.q, k, v, case.cu_seqlens_q, case.cu_seqlens_k,
                                                 **case.kwargs())
-    ref_out, ref_lse = pa.packed_attention_reference(case.q, case.k, case.v, case.q_bounds, case.k_bounds,
+    ref_out, ref_lse = packed_attention_torch(case.q, case.k, case.v, case.q_bounds, case.k_bounds,
                                                      case.scale)
     assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
 
@@ -519,6 +523,39 @@ def test_an_lse_of_the_wrong_shape_from_the_op_is_reported_with_both_shapes():
     with seam.install_emulators({emu.OP_NAME: wrong_lse}):
         with pytest.raises(RuntimeError, match=r"Unexpected Ascend TND softmax LSE shape: expected "
                                                r"\(5, 4, 1\), got \(5, 4\)"):
+            fused_infer_attention_varlen(*case.args(), **case.kwargs())
+
+
+def test_an_unexpected_device_failure_falls_back_to_torch_once_with_a_warning(caplog):
+    """The device rung is a ladder rung like the others: a RuntimeError the contract did not
+    predict is a refusal (WARNING once, with the op's text), the torch rung serves that call
+    and every later call of the shape, and the device op is not called again for it."""
+    case = packed_case([3, 2], [2, 4], dtype=torch.bfloat16, head_dim=128)
+    calls = []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        raise RuntimeError("aclnnFusedInferAttentionScore failed: EZ9999 tiling error")
+
+    ref_out, ref_lse = packed_attention_torch(case.q, case.k, case.v, case.q_bounds, case.k_bounds, case.scale)
+    with caplog.at_level(logging.INFO, logger=OPS_LOGGER):
+        with seam.install_emulators({emu.OP_NAME: failing}):
+            for _ in range(3):
+                out, lse = fused_infer_attention_varlen(*case.args(), **case.kwargs())
+                assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
+    assert len(calls) == 1
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "EZ9999 tiling error" in warnings[0] and "packed_attention" in warnings[0]
+
+
+def test_memory_exhaustion_on_the_device_rung_propagates():
+    case = packed_case([3, 2], [2, 4], dtype=torch.bfloat16, head_dim=128)
+
+    def oom(*args, **kwargs):
+        raise RuntimeError("NPU out of memory. Tried to allocate 2.00 GiB")
+
+    with seam.install_emulators({emu.OP_NAME: oom}):
+        with pytest.raises(RuntimeError, match="out of memory"):
             fused_infer_attention_varlen(*case.args(), **case.kwargs())
 
 

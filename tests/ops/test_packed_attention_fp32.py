@@ -12,9 +12,11 @@ import pytest
 import torch
 
 from sglang_ascend_hybrid.emulators import fused_infer_attention as emu
-from sglang_ascend_hybrid.ops import fia_contract, seam
-from sglang_ascend_hybrid.ops import packed_attention as pa
-from sglang_ascend_hybrid.ops.packed_attention import fused_infer_attention_varlen, packed_case
+from sglang_ascend_hybrid.ops import seam
+from sglang_ascend_hybrid.ops.attention import contract as fia_contract
+from sglang_ascend_hybrid.ops.attention.torch_impl import packed_attention_torch
+from sglang_ascend_hybrid.ops.attention.api import fused_infer_attention_varlen
+from sglang_ascend_hybrid.ops.attention.cases import packed_case
 from tests.call_counter import Counting
 
 
@@ -27,7 +29,7 @@ def test_fp32_never_reaches_the_op_and_the_reference_serves(caplog, one_sided):
         out, lse = fused_infer_attention_varlen(*case.args(), **case.kwargs(return_softmax_lse=True))
         fused_infer_attention_varlen(*case.args(), **case.kwargs(return_softmax_lse=True))
     assert op.calls == 0
-    ref_out, ref_lse = pa.packed_attention_reference(case.q, case.k, case.v, case.q_bounds, case.k_bounds,
+    ref_out, ref_lse = packed_attention_torch(case.q, case.k, case.v, case.q_bounds, case.k_bounds,
                                                      case.scale)
     assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
     lines = [r for r in caplog.records if "outside npu_fused_infer_attention_score's contract" in r.getMessage()

@@ -16,9 +16,11 @@ import types
 import pytest
 import torch
 
-from sglang_ascend_hybrid.ops import packed_attention as pa
-from sglang_ascend_hybrid.ops.packed_attention import fused_infer_attention_varlen, packed_case
-from tests.ops.test_packed_attention import assert_close_to_naive, naive_packed_attention
+from sglang_ascend_hybrid.ops.attention import api as pa
+from sglang_ascend_hybrid.ops.attention.api import fused_infer_attention_varlen
+from sglang_ascend_hybrid.ops.attention.cases import packed_case
+from sglang_ascend_hybrid.ops.attention.reference import naive_packed_attention
+from tests.ops.test_packed_attention import assert_close_to_naive
 
 ATTR = "fused_infer_attention_varlen"
 

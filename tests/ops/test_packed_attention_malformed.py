@@ -11,9 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sglang_ascend_hybrid.emulators import fused_infer_attention as emu
-from sglang_ascend_hybrid.ops import packed_attention as pa
+from sglang_ascend_hybrid.ops.attention.torch_impl import packed_attention_torch
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.packed_attention import fused_infer_attention_varlen, packed_case
+from sglang_ascend_hybrid.ops.attention.api import fused_infer_attention_varlen
+from sglang_ascend_hybrid.ops.attention.cases import packed_case
 from tests.ops import test_packed_attention_dispatch as sync_tools
 
 INT_DTYPES = [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool]
@@ -175,10 +176,10 @@ def test_host_copy_is_trusted_without_debug_checks(monkeypatch, emulated):
     out, lse = _call(case.args(), {"cu_seqlens_q_host": host_q, "cu_seqlens_k_host": host_k,
                                    "softmax_scale": case.scale, "return_softmax_lse": True}, emulated)
     # the documented result: attention over the boundaries the host copies describe
-    ref_out, ref_lse = pa.packed_attention_reference(case.q, case.k, case.v, host_q, host_k, case.scale)
+    ref_out, ref_lse = packed_attention_torch(case.q, case.k, case.v, host_q, host_k, case.scale)
     torch.testing.assert_close(out, ref_out, atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(lse, ref_lse, atol=1e-3, rtol=1e-3)
-    dev_out, _ = pa.packed_attention_reference(case.q, case.k, case.v, case.q_bounds, case.k_bounds, case.scale)
+    dev_out, _ = packed_attention_torch(case.q, case.k, case.v, case.q_bounds, case.k_bounds, case.scale)
     assert not torch.allclose(out.float(), dev_out.float(), atol=1e-2)  # so the test can tell them apart
 
 

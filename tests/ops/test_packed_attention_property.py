@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from sglang_ascend_hybrid.emulators.fused_infer_attention import emulators
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.packed_attention import fused_infer_attention_varlen, packed_case
+from sglang_ascend_hybrid.ops.attention.api import fused_infer_attention_varlen
+from sglang_ascend_hybrid.ops.attention.cases import packed_case
 from tests.ops.test_packed_attention import assert_close_to_naive
 
 MAX_EXAMPLES = 150

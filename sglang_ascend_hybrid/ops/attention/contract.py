@@ -1,7 +1,7 @@
 """The contract of ``torch_npu.npu_fused_infer_attention_score`` with ``input_layout="TND"`` (the
 diffusion runtime's packed attention), in one place; the emulator
 (:mod:`sglang_ascend_hybrid.emulators.fused_infer_attention`) mirrors it and the packed-attention
-op (:mod:`.packed_attention`) predicts from it.
+ladder (:mod:`.dispatch`) predicts from it.
 
 Source: Ascend/op-plugin 517f2e7d ``docs/zh/custom_APIs/torch_npu/torch_npu-npu_fused_infer_attention_score.md``
 and ``op_plugin/config/op_plugin_functions.yaml`` (~6177):
@@ -25,6 +25,7 @@ from typing import Optional
 
 import torch
 
+OP_NAME = "npu_fused_infer_attention_score"  # torch_npu, called through the seam
 MAX_HEADS = 256
 MAX_SEQUENCES = 4096
 HEAD_DIMS = ((128, 128, 128), (192, 192, 128), (192, 192, 192))  # (Q_D, K_D, V_D)
