@@ -61,7 +61,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
              "tests/ops/test_gdn_serving_decode.py", "tests/ops/test_gdn_chunk_stride_probe.py",
              "tests/ops/test_index_dtypes.py"]),
     # the pure-torch GDN paths alone (a quick run after changing the chunked path)
-    "gdn-chunk": (["sglang_ascend_hybrid/ops/gdn/reference.py"],
+    "gdn-chunk": (["sglang_ascend_hybrid/ops/gdn/torch_impl.py", "sglang_ascend_hybrid/ops/gdn/reference.py"],
                   ["tests/ops/test_gdn_reference.py", "tests/ops/test_gdn_reference_branches.py",
                    "tests/ops/test_gdn_edges.py",
                    "tests/ops/test_gdn_fuzz.py", "tests/ops/test_gdn_op_count.py", "tests/ops/test_gdn_workspace.py",

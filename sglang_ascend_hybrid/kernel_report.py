@@ -32,7 +32,7 @@ def _probe_device() -> str:
 def installed_kernels() -> list[dict]:
     """Each kernel the plugin can use: present or not, and which variant."""
     from sglang_ascend_hybrid.ops.conv import contract as conv_contract
-    from sglang_ascend_hybrid.ops.gdn import capabilities as caps
+    from sglang_ascend_hybrid.ops.gdn import contract as caps
     from sglang_ascend_hybrid.ops.gdn import dispatch
 
     version = seam.kernel_package_version()

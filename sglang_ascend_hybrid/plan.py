@@ -176,7 +176,7 @@ def _overhead_limit() -> Optional[float]:
 def assumptions(kernel_heads: Optional[list[int]], route: str) -> dict[str, Any]:
     from sglang_ascend_hybrid.envs import ENV
     from sglang_ascend_hybrid.ops import seam
-    from sglang_ascend_hybrid.ops.gdn import capabilities as caps
+    from sglang_ascend_hybrid.ops.gdn import contract as caps
     from sglang_ascend_hybrid.patches.releases import installed_version
 
     variant = caps.mega_variant()

@@ -191,7 +191,7 @@ LAYOUTS = [(48, 16), (12, 4), (6, 2), (3, 1), (4, 2), (2, 1)]
 def test_plan_names_the_rung_the_runtime_ladder_takes(state, chunk_states, dtype):
     from sglang_ascend_hybrid.emulators import gdn as emu
     from sglang_ascend_hybrid.ops import seam
-    from sglang_ascend_hybrid.ops.gdn import capabilities as caps
+    from sglang_ascend_hybrid.ops.gdn import contract as caps
     from sglang_ascend_hybrid.ops.gdn import dispatch
 
     mega = emu.make_mega_emulator(variant=caps.MEGA_CURRENT)

@@ -1,6 +1,6 @@
-"""CPU emulators of the Ascend GDN kernels, mirroring :mod:`sglang_ascend_hybrid.ops.gdn.capabilities`.
+"""CPU emulators of the Ascend GDN kernels, mirroring :mod:`sglang_ascend_hybrid.ops.gdn.contract`.
 
-Every rule below cites its source (abbreviations as in ``capabilities``: SKN = sgl-project/
+Every rule below cites its source (abbreviations as in :mod:`sglang_ascend_hybrid.ops.gdn.contract`: SKN = sgl-project/
 sgl-kernel-npu f425bdf1, SKN-462 = ff984786, SKN-517 = 12f136d3, SKN-533 = 3558cea0,
 SKN-747 = PR #747 host ``csrc/chunk_gated_delta_rule/op_host/chunk_gated_delta_rule.cpp`` at
 b878a61a (sgl-project/sgl-kernel-npu) and c811ba3f (the PR branch, zhaozx-cn/sgl-kernel-npu)).
@@ -59,8 +59,9 @@ from typing import Callable, Optional
 import torch
 
 from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
-from sglang_ascend_hybrid.ops.gdn import capabilities as caps
-from sglang_ascend_hybrid.ops.gdn.reference import l2norm, recurrent_reference
+from sglang_ascend_hybrid.ops.gdn import contract as caps
+from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
+from sglang_ascend_hybrid.ops.gdn.reference import recurrent_reference
 
 OP_MEGA = "sgl_kernel_npu.fla.mega_chunk_gdn:run_mega_chunk_gdn"
 OP_NPU_CHUNK = "chunk_gated_delta_rule"

@@ -16,7 +16,7 @@ from fla.ops.gated_delta_rule.naive import naive_recurrent_gated_delta_rule
 
 from sglang_ascend_hybrid.backends import gdn_hooks
 from sglang_ascend_hybrid.ops.gdn import dispatch
-from sglang_ascend_hybrid.ops.gdn.reference import l2norm
+from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 
 K, V = 32, 48  # unequal head dims: a state in the wrong layout cannot even be added to the right one
 

@@ -13,9 +13,9 @@ from fla.ops.gated_delta_rule.naive import naive_recurrent_gated_delta_rule
 from sglang_ascend_hybrid.backends import gdn_hooks
 from sglang_ascend_hybrid.emulators import gdn as emu
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.gdn import capabilities as caps
+from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn import chunk_stride_probe, dispatch
-from sglang_ascend_hybrid.ops.gdn.reference import chunk_gdn_torch, l2norm
+from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch, l2norm
 from tests.call_counter import Counting as _Counting
 
 D = 128

@@ -1,4 +1,4 @@
-"""Every rule of the GDN kernel contracts (``ops/gdn/capabilities.py``, with their sgl-kernel-npu
+"""Every rule of the GDN kernel contracts (``ops/gdn/contract.py``, with their sgl-kernel-npu
 sources) pinned on the GDN emulators (the capability
 predicates are checked against the same emulators in tests/ops/test_gdn_ladder_variants.py)."""
 
@@ -11,8 +11,9 @@ import torch
 import torch.nn.functional as F
 
 from sglang_ascend_hybrid.emulators import gdn as emu
-from sglang_ascend_hybrid.ops.gdn import capabilities as caps
-from sglang_ascend_hybrid.ops.gdn.reference import l2norm, recurrent_reference
+from sglang_ascend_hybrid.ops.gdn import contract as caps
+from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
+from sglang_ascend_hybrid.ops.gdn.reference import recurrent_reference
 
 TEXTS = caps.NPU_CHUNK_TEXTS
 

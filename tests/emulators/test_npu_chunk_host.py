@@ -15,8 +15,9 @@ import torch.nn.functional as F
 
 from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 from sglang_ascend_hybrid.emulators import gdn as emu
-from sglang_ascend_hybrid.ops.gdn import capabilities as caps
-from sglang_ascend_hybrid.ops.gdn.reference import l2norm, recurrent_reference
+from sglang_ascend_hybrid.ops.gdn import contract as caps
+from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
+from sglang_ascend_hybrid.ops.gdn.reference import recurrent_reference
 
 TEXTS = caps.NPU_CHUNK_TEXTS
 

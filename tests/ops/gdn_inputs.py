@@ -24,7 +24,7 @@ def bf16_packed(lens, seed, *, hv, hk, d=128, pool_dtype=torch.bfloat16, gate_sh
     """``(q, k, v, g, beta, cu_seqlens, h0)`` in the dtypes the NPU prefill kernels take: bf16 q / k / v /
     beta (q, k l2-normalised), fp32 ``g = logsigmoid(randn + gate_shift)``, an initial state ``0.1 randn``
     in ``pool_dtype``."""
-    from sglang_ascend_hybrid.ops.gdn.reference import l2norm
+    from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 
     gen = torch.Generator().manual_seed(seed)
     T = sum(lens)

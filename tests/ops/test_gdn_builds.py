@@ -24,7 +24,7 @@ from sglang_ascend_hybrid.ops.conv import api as conv_ops
 from sglang_ascend_hybrid.ops.conv import dispatch as conv_dispatch
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, dispatch, recurrent_gated_delta_rule
-from sglang_ascend_hybrid.ops.gdn.reference import l2norm
+from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.ladder import Ladder, Rung
 from tests.call_counter import Counting
 from tests.ops.gdn_inputs import bf16_packed

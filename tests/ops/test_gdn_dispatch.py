@@ -14,7 +14,7 @@ from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, recurrent_gated
 from sglang_ascend_hybrid.ops.gdn import dispatch
 from sglang_ascend_hybrid.ops.gdn.plan_exec import execute_plan
 from sglang_ascend_hybrid.ops.gdn.planner import plan_for
-from sglang_ascend_hybrid.ops.gdn.reference import chunk_gdn_torch, l2norm
+from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch, l2norm
 from tests.call_counter import Counting as _Counting
 
 D = 128

@@ -9,10 +9,10 @@ import torch.nn.functional as F
 
 from sglang_ascend_hybrid.emulators import gdn as emu
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.gdn import capabilities as caps
+from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule
 from sglang_ascend_hybrid.ops.gdn import verify as gv
-from sglang_ascend_hybrid.ops.gdn.reference import _unit_lower_inverse, chunk_gdn_torch
+from sglang_ascend_hybrid.ops.gdn.torch_impl import _unit_lower_inverse, chunk_gdn_torch
 
 
 

@@ -16,12 +16,12 @@ from __future__ import annotations
 import torch
 
 from benchmarks import harness
-from sglang_ascend_hybrid.ops.gdn import reference as ref_mod
-from sglang_ascend_hybrid.ops.gdn.reference import chunk_gdn_torch
+from sglang_ascend_hybrid.ops.gdn import torch_impl as gdn_torch
+from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch
 from tests.ops.gdn_inputs import random_case
 
 HV, HK = 16, 8
-C, PAIRS = ref_mod._compute_chunk(ref_mod.CHUNK_SIZE, torch.device("cpu"))  # compute chunk, pairs per group
+C, PAIRS = gdn_torch._compute_chunk(gdn_torch.CHUNK_SIZE, torch.device("cpu"))  # compute chunk, pairs per group
 OP_GOAL = 5000                # the goal: ATen ops per call at T = 4096, Hv = 16, Hk = 8
 PER_POSITION = 4              # hand-over ops per chunk position: q S, u = u0 - w S, gamma S, + k_end^T u
 PER_GROUP = 150               # fixed ops per group of chunks (measured about 120)
@@ -66,7 +66,7 @@ def test_varlen_batch_and_chunk_states_stay_within_the_design():
     # per-chunk states: one copy per reported position piece (and a split per group), not a
     # per-chunk loop
     groups = 4096 // C // (PAIRS // HV)
-    reported = 4096 // ref_mod.CHUNK_SIZE
+    reported = 4096 // gdn_torch.CHUNK_SIZE
     assert _count([4096], chunk_states=True) - _count([4096]) <= 2 * (reported + groups) + 10
 
 
@@ -74,7 +74,7 @@ def test_compute_chunk_is_shorter_on_cpu_only():
     """On CPU the maths runs at 32-token chunks (fewer FLOPs, the reported states still every
     chunk_size tokens); on other devices, where each op is a launch, at chunk_size itself with the
     larger groups; a chunk_size the CPU chunk does not divide is used as it is."""
-    assert ref_mod._compute_chunk(64, torch.device("cpu")) == (32, ref_mod._CPU_BLOCK_HEAD_CHUNKS)
-    assert ref_mod._compute_chunk(64, torch.device("meta")) == (64, ref_mod._BLOCK_HEAD_CHUNKS)
-    assert ref_mod._compute_chunk(16, torch.device("cpu")) == (16, ref_mod._BLOCK_HEAD_CHUNKS)
-    assert ref_mod._CPU_BLOCK_HEAD_CHUNKS < ref_mod._BLOCK_HEAD_CHUNKS
+    assert gdn_torch._compute_chunk(64, torch.device("cpu")) == (32, gdn_torch._CPU_BLOCK_HEAD_CHUNKS)
+    assert gdn_torch._compute_chunk(64, torch.device("meta")) == (64, gdn_torch._BLOCK_HEAD_CHUNKS)
+    assert gdn_torch._compute_chunk(16, torch.device("cpu")) == (16, gdn_torch._BLOCK_HEAD_CHUNKS)
+    assert gdn_torch._CPU_BLOCK_HEAD_CHUNKS < gdn_torch._BLOCK_HEAD_CHUNKS

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from sglang_ascend_hybrid.ops.gdn import capabilities as caps
+from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn import planner
 from sglang_ascend_hybrid.ops.gdn.planner import plan_for
 

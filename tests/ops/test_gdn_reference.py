@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from fla.ops.gated_delta_rule.naive import naive_recurrent_gated_delta_rule
 
 from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, chunk_with_states, recurrent_gated_delta_rule
-from sglang_ascend_hybrid.ops.gdn.reference import chunk_gdn_torch
+from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch
 
 
 def _inputs(lens, hk, ratio, K, V, dtype, seed, with_state):
@@ -95,7 +95,7 @@ def test_chunk_handles_large_head_dim_and_custom_scale():
 ])
 def test_chunk_states_are_states_at_64_token_boundaries(monkeypatch, lens, pairs_per_group):
     if pairs_per_group is not None:
-        import sglang_ascend_hybrid.ops.gdn.reference as ref_mod
+        import sglang_ascend_hybrid.ops.gdn.torch_impl as ref_mod
 
         monkeypatch.setattr(ref_mod, "_CPU_BLOCK_HEAD_CHUNKS", pairs_per_group)
     q, k, v, g, beta, cu, h0 = _inputs(lens, 1, 2, 16, 16, torch.float32, 4, True)

@@ -22,8 +22,8 @@ from sglang_ascend_hybrid.emulators import gdn as emu
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, chunk_with_states, dispatch
 from sglang_ascend_hybrid.ops.gdn import recurrent_gated_delta_rule
-from sglang_ascend_hybrid.ops.gdn import reference as ref_mod
-from sglang_ascend_hybrid.ops.gdn.reference import chunk_gdn_torch
+from sglang_ascend_hybrid.ops.gdn import torch_impl as gdn_torch
+from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch
 from tests.ops.gdn_oracles import C, make_triton_chunk_emulator
 from tests.ops.gdn_oracles import fla as _fla
 from tests.ops.gdn_oracles import normalize as _normalize
@@ -59,7 +59,7 @@ def test_strong_decay_exact_branch_matches_fla(lens, strong, with_state):
     q, k, v, g, beta, cu, h0 = _inputs(lens, hk, ratio, K, V, seed=len(lens), with_state=with_state,
                                        strong_heads=strong)
     first_chunk = g[0, :C].cumsum(0)
-    assert float(first_chunk.min()) < -2 * ref_mod._DECAY_PRODUCT_RANGE  # the exact branch is taken
+    assert float(first_chunk.min()) < -2 * gdn_torch._DECAY_PRODUCT_RANGE  # the exact branch is taken
     o, final, h = chunk_gdn_torch(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0, chunk_states=True)
     ref_o, ref_final, ref_h = _fla(q, k, v, g, beta, cu, h0, K ** -0.5, chunk_starts=True)
     torch.testing.assert_close(o, ref_o, atol=2e-5, rtol=2e-5)
@@ -71,7 +71,7 @@ def test_decay_just_inside_and_outside_the_product_range_agree_with_fla():
     """Gates putting a chunk's cumulative decay just above and just below the branch limit:
     both branches give FLA's result (the limit is a numerical switch, not a change of maths)."""
     K = V = 8
-    for total in (-0.9 * ref_mod._DECAY_PRODUCT_RANGE, -1.1 * ref_mod._DECAY_PRODUCT_RANGE):
+    for total in (-0.9 * gdn_torch._DECAY_PRODUCT_RANGE, -1.1 * gdn_torch._DECAY_PRODUCT_RANGE):
         q, k, v, _, beta, cu, h0 = _inputs([C], 1, 1, K, V, seed=3)
         g = torch.full((1, C, 1), total / C)
         o, final, _ = chunk_gdn_torch(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0)

@@ -17,10 +17,10 @@ import torch.nn.functional as F
 
 from sglang_ascend_hybrid.emulators import gdn as emu
 from sglang_ascend_hybrid.ops import probes, seam
-from sglang_ascend_hybrid.ops.gdn import capabilities as caps
+from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, dispatch
 from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states
-from sglang_ascend_hybrid.ops.gdn.reference import l2norm
+from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from tests.call_counter import Counting
 from tests.ops.gdn_inputs import bf16_packed
 

@@ -8,8 +8,8 @@ import threading
 import torch
 
 from sglang_ascend_hybrid.ops import cpu_workspace
-from sglang_ascend_hybrid.ops.gdn import reference as ref_mod
-from sglang_ascend_hybrid.ops.gdn.reference import chunk_gdn_torch
+from sglang_ascend_hybrid.ops.gdn import torch_impl as ref_mod
+from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch
 from tests.ops.gdn_inputs import random_case
 
 

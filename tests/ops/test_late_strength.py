@@ -12,7 +12,7 @@ from sglang_ascend_hybrid.emulators import fused_infer_attention as fia_emu
 from sglang_ascend_hybrid.ops.attention import api as pa
 from sglang_ascend_hybrid.ops.attention.torch_impl import packed_attention_torch
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.gdn import capabilities as caps
+from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.attention.cases import packed_case
 
 

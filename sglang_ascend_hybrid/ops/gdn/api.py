@@ -12,7 +12,7 @@ from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops.gdn import dispatch
 from sglang_ascend_hybrid.ops.host import host_list
 from sglang_ascend_hybrid.ops.index_dtype import is_index_dtype
-from sglang_ascend_hybrid.ops.gdn.reference import l2norm
+from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 
 logger = logging.getLogger(__name__)
 

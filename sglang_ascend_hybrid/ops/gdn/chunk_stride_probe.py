@@ -7,7 +7,7 @@ from sgl-project/sgl-kernel-npu ac3a564f, by default in the releases before it; 
 f425bdf1).  Radix-cache tracking reads ``h`` as 64-token states, so a 128-token ``h`` would give
 wrong snapshots silently.  The probe runs the entry once on one private sequence of 130 tokens
 (3 chunks of 64, 2 of 128) with the serving head layout, and compares ``h`` with the plugin's
-exact chunk states (:func:`.reference.chunk_gdn_torch`) at each stride.  The signature includes
+exact chunk states (:func:`.torch_impl.chunk_gdn_torch`) at each stride.  The signature includes
 the environment the entry reads at every call, so a changed setting is probed again.
 """
 
@@ -46,7 +46,7 @@ def signature(value_heads: int, key_heads: int, head_dim_k: int, head_dim_v: int
 def measure(value_heads: int, key_heads: int, head_dim_k: int, head_dim_v: int, dtype: torch.dtype, device,
             environ=None) -> probes.Verdict:
     from sglang_ascend_hybrid.ops.gdn.dispatch import call_triton_entry
-    from sglang_ascend_hybrid.ops.gdn.reference import chunk_gdn_torch, l2norm
+    from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch, l2norm
 
     sig = signature(value_heads, key_heads, head_dim_k, head_dim_v, dtype, environ)
     gen = torch.Generator().manual_seed(20261202)

@@ -28,13 +28,13 @@ import torch
 
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.gdn import capabilities as caps
+from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn import decode_contract as dc
 from sglang_ascend_hybrid.ops.gdn import decode_probe
 from sglang_ascend_hybrid.ops.gdn.dispatch import OP_NPU_RECURRENT, GdnSignature
 from sglang_ascend_hybrid.ops.gdn.pool_step import step_on_pool
 from sglang_ascend_hybrid.ops.gdn.recurrent_rows import recurrent_on_rows
-from sglang_ascend_hybrid.ops.gdn.reference import l2norm
+from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.index_dtype import index_dtype_problem
 from sglang_ascend_hybrid.ops.ladder import Ladder, Rung
 

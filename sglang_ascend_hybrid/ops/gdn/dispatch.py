@@ -12,12 +12,12 @@ Prefill (chunk) ladder, fastest first:
 ``triton``     sgl-kernel-npu ``fla.chunk.chunk_gated_delta_rule_npu``; when that entry
                runs the mega kernel itself (``GDN_USE_MEGA_GDN=1``; by default in
                releases before 2026.6.1), the rung takes the mega kernel's contract
-``torch``      :func:`.reference.chunk_gdn_torch`, always available (the CPU path)
+``torch``      :func:`.torch_impl.chunk_gdn_torch`, always available (the CPU path)
 
 Decode ladder: ``npu_recurrent`` (``torch.ops.npu.recurrent_gated_delta_rule``) -> ``torch``.
 Speculative verify: :mod:`.verify`.
 
-Capability predicates come from :mod:`.capabilities` (the contracts) and the device
+Capability predicates come from :mod:`.contract` (the contracts) and the device
 facts of the seam (chip generation, installed kernels).  A rung never lowers the
 precision of the SSM state pool: the npu_chunk op keeps bf16 states on A2/A3 (fp32
 only on Ascend 950) and the mega kernel fp16 states, so an fp32 pool's prefill runs
@@ -43,13 +43,13 @@ import torch
 
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.gdn import capabilities as caps
+from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn import chunk_stride_probe
 from sglang_ascend_hybrid.ops.gdn import planner
 from sglang_ascend_hybrid.ops.gdn.plan_exec import execute_plan
 from sglang_ascend_hybrid.ops.gdn.pool_step import step_on_pool
 from sglang_ascend_hybrid.ops.gdn.recurrent_rows import OP_NPU_RECURRENT, beta_logit, recurrent_on_rows
-from sglang_ascend_hybrid.ops.gdn.reference import CHUNK_SIZE, chunk_gdn_torch, l2norm
+from sglang_ascend_hybrid.ops.gdn.torch_impl import CHUNK_SIZE, chunk_gdn_torch, l2norm
 from sglang_ascend_hybrid.ops.ladder import DeclinedCall, Ladder, Rung
 
 logger = logging.getLogger(__name__)
@@ -153,7 +153,7 @@ class ChunkCall:
         return self._max_abs
 
 
-# ---------------------------------------------------------------- refusals (texts: capabilities)
+# ---------------------------------------------------------------- refusals (texts: contract)
 
 _npu_op_refusal = caps.is_npu_chunk_refusal
 _mega_refusal = caps.is_mega_refusal

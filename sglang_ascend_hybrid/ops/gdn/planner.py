@@ -31,7 +31,7 @@ from typing import Callable, Optional
 import torch
 
 from sglang_ascend_hybrid.envs import ENV
-from sglang_ascend_hybrid.ops.gdn import capabilities as caps
+from sglang_ascend_hybrid.ops.gdn import contract as caps
 
 STRATEGIES = ("native", "split", "pad", "split+pad", "none")
 # Most value heads one launch is searched up to, for a predicate that does not say.

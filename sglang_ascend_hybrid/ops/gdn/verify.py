@@ -1,7 +1,7 @@
 """GDN speculative verify (MTP) through a kernel ladder: the NPU op where its contract holds,
 an exact torch implementation of the same semantics everywhere else.
 
-The op is ``torch.ops.npu.recurrent_gated_delta_rule`` (contract: :mod:`.capabilities`,
+The op is ``torch.ops.npu.recurrent_gated_delta_rule`` (contract: :mod:`.contract`,
 read from sgl-project/sgl-kernel-npu ``csrc/recurrent_gated_delta_rule`` at f425bdf1).  SGLang's Ascend GDN backend
 calls it for every
 verify step; it is bf16-only without a dtype check, so with the fp32 SSM pool the
@@ -38,10 +38,10 @@ from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.host import host_list
 from sglang_ascend_hybrid.ops.index_dtype import is_index_dtype
-from sglang_ascend_hybrid.ops.gdn import capabilities as caps
+from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn.dispatch import GdnSignature
 from sglang_ascend_hybrid.ops.gdn.pool_step import advance, block_rows
-from sglang_ascend_hybrid.ops.gdn.reference import l2norm
+from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.gdn.scatter import scatter_live_rows
 from sglang_ascend_hybrid.ops.ladder import Ladder, Rung
 
