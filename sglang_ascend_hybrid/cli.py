@@ -12,7 +12,8 @@ import argparse
 import os
 import sys
 
-PROG = "sglang-ascend-hybrid"
+from sglang_ascend_hybrid.console import PROG, error
+
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -75,11 +76,6 @@ def add_selftest_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cpu: device paths through the CPU emulators (times are the emulators'); "
                              "npu: the real kernels")
     parser.add_argument("--quick", action="store_true", help="smaller cases")
-
-
-def error(command: str, message: str) -> None:
-    """One line on stderr: ``sglang-ascend-hybrid <command>: error: <message>``."""
-    print(f"{PROG} {command}: error: {message}", file=sys.stderr)
 
 
 def invalid_settings(command: str) -> bool:

@@ -19,7 +19,7 @@ from typing import TextIO
 
 from sglang_ascend_hybrid import __version__, patches
 from sglang_ascend_hybrid.envs import ENV, effective_settings, problems
-from sglang_ascend_hybrid.versioning import installed_version, sglang_version_problem
+from sglang_ascend_hybrid.patches.releases import installed_version, sglang_version_problem
 
 DIFFUSION_LOADER = "sglang.multimodal_gen.runtime.platforms.plugins.load_plugins"
 

@@ -30,7 +30,7 @@ from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.status import (
     APPLIED, DEFERRED, DISABLED, FAILED, NOT_APPLIED, REGISTERED, SKIPPED, STATUS, UNAVAILABLE, hook_registry,
 )
-from sglang_ascend_hybrid.versioning import installed_version, sglang_version_problem
+from sglang_ascend_hybrid.patches.releases import installed_version, sglang_version_problem
 
 logger = logging.getLogger("sglang_ascend_hybrid")
 

@@ -28,7 +28,6 @@ line on stderr, ``sglang-ascend-hybrid selftest: error: ...``).
 
 from __future__ import annotations
 
-import argparse
 import math
 import time
 from dataclasses import dataclass, field
@@ -434,16 +433,8 @@ def format_table(results: list[Result], device: str = "cpu") -> str:
     return "\n".join(lines)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``selftest`` subcommand's options (declared in :mod:`sglang_ascend_hybrid.cli`, which
-    must not import this module to build its parser)."""
-    from sglang_ascend_hybrid.cli import add_selftest_arguments
-
-    add_selftest_arguments(parser)
-
-
 def main(args) -> int:
-    from sglang_ascend_hybrid.cli import error
+    from sglang_ascend_hybrid.console import error
 
     device = getattr(args, "device", "cpu") or "cpu"
     quick = bool(getattr(args, "quick", False))

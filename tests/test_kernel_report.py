@@ -9,7 +9,7 @@ from sglang_ascend_hybrid import kernel_report
 from sglang_ascend_hybrid.emulators import causal_conv1d as conv_emu
 from sglang_ascend_hybrid.emulators import gdn as gdn_emu
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.gdn import capabilities as caps
+from sglang_ascend_hybrid.ops.gdn import contract as caps
 
 
 def _row(info, family, tp):

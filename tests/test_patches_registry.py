@@ -3,11 +3,13 @@ document lists them all, and static verification really detects drift."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from sglang_ascend_hybrid import patches
+from sglang_ascend_hybrid.patches import verification
 
 ROOT = Path(__file__).parent.parent
 
@@ -38,7 +40,7 @@ def test_release_declarations_are_well_formed():
     low, _ = range_bounds()
     for p in patches.PATCHES:
         for entry in (*p.extra_targets, *(p.elsewhere.route if p.elsewhere else ())):
-            patches.release_targets((entry,), low)  # raises on a malformed condition
+            patches.release_targets((entry,), low)  # raises on a malformed entry
         if p.releases:
             assert p.elsewhere is not None and p.elsewhere.why, p.name
             # newer releases are verified, not assumed: open upwards, or bounded with the route a newer
@@ -71,11 +73,33 @@ def test_release_state_decides_by_version_and_verifies_the_other_route():
 
 
 def test_release_conditional_extra_targets():
-    entries = ("a.b", "c.d ; sglang>=0.5.22", "e.f ; sglang<0.5.22")
+    entries = ("a.b", patches.Target("c.d", ">=0.5.22"), patches.Target("e.f", "<0.5.22"))
     assert patches.release_targets(entries, "0.5.22") == ("a.b", "c.d")
     assert patches.release_targets(entries, "0.5.21") == ("a.b", "e.f")
-    with pytest.raises(ValueError, match="sglang<specifier>"):
-        patches.release_targets(("a.b ; torch>=2",), "0.5.22")
+    # a development or post build of a release counts as that release; an unknown version matches all
+    assert patches.release_targets(entries, "0.5.22.dev0") == ("a.b", "c.d")
+    assert patches.release_targets(entries, "0.5.21.post1") == ("a.b", "e.f")
+    with pytest.raises(ValueError, match="version specifier"):
+        patches.Target("a.b", "torch>=2")
+    with pytest.raises(ValueError, match="version specifier"):
+        patches.Patch(name="x", target="a.b", kind="hook", hook="m:f", why="", how="", removal="",
+                      releases="sglang>=0.5.22")
+    with pytest.raises(ValueError, match="Target"):  # the old ' ; sglang<specifier>' string form
+        patches.release_targets(("a.b ; sglang>=0.5.22",), "0.5.22")
+
+
+@pytest.mark.parametrize("version, spec, expected", [
+    ("0.5.23", ">=0.5.20,<0.5.24", True), ("0.5.24", ">=0.5.20,<0.5.24", False),
+    ("0.5.23.post1", "<0.5.24", True), ("0.5.23.post1", "<=0.5.23", True), ("0.5.23.post1", "==0.5.23", True),
+    ("0.5.23.post1", ">0.5.23", False), ("0.5.24.dev0", ">=0.5.24", True), ("0.5.24.dev0", "<0.5.24", False),
+    ("0.5.24rc1", ">=0.5.24", True), ("0.5.23+local", "==0.5.23", True), ("0.5", "==0.5.0", True),
+    ("0.5.21", "", True), (None, ">=9.0", True), ("0.5.21", ">=9.0", False),
+])
+def test_version_matching_reads_the_release_segment(version, spec, expected):
+    """What ``matches`` keeps from the hand-written comparison packaging replaced: a version is compared
+    by its release segment (pre-, post-, dev- and local parts dropped, zero-padded), so a development
+    build of a release is that release; "" and an unknown version (SGLang not installed) match."""
+    assert patches.matches(spec, version) is expected
 
 
 def test_targets_outside_sglang_are_gated_on_their_package():
@@ -151,12 +175,26 @@ def test_the_upstream_internals_a_patch_relies_on_are_verified_with_it(monkeypat
     for patch in (hook, res):
         gone = patches.internals(patch)[-1]
         real = patches.find_target
-        monkeypatch.setattr(patches, "find_target",
+        # verification looks targets up through its own module's name
+        monkeypatch.setattr(verification, "find_target",
                             lambda t, gone=gone, real=real: f"{t!r} not found" if t == gone else real(t))
         patches._internal_missing.cache_clear()  # checked once per process: this test changes the sources
         assert gone in (patches.verify(patch) or ""), patch.name
-        monkeypatch.setattr(patches, "find_target", real)
+        monkeypatch.setattr(verification, "find_target", real)
         patches._internal_missing.cache_clear()
         assert patches.verify(patch) is None
     text = (ROOT / "PATCHES.md").read_text()
     assert "`sglang.srt.plugins.hook_registry.HookRegistry._patched`" in text
+
+
+UPSTREAM_REF = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+#[0-9]+$")
+
+
+@pytest.mark.parametrize("patch", patches.PATCHES, ids=lambda p: p.name)
+def test_every_patch_names_its_upstream_fix_or_says_why_there_is_none(patch):
+    """``upstream`` is the issue or pull request that would make the patch unnecessary ("owner/repo#N"),
+    or "none: <why>"; PATCHES.md shows it."""
+    assert patch.upstream.strip(), patch.name
+    assert UPSTREAM_REF.match(patch.upstream) or (
+        patch.upstream.startswith("none: ") and patch.upstream[len("none: "):].strip()), patch.upstream
+    assert "- **Upstream**: " in (ROOT / "PATCHES.md").read_text()

@@ -62,7 +62,7 @@ import torch
 
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.logutil import log_once
-from sglang_ascend_hybrid.ops.gdn import decode_contract, dispatch
+from sglang_ascend_hybrid.ops.gdn import decode_contract, dispatch, entries
 from sglang_ascend_hybrid.ops.gdn.api import _backend as api_backend
 from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states
 
@@ -264,7 +264,7 @@ def sgl_chunk_gated_delta_rule_npu(original, q, k, v, g, beta, scale=None, initi
     args = dict(scale=scale, initial_state=initial_state, output_final_state=output_final_state,
                 cu_seqlens=cu_seqlens, head_first=head_first, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
                 **kwargs)
-    if dispatch.IN_LADDER.get() or head_first or kwargs:
+    if entries.IN_LADDER.get() or head_first or kwargs:
         return original(q, k, v, g, beta, **args)
     B, T, Hk, K = q.shape
     Hv, V = v.shape[-2], v.shape[-1]

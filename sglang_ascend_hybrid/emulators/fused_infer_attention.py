@@ -43,8 +43,8 @@ import torch
 
 from sglang_ascend_hybrid.ops.attention import contract as fia_contract
 from sglang_ascend_hybrid.ops.attention.torch_impl import attend_segment
+from sglang_ascend_hybrid.ops.attention.contract import OP_NAME
 
-OP_NAME = "npu_fused_infer_attention_score"
 
 # Keyword arguments the emulator accepts only at their real defaults.
 _UNMODELLED_DEFAULTS = {

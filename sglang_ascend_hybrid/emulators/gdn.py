@@ -62,11 +62,8 @@ from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.gdn.reference import recurrent_reference
+from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK, OP_NPU_RECURRENT, OP_TRITON
 
-OP_MEGA = "sgl_kernel_npu.fla.mega_chunk_gdn:run_mega_chunk_gdn"
-OP_NPU_CHUNK = "chunk_gated_delta_rule"
-OP_NPU_RECURRENT = "recurrent_gated_delta_rule"
-OP_TRITON = "sgl_kernel_npu.fla.chunk:chunk_gated_delta_rule_npu"
 
 MEGA_HINT = caps.MEGA_HINT
 MEGA_CHUNK = 128

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from sglang_ascend_hybrid.backends import gdn_hooks, launch_defaults
 from sglang_ascend_hybrid.emulators import gdn as emu
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.gdn import dispatch
+from sglang_ascend_hybrid.ops.gdn import dispatch, entries
 from tests.ops.gdn_oracles import fla, make_triton_chunk_emulator, normalize
 from tests.call_counter import Counting as _Counting
 
@@ -115,12 +115,12 @@ def test_entry_hook_passes_non_refusals_and_ladder_calls_through():
     with pytest.raises(RuntimeError, match="out of memory"):
         gdn_hooks.sgl_chunk_gated_delta_rule_npu(broken, q, k, v, g, beta, initial_state=h0, cu_seqlens=cu)
     sentinel = object()
-    token = dispatch.IN_LADDER.set(True)
+    token = entries.IN_LADDER.set(True)
     try:
         got = gdn_hooks.sgl_chunk_gated_delta_rule_npu(lambda *a, **kw: sentinel, q, k, v, g, beta,
                                                        initial_state=h0, cu_seqlens=cu)
     finally:
-        dispatch.IN_LADDER.reset(token)
+        entries.IN_LADDER.reset(token)
     assert got is sentinel
 
 

@@ -12,7 +12,8 @@ import tomllib
 from pathlib import Path
 
 from sglang_ascend_hybrid import TESTED_SGLANG_RANGE, patches
-from sglang_ascend_hybrid.patches.releases import installed_version, tested_releases
+from sglang_ascend_hybrid.patches import releases
+from sglang_ascend_hybrid.patches.releases import installed_version
 
 from . import compat_table
 
@@ -43,7 +44,7 @@ def test_range_matrix_and_table_name_the_same_releases():
     assert extra == ["sglang" + ",".join(TESTED_SGLANG_RANGE)]
     base = re.search(r"^sglang==(\S+)$", (ROOT / "constraints.txt").read_text(), re.M).group(1)
     matrix = {base} | {p.stem.removeprefix("sglang-") for p in (ROOT / "constraints").glob("sglang-*.txt")}
-    assert matrix == set(tested_releases())
+    assert matrix == set(releases.tested_releases())  # not imported bare: pytest would collect test*
     for release in matrix - {base}:
         pins = (ROOT / "constraints" / f"sglang-{release}.txt").read_text()
         assert re.search(rf"^sglang=={re.escape(release)}$", pins, re.M), release

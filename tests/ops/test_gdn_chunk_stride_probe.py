@@ -11,6 +11,7 @@ import torch
 from sglang_ascend_hybrid.emulators import gdn as gdn_emu
 from sglang_ascend_hybrid.ops import probes, seam
 from sglang_ascend_hybrid.ops.gdn import chunk_stride_probe as csp
+from sglang_ascend_hybrid.ops.gdn.contract import OP_TRITON
 
 
 @pytest.mark.parametrize("env,verdict", [({}, csp.STRIDE_64), ({"GDN_USE_MEGA_GDN": "1"}, csp.STRIDE_128)])
@@ -21,14 +22,14 @@ def test_each_stride_detected(env, verdict):
 
 
 def test_garbage_chunk_states_match_neither_with_a_warning(caplog):
-    real = gdn_emu.emulators(triton=True, environ={})[csp.OP_TRITON]
+    real = gdn_emu.emulators(triton=True, environ={})[OP_TRITON]
 
     def noisy(*args, **kwargs):
         o, final, h = real(*args, **kwargs)
         return o, final, h + 1.0
 
     caplog.set_level(logging.INFO, logger="sglang_ascend_hybrid")
-    with seam.install_emulators({csp.OP_TRITON: noisy}):
+    with seam.install_emulators({OP_TRITON: noisy}):
         v = csp.stride_verdict(16, 16, 128, 128, torch.bfloat16, "cpu", before_serving=True)
     assert v.verdict == probes.NEITHER and not v.usable
     assert any(r.levelno == logging.WARNING and "gdn-triton-chunk-stride" in r.getMessage() for r in caplog.records)
@@ -59,8 +60,8 @@ def test_the_triton_rung_trusts_the_probe_over_the_release_prediction(caplog):
     cu = torch.tensor([0, T])
     ops = gdn_emu.emulators(triton=True, version="2026.6.0", environ={}, npu_chunk=False)
     ops.pop(gdn_emu.OP_MEGA)  # only the Triton entry is a rung here (its mega kernel runs inside it)
-    triton = Counting(ops[csp.OP_TRITON])
-    ops[csp.OP_TRITON] = triton
+    triton = Counting(ops[OP_TRITON])
+    ops[OP_TRITON] = triton
     with seam.install_device_facts(sgl_kernel_npu_version="2026.6.1"), seam.install_emulators(ops):
         o, final, h = chunk_with_states(q, k, v, g, beta, cu_seqlens=cu, chunk_states=True, skip=("npu_chunk",))
     (verdict,) = probes.all_verdicts()

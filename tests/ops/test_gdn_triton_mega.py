@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from sglang_ascend_hybrid.emulators import gdn as emu
 from sglang_ascend_hybrid.ops import probes, seam
 from sglang_ascend_hybrid.ops.gdn import contract as caps
-from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, dispatch
+from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, dispatch, entries
 from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from tests.call_counter import Counting
@@ -185,12 +185,12 @@ def test_the_rung_calls_the_entry_inside_the_ladder_and_returns_no_h_unless_aske
     real = emu.make_triton_chunk_emulator()
 
     def entry(*a, **kw):
-        seen.append(dispatch.IN_LADDER.get())  # an integration hook wrapping it must pass through
+        seen.append(entries.IN_LADDER.get())  # an integration hook wrapping it must pass through
         return real(*a, **kw)
 
     args = _inputs(lens=(20,))
     o, final, h = _run({emu.OP_TRITON: entry}, "2026.6.1", *args)
-    assert seen == [True] and h is None and dispatch.IN_LADDER.get() is False
+    assert seen == [True] and h is None and entries.IN_LADDER.get() is False
 
 
 def test_non_finite_output_of_the_entry_in_mega_mode_is_declined(monkeypatch):

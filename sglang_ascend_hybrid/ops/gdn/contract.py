@@ -54,6 +54,12 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
+# The device ops' seam names (sgl-kernel-npu registers the torch.ops.npu ones on import).
+OP_NPU_CHUNK = "chunk_gated_delta_rule"                                 # torch.ops.npu
+OP_NPU_RECURRENT = "recurrent_gated_delta_rule"                         # torch.ops.npu
+OP_MEGA = "sgl_kernel_npu.fla.mega_chunk_gdn:run_mega_chunk_gdn"        # Python entry
+OP_TRITON = "sgl_kernel_npu.fla.chunk:chunk_gated_delta_rule_npu"       # Python entry (Triton)
+
 PairPredicate = Callable[[int, int], bool]
 
 # ----------------------------------------------------------------------------- mega kernel

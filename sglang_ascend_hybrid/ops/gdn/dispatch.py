@@ -32,7 +32,6 @@ refused call leaves the SSM pool untouched.
 
 from __future__ import annotations
 
-import contextvars
 import itertools
 import logging
 import os
@@ -51,18 +50,11 @@ from sglang_ascend_hybrid.ops.gdn.pool_step import step_on_pool
 from sglang_ascend_hybrid.ops.gdn.recurrent_rows import OP_NPU_RECURRENT, beta_logit, recurrent_on_rows
 from sglang_ascend_hybrid.ops.gdn.torch_impl import CHUNK_SIZE, chunk_gdn_torch, l2norm
 from sglang_ascend_hybrid.ops.ladder import DeclinedCall, Ladder, Rung
+from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK, OP_TRITON
+from sglang_ascend_hybrid.ops.gdn.entries import call_triton_entry, resolve_entry
 
 logger = logging.getLogger(__name__)
 
-OP_NPU_CHUNK = "chunk_gated_delta_rule"
-OP_MEGA = "sgl_kernel_npu.fla.mega_chunk_gdn:run_mega_chunk_gdn"
-OP_TRITON = "sgl_kernel_npu.fla.chunk:chunk_gated_delta_rule_npu"
-
-# Attribute a wrapped kernel entry may carry, pointing at the original.
-ORIGINAL_ATTR = "__sglang_ascend_hybrid_original__"
-# True while a ladder rung calls a kernel entry that an integration hook wraps:
-# the hook then passes straight through (no second ladder walk).
-IN_LADDER: contextvars.ContextVar[bool] = contextvars.ContextVar("gdn_in_ladder", default=False)
 
 
 def _dtype_name(dtype) -> str:
@@ -158,11 +150,6 @@ class ChunkCall:
 _npu_op_refusal = caps.is_npu_chunk_refusal
 _mega_refusal = caps.is_mega_refusal
 _triton_refusal = caps.is_triton_refusal
-
-
-def _resolve(name: str):
-    fn = seam.lookup(name)
-    return getattr(fn, ORIGINAL_ATTR, fn)
 
 
 def _logged(op: str, rung: str, sig: GdnSignature, detail: str = "") -> None:
@@ -318,7 +305,7 @@ def _mega_supports(sig: GdnSignature, call: ChunkCall) -> bool:
 def _mega_run(call: ChunkCall):
     sig = call.signature()
     plan = _plan(sig)
-    kernel = _resolve(OP_MEGA)
+    kernel = resolve_entry(OP_MEGA)
     cu32 = call.cu_seqlens.to(torch.int32)
 
     def launch(q, k, v, g, beta, state):
@@ -421,18 +408,6 @@ def _triton_supports(sig: GdnSignature, call: ChunkCall) -> bool:
         _skipped("prefill", "triton", sig, reason)
         return False
     return not runs_mega or _fits_fp16("triton", sig, call)
-
-
-def call_triton_entry(q, k, v, g, beta, *, scale: float, initial_state, cu_seqlens):
-    """sgl-kernel-npu's Triton prefill entry as the plugin calls it (q / k already normalised, a
-    key-first initial state or None), past the integration hook that wraps it: ``(o, final, h)``."""
-    fn = _resolve(OP_TRITON)
-    token = IN_LADDER.set(True)
-    try:
-        return fn(q, k, v, g.float(), beta, scale=scale, initial_state=initial_state, output_final_state=True,
-                  cu_seqlens=cu_seqlens, head_first=False, use_qk_l2norm_in_kernel=False)
-    finally:
-        IN_LADDER.reset(token)
 
 
 def _triton_run(call: ChunkCall):

@@ -44,10 +44,10 @@ from sglang_ascend_hybrid.ops.gdn.pool_step import advance, block_rows
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.gdn.scatter import scatter_live_rows
 from sglang_ascend_hybrid.ops.ladder import Ladder, Rung
+from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 
 logger = logging.getLogger(__name__)
 
-OP_NPU_RECURRENT = "recurrent_gated_delta_rule"
 
 
 @dataclass

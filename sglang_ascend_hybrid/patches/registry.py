@@ -1,93 +1,14 @@
-"""The registry of every upstream symbol the plugin touches (see PATCHES.md).
+"""The registry data: every upstream symbol the plugin touches, one :class:`~.model.Patch` each
+(rendered into PATCHES.md by :mod:`.render`), and the route helpers the entries share.
 
-Each :class:`Patch` names its upstream target, the plugin hook, why it exists,
-how it is applied, how it is verified at startup and when it can be removed.
-``register()`` walks :data:`PATCHES`; ``doctor`` prints their status; the test
-suite checks every target exists in the tested SGLang release and that
-PATCHES.md lists every entry.
-
-Target verification is static (the target's source is parsed, not imported),
-so it is cheap and works for upstream modules that import NPU-only packages at
-module top.
+Keep each entry's ``releases`` open-ended upwards (a newer, untested release is verified, not
+assumed); a helper that exists only on some releases is a :class:`~.model.Target` with its
+``releases`` in ``extra_targets``.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib
-import importlib.util
-import os
-from dataclasses import dataclass, field
-from typing import Callable, Literal
-
-Kind = Literal["hook", "resolution", "choices", "backend_registry"]
-Runtime = Literal["srt", "multimodal"]
-
-# States of a patch on a release outside its ``releases`` (see Elsewhere).
-NOT_NEEDED = "not needed"  # that release takes another route; never a failure
-UNAVAILABLE = "unavailable"  # that release offers no mechanism to install the fix
-
-
-@dataclass(frozen=True)
-class Elsewhere:
-    """What a patch is on the SGLang releases outside its ``releases``.
-
-    ``state`` is :data:`NOT_NEEDED` (the release legitimately lacks the target
-    because it takes another route, whose symbols ``route`` names and which are
-    verified there like targets: a missing one is still a failure) or
-    :data:`UNAVAILABLE` (the fix cannot be installed on that release; ``why``
-    says so plainly and ``doctor`` prints it).
-    """
-
-    state: Literal["not needed", "unavailable"]
-    why: str
-    route: tuple[str, ...] = ()
-    # The target exists there too, off the route (``route`` decides); False: the release lacks it.
-    target_present: bool = False
-
-
-@dataclass(frozen=True)
-class Patch:
-    name: str
-    # Upstream symbol: "pkg.module.attr", "pkg.module.Class.method", or for
-    # kind="resolution" the overridable step name in SGLang's resolution pipeline.
-    target: str
-    kind: Kind
-    # "module:function" inside this package; resolved lazily at registration.
-    hook: str
-    why: str
-    how: str
-    removal: str
-    hook_type: Literal["around", "replace", "before", "after", ""] = ""
-    runtime: Runtime = "srt"
-    # NPU packages the target module imports at top.  Without them the patch is
-    # skipped (the target cannot be used on this machine either); with them it is
-    # verified at discovery but applied only when SGLang first builds the attention
-    # backend on NPU (plugin.apply_deferred), so discovery never imports them.
-    requires: tuple[str, ...] = ()
-    # Where the step name is declared, for kind="resolution".
-    step_registry: str = "sglang.srt.arg_groups.resolution_hooks._OVERRIDABLE_HOOKS"
-    # Further upstream symbols checked with the target.  An entry may end in
-    # " ; sglang<specifier>" (e.g. " ; sglang>=0.5.22") to be checked only on the
-    # releases it names: helpers whose name or signature differs between releases.
-    extra_targets: tuple[str, ...] = field(default=())
-    # SGLang releases on which the target must exist: a specifier such as
-    # ">=0.5.21" ("" = every release).  Keep it open-ended upwards so an untested
-    # newer release is verified, not assumed.  Outside it, ``elsewhere`` says what
-    # the patch is there; a release outside it without ``elsewhere`` is a failure.
-    releases: str = ""
-    elsewhere: Elsewhere | None = None
-
-    def load_hook(self) -> Callable:
-        module, _, attr = self.hook.partition(":")
-        return getattr(importlib.import_module(module), attr)
-
-    @property
-    def verification(self) -> str:
-        if self.kind == "resolution":
-            return f"step name is in {self.step_registry}"
-        return "target parsed from the installed source (no import); applied state read back from SGLang's HookRegistry"
-
+from sglang_ascend_hybrid.patches.model import NOT_NEEDED, UNAVAILABLE, Elsewhere, Patch, Target
 
 RES_STEP = "sglang.srt.arg_groups.resolution_hooks"
 CHUNK_GDN = "sglang.srt.hardware_backend.npu.attention.ascend_gdn_backend.AscendGDNAttnBackend.chunk_gdn"
@@ -111,6 +32,8 @@ PATCHES: tuple[Patch, ...] = (
             "and draft backends not in DRAFT_ATTENTION_BACKEND_CHOICES fall back to flashinfer on NPU",
         how="append every name of the sglang.attention_backends entry-point group to both lists "
             "(SGLang's own add_attention_backend_choices helper is list.extend on the first)",
+        upstream="none: no upstream change proposed; SGLang offers no registration path for a third-party backend "
+                 "name, so the plugin appends its own to the choice lists",
         removal="never for third-party backend names; SGLang offers no other registration path",
     ),
     Patch(
@@ -121,6 +44,8 @@ PATCHES: tuple[Patch, ...] = (
         why="a backend name needs a factory in ATTENTION_BACKENDS",
         how="ATTENTION_BACKENDS[name] = factory for every sglang.attention_backends entry point "
             "(existing names are never overwritten)",
+        upstream="none: no upstream change proposed (search found none); SGLang does not discover "
+                 "sglang.attention_backends entry points, the plugin's own group",
         removal="when SGLang discovers backend entry points itself",
     ),
     Patch(
@@ -134,6 +59,8 @@ PATCHES: tuple[Patch, ...] = (
         how="resolution hook wrapping the step: maps ascend_hybrid to 'ascend' so the whole Ascend stack "
             "is used, records the request in-process and in SGLANG_ASCEND_HYBRID_STRICT (inherited by "
             "scheduler/detokenizer subprocesses), then enforces strict mode (every patch applied)",
+        upstream="none: no upstream change proposed; ascend_hybrid is the plugin's own backend name, which "
+                 "handle_npu_backends rewrites to ascend",
         removal="when SGLang keeps a plugin backend name through NPU resolution",
     ),
     Patch(
@@ -149,8 +76,8 @@ PATCHES: tuple[Patch, ...] = (
             "sglang.srt.arg_groups.overrides.supports_mamba_cache_extra_buffer",
             # The platform half of extra_buffer support: a helper since 0.5.22, inline
             # get_platform() facts in validate_mamba_extra_buffer before.
-            "sglang.srt.arg_groups.mamba_hook._platform_supports_mamba_cache_extra_buffer ; sglang>=0.5.22",
-            "sglang.srt.runtime_context.get_platform ; sglang<0.5.22",
+            Target("sglang.srt.arg_groups.mamba_hook._platform_supports_mamba_cache_extra_buffer", ">=0.5.22"),
+            Target("sglang.srt.runtime_context.get_platform", "<0.5.22"),
             "sglang.srt.arg_groups.mamba_hook.validate_mamba_no_buffer",
         ),
         hook="sglang_ascend_hybrid.backends.launch_defaults:launch_defaults_hook",
@@ -165,6 +92,8 @@ PATCHES: tuple[Patch, ...] = (
             "and why; contradictory explicit flags (--mamba-radix-cache-strategy no_buffer / extra_buffer, a "
             "page size that is not a multiple of 16, --enable-hierarchical-cache) fail with one message "
             "naming the flags and the fix",
+        upstream="none: no upstream issue found for the NPU page_size 128 vs no_buffer page_size 1 conflict of "
+                 "short-conv hybrids",
         removal="when SGLang supports extra_buffer for LFM2 / ZAYA1 on NPU (the hook already steps aside "
                 "when SGLang reports extra_buffer as supported), or its NPU defaults resolve the conflict",
     ),
@@ -182,6 +111,7 @@ PATCHES: tuple[Patch, ...] = (
             "before the first request",
         how="resolution hook that changes nothing: one INFO line naming the dtype, where it came from, the "
             "prefill and speculative-verify kernels it means and the flag that changes it",
+        upstream="none: the plugin's own feature (a startup report); no upstream change proposed",
         removal="when SGLang reports the kernels per state dtype itself",
     ),
     Patch(
@@ -200,6 +130,9 @@ PATCHES: tuple[Patch, ...] = (
             "(the family table's radix_snapshots='plugin': the plugin's Ascend short-conv sidecar writes their "
             "conv-state snapshots); every other architecture and device gets SGLang's answer; both signatures "
             "((view, model_arch) before 0.5.21, (view, hf_config) since)",
+        upstream="none: needs an Ascend short-conv sidecar that writes snapshots, which upstream lacks "
+                 "(short-conv-backend); related open work on the short-conv extra_buffer track: "
+                 "sgl-project/sglang#36951",
         removal="when SGLang's short-conv sidecar writes extra_buffer snapshots and lists these architectures",
     ),
     Patch(
@@ -218,6 +151,8 @@ PATCHES: tuple[Patch, ...] = (
             "naming the flag to drop; every other model and device calls the original. On NPU it "
             "first applies the deferred patches (targets in modules that import sgl_kernel_npu), so plugin "
             "discovery never imports NPU packages",
+        upstream="none: no upstream Ascend short-conv sidecar found by search (the removal note's "
+                 "sgl-project/sglang#38252 did not come up, and covers LFM2 / LFM2-MoE only, not ZAYA1)",
         removal="when SGLang ships an Ascend short-conv sidecar (sgl-project/sglang#38252 covers LFM2 / "
                 "LFM2-MoE only, with the newest sgl-kernel-npu; ZAYA1 is not covered)",
     ),
@@ -226,7 +161,7 @@ PATCHES: tuple[Patch, ...] = (
         target="sglang.srt.layers.attention.mamba.causal_conv1d.causal_conv1d_fn",
         kind="hook",
         hook_type="around",
-        hook="sglang_ascend_hybrid.ops.causal_conv1d:causal_conv1d_fn_around",
+        hook="sglang_ascend_hybrid.ops.conv.api:causal_conv1d_fn_around",
         why="LFM2's short-conv prefill calls causal_conv1d_fn, which off CUDA runs SGLang's Triton kernel "
             "that assumes a [slots, dim, W-1] contiguous conv state; the NPU pool is window-major",
         how="AROUND (SGLang's HookRegistry also rebinds the copy imported into sglang.srt.models.lfm2): "
@@ -234,6 +169,7 @@ PATCHES: tuple[Patch, ...] = (
             "npu v2 window-major ops -> torch.ops.npu.causal_conv1d -> vectorised torch); before the kernel, "
             "the Ascend short-conv sidecar's radix-cache snapshots of the tracked boundaries (the window "
             "before each boundary into its track slot); everything else calls the original",
+        upstream="none: goes with short-conv-backend (no upstream Ascend short-conv sidecar found)",
         removal="with the short-conv-backend patch",
     ),
     Patch(
@@ -241,10 +177,11 @@ PATCHES: tuple[Patch, ...] = (
         target="sglang.srt.layers.attention.mamba.causal_conv1d.causal_conv1d_update",
         kind="hook",
         hook_type="around",
-        hook="sglang_ascend_hybrid.ops.causal_conv1d:causal_conv1d_update_around",
+        hook="sglang_ascend_hybrid.ops.conv.api:causal_conv1d_update_around",
         why="LFM2's short-conv decode calls causal_conv1d_update with the same layout assumption",
         how="AROUND, same routing as conv1d-prefill; after the update, tracked decode steps copy their "
             "state into their track slot (static shapes, no host sync)",
+        upstream="none: goes with short-conv-backend (no upstream Ascend short-conv sidecar found)",
         removal="with the short-conv-backend patch",
     ),
     Patch(
@@ -260,6 +197,8 @@ PATCHES: tuple[Patch, ...] = (
             "tracked boundary (from qk, or the cached state) and prev_hs (the hidden state before the "
             "boundary) go into the track slots before the original overwrites the requests' slots; without "
             "a published track the original runs alone",
+        upstream="none: needs SGLang's own Ascend short-conv sidecar with snapshots (none found); related: "
+                 "sgl-project/sglang#36953, the ZAYA1 part of the short-conv extra_buffer series",
         removal="with the short-conv-backend patch (SGLang's own Ascend short-conv sidecar with snapshots)",
     ),
     Patch(
@@ -272,6 +211,7 @@ PATCHES: tuple[Patch, ...] = (
             "their track slot",
         how="AROUND: after the original, tracked rows copy the conv window and prev_hs into their track slots "
             "(one index_copy_ each, static shapes, no host sync: capture-safe)",
+        upstream="none: goes with zaya-cca-extend-snapshots",
         removal="with zaya-cca-extend-snapshots",
     ),
     Patch(
@@ -294,6 +234,8 @@ PATCHES: tuple[Patch, ...] = (
             "tracking needs them, returned in the pool's dtype (radix-cache snapshots of fp32 pools are not "
             "rounded through bf16); GDN_ATTN_BACKEND_TRITON=1 keeps its meaning; memory / device errors "
             "propagate",
+        upstream="none: no upstream report found of torch.ops.npu.chunk_gated_delta_rule refusing per-rank head "
+                 "pairs; the mega-kernel half is sgl-project/sgl-kernel-npu#522",
         removal="when the fused NPU op and the mega kernel accept every per-rank head pair, or SGLang "
                 "ships its own fallback",
         releases=">=0.5.21",
@@ -328,6 +270,7 @@ PATCHES: tuple[Patch, ...] = (
             "pool's dtype; capture-safe (no host sync, static shapes); value checks only with "
             "SGLANG_ASCEND_HYBRID_DEBUG_CHECKS=1; move_intermediate_cache then commits the accepted step "
             "unchanged",
+        upstream="sgl-project/sglang#40419",
         removal="when upstream fixes sglang issue #40419 (the verify path honours the SSM state dtype)",
     ),
     Patch(
@@ -350,6 +293,7 @@ PATCHES: tuple[Patch, ...] = (
             "rows (bf16 only; it takes the raw b), then the plugin's torch decode step; requests with slot -1 "
             "or length 0 (graph-replay padding) change no slot and get output 0; capture-safe (no host sync, "
             "static shapes, the probe runs at backend construction)",
+        upstream="sgl-project/sgl-kernel-npu#640",
         removal="when sgl-kernel-npu's decode kernels address the pool value first in every build SGLang "
                 "pairs with (then the probe says value-first and the hook only adds the probe), or SGLang's "
                 "pool and kernels agree on one layout",
@@ -368,6 +312,7 @@ PATCHES: tuple[Patch, ...] = (
         how="AROUND (SGLang's HookRegistry rebinds the from-import aliases too): call the original; on a "
             "mega / Triton shape refusal run the GDN ladder and return the entry's own layouts (key-first "
             "state, per-chunk h); passes straight through when the ladder itself calls it",
+        upstream="sgl-project/sgl-kernel-npu#522",
         removal="when sgl-kernel-npu's mega kernel takes any 1 <= H <= 64 with H % Hg == 0 (upstream change) "
                 "or no supported SGLang release uses this entry",
     ),
@@ -384,6 +329,8 @@ PATCHES: tuple[Patch, ...] = (
             "decides which per-chunk states must be exact",
         how="AROUND: the original runs unchanged, with the backend's forward_metadata published in a "
             "context variable for its duration (read by gdn-extend-ladder only)",
+        upstream="none: upstream already moved Ascend GDN prefill to AscendGDNAttnBackend.chunk_gdn (0.5.21); the "
+                 "patch goes when releases before it leave the supported range",
         removal="with gdn-extend-ladder",
         releases="<0.5.21",
         elsewhere=_on_the_chunk_gdn_route(
@@ -409,6 +356,8 @@ PATCHES: tuple[Patch, ...] = (
             "itself as the triton rung called in its own layout) on the pool's rows; final [N, Hv, V, "
             "K] and h [1, NT, Hv, V, K] value first in the pool's dtype, exact for the chunks "
             "track_ssm_h_src names, None when the step tracks nothing",
+        upstream="none: upstream already moved Ascend GDN prefill to AscendGDNAttnBackend.chunk_gdn (0.5.21); the "
+                 "patch goes when releases before it leave the supported range",
         removal="when no supported SGLang release routes Ascend GDN prefill through "
                 "GDNKernelDispatcher.extend (0.5.21 moved it to AscendGDNAttnBackend.chunk_gdn)",
         releases="<0.5.21",
@@ -422,7 +371,7 @@ PATCHES: tuple[Patch, ...] = (
         kind="hook",
         hook_type="replace",
         runtime="multimodal",
-        hook="sglang_ascend_hybrid.ops.packed_attention:fused_infer_attention_varlen",
+        hook="sglang_ascend_hybrid.ops.attention.api:fused_infer_attention_varlen",
         why="upstream raises NotImplementedError for a packed batch where a sequence is empty on only the "
             "query or only the key/value side (ring-attention KV-only chunks, empty query segments) and "
             "returns uninitialised tensors for all-empty batches",
@@ -430,8 +379,10 @@ PATCHES: tuple[Patch, ...] = (
             "AscendFAImpl's): same signature and argument checks; with no one-sided sequence the NPU op is "
             "called exactly as upstream does; otherwise KV-only sequences are dropped and query-only rows "
             "are filled with output 0 / LSE -inf around one compacted call",
+        upstream="none: no upstream issue or pull request found for fused_infer_attention_varlen refusing "
+                 "one-sided sequences",
         removal="when upstream's fused_infer_attention_varlen no longer refuses one-sided sequences "
-                "(ops.packed_attention.upstream_needs_replacement(ascend_fa) returns False)",
+                "(ops.attention.api.upstream_needs_replacement(ascend_fa) returns False)",
         releases=">=0.5.21",
         elsewhere=Elsewhere(
             state=UNAVAILABLE,
@@ -446,243 +397,11 @@ PATCHES: tuple[Patch, ...] = (
 
 
 def by_name(name: str) -> Patch:
-    for p in PATCHES:
+    """The patch called ``name`` in the package's :data:`PATCHES` (read at call time, so a process that
+    replaces ``sglang_ascend_hybrid.patches.PATCHES`` sees its own list)."""
+    from sglang_ascend_hybrid import patches
+
+    for p in patches.PATCHES:
         if p.name == name:
             return p
     raise KeyError(name)
-
-
-# ----------------------------------------------------------------- verification
-
-def _locate_module(parts: list[str]) -> tuple[int, str | None]:
-    """Longest module prefix of ``parts`` as (index past it, source file), found on disk
-    without importing anything (not even parent packages: NPU packages must stay
-    unimported at plugin discovery)."""
-    from importlib.machinery import PathFinder
-
-    top = PathFinder.find_spec(parts[0])
-    if top is None:
-        return 0, None
-    if not top.submodule_search_locations:
-        return 1, top.origin
-    dirs = [str(d) for d in top.submodule_search_locations]
-    found = (1, os.path.join(dirs[0], "__init__.py"))
-    for i in range(1, len(parts)):
-        name, next_dirs = parts[i], []
-        for d in dirs:
-            pkg = os.path.join(d, name)
-            if os.path.isfile(os.path.join(pkg, "__init__.py")):
-                next_dirs, found = [pkg], (i + 1, os.path.join(pkg, "__init__.py"))
-                break
-            if os.path.isfile(pkg + ".py"):
-                return i + 1, pkg + ".py"
-            if os.path.isdir(pkg):  # namespace package portion
-                next_dirs.append(pkg)
-        if not next_dirs:
-            break
-        dirs = next_dirs
-    return found
-
-
-def target_module(target: str) -> str | None:
-    """The module holding ``target`` (its longest module prefix on disk), or None; imports nothing."""
-    parts = target.split(".")
-    split, origin = _locate_module(parts)
-    if origin is None or split == len(parts):
-        return None
-    return ".".join(parts[:split])
-
-
-def find_target(target: str) -> str | None:
-    """Check ``target`` exists in the installed sources without importing it.
-
-    A name exists when the module's source binds it at module level (``def``, ``class``,
-    assignment, annotated assignment, import, also inside every branch of ``if`` / ``try``);
-    a dotted rest goes through class bodies, with the same rules.  What a file defines is
-    cached across processes, keyed by its path and content (:mod:`sglang_ascend_hybrid.target_cache`).
-
-    Returns None when found, else the reason it is missing.
-    """
-    parts = target.split(".")
-    split, origin = _locate_module(parts)
-    if origin is None or split == len(parts) or not origin.endswith(".py") or not os.path.isfile(origin):
-        return f"module of {target!r} not found"
-    from sglang_ascend_hybrid.target_cache import definitions
-
-    module = ".".join(parts[:split])
-    names = definitions(origin)
-    for name in parts[split:]:
-        if names is None or name not in names:
-            return f"{name!r} not found in {module} ({origin})"
-        names = names[name]  # a class's members, None for anything else
-    return None
-
-
-def missing_requirements(patch: Patch) -> list[str]:
-    from importlib.machinery import PathFinder
-
-    return [pkg for pkg in patch.requires if PathFinder.find_spec(pkg) is None]
-
-
-def _sglang_version(version: str | None) -> str | None:
-    if version is not None:
-        return version
-    from sglang_ascend_hybrid.versioning import installed_version
-
-    return installed_version("sglang")
-
-
-def matches(spec: str, version: str | None) -> bool:
-    """Whether SGLang ``version`` satisfies ``spec`` ("" or an unknown version: yes)."""
-    from sglang_ascend_hybrid.versioning import in_range
-
-    if not spec or version is None:
-        return True
-    return in_range(version, tuple(c.strip() for c in spec.split(",") if c.strip()))
-
-
-def release_targets(entries: tuple[str, ...], version: str | None = None) -> tuple[str, ...]:
-    """The entries of ``extra_targets`` / ``route`` that apply to SGLang ``version``."""
-    version = _sglang_version(version)
-    out = []
-    for entry in entries:
-        target, _, cond = entry.partition(";")
-        cond = cond.strip()
-        if cond and not cond.startswith("sglang"):
-            raise ValueError(f"condition of {entry!r} must read 'sglang<specifier>'")
-        if matches(cond[len("sglang"):].strip(), version):
-            out.append(target.strip())
-    return tuple(out)
-
-
-def release_state(patch: Patch, version: str | None = None) -> tuple[str, str] | None:
-    """None when ``patch`` targets SGLang ``version`` (verify and apply it as usual);
-    else ``(state, reason)``: :data:`NOT_NEEDED` or :data:`UNAVAILABLE` from its
-    ``elsewhere``, or ``("failed", why)`` when the other route is missing or the
-    patch does not say what it is on this release."""
-    version = _sglang_version(version)
-    if matches(patch.releases, version):
-        return None
-    if patch.elsewhere is None:
-        return "failed", (f"declared for SGLang {patch.releases} only and says nothing about {version}")
-    for target in release_targets(patch.elsewhere.route, version):
-        reason = find_target(target)
-        if reason:
-            return "failed", f"SGLang {version} should take another route, but {reason}"
-    return patch.elsewhere.state, f"SGLang {version}: {patch.elsewhere.why}"
-
-
-# Private upstream internals the plugin core reads or writes to apply a patch of a kind (SGLang has no
-# public API for them): verified with every such patch, so upstream drift there is a startup message
-# naming the symbol, not an AttributeError mid-registration.
-HOOK_REGISTRIES = {"srt": "sglang.srt.plugins.hook_registry.HookRegistry",
-                   "multimodal": "sglang.multimodal_gen.runtime.platforms.plugins.HookRegistry"}
-HOOK_REGISTRY_INTERNALS = ("_hooks", "_patched")  # plugin._register_hook / _apply_target / _applying_now
-RESOLUTION_INTERNALS = (f"{RES_STEP}._HOOKS",)  # plugin.register_resolution_hook_once, launch_defaults
-
-
-@functools.lru_cache(maxsize=None)
-def _internal_missing(target: str) -> str | None:
-    """:func:`find_target` of an upstream internal, once per process: every hook patch relies on the
-    same two, and registration is on every process's start-up path."""
-    return find_target(target)
-
-
-def internals(patch: Patch) -> tuple[str, ...]:
-    """The private upstream symbols the plugin core relies on to apply ``patch``."""
-    if patch.kind == "hook":
-        return tuple(f"{HOOK_REGISTRIES[patch.runtime]}.{attr}" for attr in HOOK_REGISTRY_INTERNALS)
-    if patch.kind == "resolution":
-        return RESOLUTION_INTERNALS
-    return ()
-
-
-def verify(patch: Patch, version: str | None = None) -> str | None:
-    """None when the patch's targets for SGLang ``version`` (default: the installed
-    one) and the upstream internals applying it relies on (:func:`internals`) exist in
-    the installed upstream, else why not.  Call it for a patch whose
-    :func:`release_state` is None."""
-    targets = release_targets(patch.extra_targets, version)
-    if patch.kind == "resolution":
-        module, _, attr = patch.step_registry.rpartition(".")
-        try:
-            steps = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as exc:
-            return f"{patch.step_registry} not importable ({exc})"
-        if patch.target not in steps:
-            return f"resolution step {patch.target!r} is not overridable"
-    else:
-        targets = (patch.target, *targets)
-    for target in targets:
-        reason = find_target(target)
-        if reason:
-            return reason
-    for target in internals(patch):
-        reason = _internal_missing(target)
-        if reason:
-            return reason
-    return None
-
-
-# ------------------------------------------------------------ the document
-
-def render_markdown() -> str:
-    """PATCHES.md, generated from :data:`PATCHES` (``python -m sglang_ascend_hybrid.patches``)."""
-    lines = [
-        "# Patch registry",
-        "",
-        "Every upstream symbol sglang-ascend-hybrid touches. Generated from",
-        "`sglang_ascend_hybrid/patches.py` by `python -m sglang_ascend_hybrid.patches > PATCHES.md`;",
-        "the test suite fails when this file is stale or a target is missing from the tested SGLang.",
-        "",
-        "At startup `register()` checks each target statically (the installed source is parsed, not",
-        "imported), registers hooks through SGLang's `HookRegistry` (which also rebinds",
-        "`from X import Y` copies), records applied / skipped / failed per patch, and logs a one-line",
-        "summary. `sglang-ascend-hybrid doctor` prints the record. Under",
-        "`--attention-backend ascend_hybrid` a failed patch stops startup with the target and the",
-        "SGLang version; under `ascend` it is a warning.",
-        "",
-        "Each patch states the SGLang releases whose route reaches its target. On other releases it",
-        "is **not needed** (the release takes another route, whose symbols are verified instead: a",
-        "missing one is still a failure) or **unavailable** (the release offers no mechanism for the",
-        "fix; `doctor` says why). Neither stops strict startup. On a release newer than the tested",
-        "range every target is still verified, what exists is applied, and one WARNING at startup",
-        "names the untested release and the patches that did not apply. README's compatibility",
-        "table shows what CI verified on each tested release.",
-        "",
-        "| name | upstream target | kind | runtime |",
-        "|---|---|---|---|",
-    ]
-    for p in PATCHES:
-        kind = f"{p.kind} ({p.hook_type})" if p.hook_type else p.kind
-        lines.append(f"| `{p.name}` | `{p.target}` | {kind} | {p.runtime} |")
-    for p in PATCHES:
-        lines += ["", f"## `{p.name}`", "", f"- **Target**: `{p.target}`"]
-        for extra in p.extra_targets:
-            target, _, cond = extra.partition(";")
-            lines.append(f"- **Also checked**: `{target.strip()}`" + (f" (on {cond.strip()})" if cond else ""))
-        if internals(p):
-            lines.append("- **Upstream internals relied on (checked too)**: "
-                         + ", ".join(f"`{t}`" for t in internals(p)))
-        lines.append(f"- **SGLang releases**: {('sglang' + p.releases) if p.releases else 'every supported release'}")
-        if p.elsewhere is not None:
-            lines.append(f"- **Other releases**: {p.elsewhere.state}: {p.elsewhere.why}"
-                         + ("; checked there instead: " + ", ".join(f"`{t}`" for t in p.elsewhere.route)
-                            if p.elsewhere.route else ""))
-        lines += [
-            f"- **Plugin code**: `{p.hook}`" + (f" ({p.hook_type.upper()} hook)" if p.hook_type else ""),
-            f"- **Why**: {p.why}",
-            f"- **How**: {p.how}",
-            f"- **Verified at startup**: {p.verification}"
-            + (f"; applied when SGLang first builds the attention backend on NPU (never at plugin "
-               f"discovery, which must not import {', '.join(p.requires)}); skipped when "
-               f"{', '.join(p.requires)} is not installed" if p.requires else ""),
-            f"- **Remove when**: {p.removal}",
-        ]
-    return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.stdout.write(render_markdown())
