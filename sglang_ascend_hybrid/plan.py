@@ -14,7 +14,6 @@ its installed source).  Nothing of SGLang or transformers is imported.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
@@ -29,8 +28,10 @@ DEFAULT_TP = (1, 2, 4, 8, 16)
 ASSUMED_CHIP = "A3"
 # Settings outside the plugin's registry that change which GDN kernel runs (shown in the assumptions).
 KERNEL_ENV = ("GDN_USE_MEGA_GDN", "GDN_ATTN_BACKEND_TRITON", "SGLANG_MAMBA_SSM_DTYPE")
-# the hooks that send SGLang's GDN prefill through the ladder, one per prefill route
-LADDER_PATCHES = ("gdn-prefill-ladder", "gdn-extend-ladder")
+# SGLang's GDN prefill goes through the plugin's ladder on every supported release
+# (gdn-prefill-ladder on 0.5.21+, gdn-extend-ladder on 0.5.20; the registry test checks that
+# their specifiers cover every release): the route the plan assumes.
+PREFILL_ROUTE = "ladder"
 
 
 def kernel_predicate(kernel_heads: Optional[list[int]]) -> Optional[Callable[[int, int], bool]]:
@@ -54,19 +55,6 @@ def state_dtype(cfg: dict, override: Optional[str] = None) -> tuple[str, str]:
     return effective_dtype(override, mf.mamba_ssm_dtype(cfg), os.environ.get("SGLANG_MAMBA_SSM_DTYPE"))
 
 
-def prefill_route() -> str:
-    """``"ladder"``: the installed SGLang's GDN prefill goes through the plugin's ladder (a patch of
-    :data:`LADDER_PATCHES` targets its release: every supported one); ``"entry"``: it calls
-    sgl-kernel-npu's ``chunk_gated_delta_rule_npu`` itself, the ladder (mega, torch) serving only the
-    calls that entry refuses (a release none of those patches targets)."""
-    from sglang_ascend_hybrid import patches
-    from sglang_ascend_hybrid.patches.releases import installed_version
-
-    version = installed_version("sglang")
-    targeted = any(patches.matches(patches.by_name(name).releases, version) for name in LADDER_PATCHES)
-    return "ladder" if targeted else "entry"
-
-
 def _ops() -> dict[str, str]:
     from sglang_ascend_hybrid.ops.gdn import dispatch
 
@@ -74,8 +62,8 @@ def _ops() -> dict[str, str]:
             "triton": dispatch.OP_TRITON, "torch": "the plugin's torch chunk path"}
 
 
-def prefill_entry(lay: mf.GDNLayout, dtype: str, state: str, chunk_states: bool, predicate=None,
-                  route: str = "ladder") -> dict[str, Any]:
+def prefill_entry(lay: mf.GDNLayout, dtype: str, state: str, chunk_states: bool,
+                  predicate=None) -> dict[str, Any]:
     """Which prefill rung serves calls of this layout (per rank), the reasons of every other rung."""
     import torch
 
@@ -88,23 +76,13 @@ def prefill_entry(lay: mf.GDNLayout, dtype: str, state: str, chunk_states: bool,
     verdicts = dispatch.prefill_static_reasons(sig, chip=ASSUMED_CHIP, predicate=predicate)
     unskipped = {name: reason is None for name, reason, _ in verdicts}  # a forced rung ignores the skip
     ops = _ops()
-    if route == "entry":  # SGLang calls the Triton entry; the ladder below it skips npu_chunk and triton
-        by_name = {name: (reason, probe) for name, reason, probe in verdicts}
-        # what SGLang's own call meets is the entry's refusals only: no precision or chunk-state rule of the ladder
-        entry_reason = dispatch.triton_reason(dataclasses.replace(sig, state_dtype=None, chunk_states=False),
-                                              dispatch.triton_runs_mega(sig, None, True), True)
-        order = [("triton", entry_reason, False), ("npu_chunk", "SGLang of this release does not call it "
-                  "(its prefill calls sgl-kernel-npu's chunk_gated_delta_rule_npu)", False),
-                 ("mega", *by_name["mega"]), ("torch", *by_name["torch"])]
-        verdicts = order
-    else:
-        skip = prefill_skip()
-        verdicts = [(name, "skipped: GDN_ATTN_BACKEND_TRITON=1 sends prefill to the Triton chunk path"
-                     if name in skip else reason, probe) for name, reason, probe in verdicts]
+    skip = prefill_skip()
+    verdicts = [(name, "skipped: GDN_ATTN_BACKEND_TRITON=1 sends prefill to the Triton chunk path"
+                 if name in skip else reason, probe) for name, reason, probe in verdicts]
     rungs = [{"rung": name, "op": ops[name], "serves": reason is None, "reason": reason,
               "decided_by_probe": probe and reason is None} for name, reason, probe in verdicts]
     forced = ENV.GDN_BACKEND.get()
-    forced = forced if route == "ladder" and forced in ops else None
+    forced = forced if forced in ops else None
     kernel, error = next((r["rung"] for r in rungs if r["serves"]), None), None
     if forced is not None:
         kernel = forced if unskipped[forced] else None
@@ -112,13 +90,11 @@ def prefill_entry(lay: mf.GDNLayout, dtype: str, state: str, chunk_states: bool,
             error = (f"{ENV.GDN_BACKEND.name}={forced} forces a rung that cannot serve these calls: prefill "
                      "raises ForcedRungUnavailable")
     return {"kernel": kernel, "op": ops[kernel] if kernel else None, "forced": forced, "error": error,
-            "recomputes_tracked_states": kernel == "triton" and route == "ladder"
-            and dispatch.triton_rounds_chunk_states(sig),
+            "recomputes_tracked_states": kernel == "triton" and dispatch.triton_rounds_chunk_states(sig),
             "rungs": rungs}
 
 
-def gdn_entry(cfg: dict, tp: int, predicate=None, ssm_dtype: Optional[str] = None,
-              route: Optional[str] = None) -> dict[str, Any]:
+def gdn_entry(cfg: dict, tp: int, predicate=None, ssm_dtype: Optional[str] = None) -> dict[str, Any]:
     import torch
 
     from sglang_ascend_hybrid.backends.gdn_state_dtype import plan_state
@@ -127,7 +103,6 @@ def gdn_entry(cfg: dict, tp: int, predicate=None, ssm_dtype: Optional[str] = Non
     lay = mf.gdn_layout(cfg, tp)
     dtype, _ = mf.model_dtype(cfg)
     state, source = state_dtype(cfg, ssm_dtype)
-    route = route or prefill_route()
     mega = plan_for_layout(lay.value_heads, lay.key_heads, lay.head_dim, lay.value_head_dim, getattr(torch, dtype),
                            predicate=predicate)
     kernels = plan_state(state, source)  # verify / decode on an A2 / A3
@@ -139,8 +114,8 @@ def gdn_entry(cfg: dict, tp: int, predicate=None, ssm_dtype: Optional[str] = Non
         "dtype": dtype,
         "state_dtype": state,
         "state_dtype_source": source,
-        "prefill": prefill_entry(lay, dtype, state, False, predicate, route),
-        "prefill_with_chunk_states": prefill_entry(lay, dtype, state, True, predicate, route),
+        "prefill": prefill_entry(lay, dtype, state, False, predicate),
+        "prefill_with_chunk_states": prefill_entry(lay, dtype, state, True, predicate),
         "mega_plan": {"strategy": mega.strategy, "launches": [list(p) for p in mega.launches],
                       "overhead": float(mega.overhead) if mega.strategy != "none" else None},
         "verify_kernels": kernels.verify,
@@ -173,7 +148,7 @@ def _overhead_limit() -> Optional[float]:
     return None if limit == float("inf") else float(limit)
 
 
-def assumptions(kernel_heads: Optional[list[int]], route: str) -> dict[str, Any]:
+def assumptions(kernel_heads: Optional[list[int]]) -> dict[str, Any]:
     from sglang_ascend_hybrid.envs import ENV
     from sglang_ascend_hybrid.ops import seam
     from sglang_ascend_hybrid.ops.gdn import contract as caps
@@ -185,7 +160,7 @@ def assumptions(kernel_heads: Optional[list[int]], route: str) -> dict[str, Any]
     return {
         "chip": ASSUMED_CHIP,
         "sglang": installed_version("sglang"),
-        "prefill_route": route,
+        "prefill_route": PREFILL_ROUTE,
         "sgl_kernel_npu": seam.kernel_package_version(),
         "mega_kernel": variant.name,
         "kernel_heads": sorted(set(kernel_heads)) if kernel_heads else None,
@@ -207,7 +182,6 @@ def plan(cfg: dict, tp_sizes=DEFAULT_TP, kernel_heads: Optional[list[int]] = Non
     if facts.family == "gdn":
         state_dtype(cfg, ssm_dtype)
     predicate = kernel_predicate(kernel_heads)
-    route = prefill_route() if facts.family == "gdn" else "ladder"
     archs = cfg.get("architectures") or []
     rows = []
     for tp in tp_sizes:
@@ -215,7 +189,7 @@ def plan(cfg: dict, tp_sizes=DEFAULT_TP, kernel_heads: Optional[list[int]] = Non
                                "short_conv": None, "launch_adjustments": []}
         try:
             if facts.family == "gdn":
-                row["gdn"] = gdn_entry(cfg, tp, predicate, ssm_dtype, route)
+                row["gdn"] = gdn_entry(cfg, tp, predicate, ssm_dtype)
             else:
                 row["short_conv"] = short_conv_entry(cfg, tp)
             row["attention_heads_per_rank"] = mf.per_rank(facts.attention_heads, tp, "num_attention_heads")
@@ -231,7 +205,7 @@ def plan(cfg: dict, tp_sizes=DEFAULT_TP, kernel_heads: Optional[list[int]] = Non
                   "layer_kinds_from": facts.layer_kinds_from, "dtype": facts.dtype, "dtype_from": facts.dtype_from,
                   "attention_heads": facts.attention_heads, "kv_heads": facts.kv_heads,
                   "prefix_cache": planned_prefix_cache(cfg)},
-        "assumptions": assumptions(kernel_heads, route),
+        "assumptions": assumptions(kernel_heads),
         "rows": rows,
     }
 
@@ -257,10 +231,8 @@ def render(doc: dict[str, Any], out: TextIO | None = None) -> None:
       f"full-attention, {m['linear_layers']} {'GDN' if m['family'] == 'gdn' else 'short-conv'} "
       f"(from {m['layer_kinds_from']}); dtype {m['dtype']} ({m['dtype_from']})\n")
     if m["family"] == "gdn":
-        route = ("SGLang's prefill through the plugin's GDN ladder" if a["prefill_route"] == "ladder" else
-                 "SGLang calling sgl-kernel-npu's chunk_gated_delta_rule_npu for prefill (the plugin's ladder "
-                 "serves what it refuses)")
-        w(f"assuming an Atlas {a['chip']}, --dtype auto, {route}; mega kernel {a['mega_kernel']}\n")
+        w(f"assuming an Atlas {a['chip']}, --dtype auto, SGLang's prefill through the plugin's GDN ladder; "
+          f"mega kernel {a['mega_kernel']}\n")
     pc = m["prefix_cache"]
     if pc["on"]:
         by = SNAPSHOT_WRITERS.get(pc["snapshots"], pc["snapshots"])

@@ -124,7 +124,7 @@ def test_choice_values_are_stripped_and_valid_rungs_accepted(monkeypatch):
 
 def test_rung_names_equal_the_ladders_names():
     """envs lists the rung names (so validating needs no op import): they must be the ladders'."""
-    from sglang_ascend_hybrid.ops import causal_conv1d
+    from sglang_ascend_hybrid.ops.conv import dispatch as causal_conv1d
     from sglang_ascend_hybrid.ops.gdn import decode, dispatch
 
     assert envs.GDN_PREFILL_RUNGS == dispatch.PREFILL.names
@@ -158,7 +158,7 @@ def test_forced_unavailable_rung_says_so_in_the_same_words(monkeypatch):
     """A valid rung name forced by its variable, on CPU tensors where that kernel cannot run."""
     import torch
 
-    from sglang_ascend_hybrid.ops import causal_conv1d
+    from sglang_ascend_hybrid.ops.conv import api as causal_conv1d
     from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule
     from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable
 

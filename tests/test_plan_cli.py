@@ -24,14 +24,6 @@ def _kernel_env(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
-@pytest.fixture
-def ladder_route(monkeypatch):
-    """Plan for the route of SGLang 0.5.21+ (its GDN prefill through the plugin's ladder) on any
-    installed release."""
-    from sglang_ascend_hybrid import plan as plan_cli
-
-    monkeypatch.setattr(plan_cli, "prefill_route", lambda: "ladder")
-
 
 def run_plan(capsys, *argv):
     code = cli.main(["plan", *argv])
@@ -70,7 +62,7 @@ def test_qwen36_27b_head_plans_across_tp(capsys):
     assert m8["overhead"] == pytest.approx(8 / 6)
 
 
-def test_a_layout_without_a_head_plan_has_none(tmp_path, capsys, ladder_route):
+def test_a_layout_without_a_head_plan_has_none(tmp_path, capsys):
     """(3, 1): the cheapest fit (8, 1) costs 8/3 > 1.5: no plan, and the mega rung says why."""
     cfg = json.loads((CONFIGS / "qwen3_6-27b" / "config.json").read_text())
     cfg["text_config"]["num_attention_heads"] = 32
@@ -96,7 +88,7 @@ def test_one_query_head_per_rank_is_singular(capsys):
     assert code == 0 and "12 layers, 1 query head per rank (" in out
 
 
-def test_kernel_heads_option_changes_the_accepted_set(capsys, ladder_route):
+def test_kernel_heads_option_changes_the_accepted_set(capsys):
     rows = plan_rows(capsys, "--config", str(CONFIGS / "qwen3_6-27b"), "--tp", "8", "--kernel-heads", "6,12")
     assert rows[0]["gdn"]["mega_plan"]["strategy"] == "native" and rows[0]["gdn"]["mega_plan"]["launches"] == [[6, 2]]
     doc = plan_json(capsys, "--config", str(CONFIGS / "qwen3_6-27b"), "--tp", "1", "--kernel-heads", "16",
@@ -190,7 +182,7 @@ def test_plan_matches_what_the_runtime_launches(capsys):
         assert seen == g["launches"], (row["tp"], seen, g["launches"])
 
 
-def test_plan_shows_the_ssm_state_dtype_and_the_kernels_it_means(capsys, ladder_route):
+def test_plan_shows_the_ssm_state_dtype_and_the_kernels_it_means(capsys):
     """Qwen3.6-27B: the config's fp32 state (Triton prefill, torch verify on A2/A3) unless the
     operator plans for --mamba-ssm-dtype bfloat16 (the fused NPU ops)."""
     from pathlib import Path

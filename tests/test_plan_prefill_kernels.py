@@ -19,16 +19,14 @@ from sglang_ascend_hybrid import model_families as mf
 from sglang_ascend_hybrid import plan as plan_cli
 
 CONFIGS = Path(__file__).parent.parent / "examples" / "configs"
-REAL_ROUTE = plan_cli.prefill_route  # before the fixture below replaces it
 KERNEL_ENV = ("GDN_USE_MEGA_GDN", "GDN_ATTN_BACKEND_TRITON", "SGLANG_MAMBA_SSM_DTYPE",
               "SGLANG_ASCEND_HYBRID_GDN_BACKEND", "SGLANG_ASCEND_HYBRID_GDN_MAX_OVERHEAD")
 
 
 @pytest.fixture(autouse=True)
-def _ladder_route(monkeypatch):
+def _no_kernel_settings(monkeypatch):
     for name in KERNEL_ENV:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(plan_cli, "prefill_route", lambda: "ladder")
 
 
 def _run(capsys, config, *argv):
@@ -162,21 +160,18 @@ def test_fp16_inputs_keep_the_chunk_op_out(capsys, tmp_path):
     assert g["prefill"]["kernel"] == "mega"
 
 
-def test_older_route_names_the_entry_sglang_calls(capsys, monkeypatch):
-    """SGLang releases before the chunk_gdn hook call sgl-kernel-npu's Triton entry themselves."""
-    monkeypatch.setattr(plan_cli, "prefill_route", lambda: "entry")
-    rows, blocks = _both(capsys, "qwen3_6-27b", "--tp", "8", "--mamba-ssm-dtype", "bfloat16")
-    p = rows[0]["gdn"]["prefill"]
-    assert p["kernel"] == "triton" and [x["rung"] for x in p["rungs"]] == ["triton", "npu_chunk", "mega", "torch"]
-    assert not p["rungs"][1]["serves"]
-
-
-def test_prefill_route_follows_the_installed_release():
+@pytest.mark.parametrize("version", ["0.5.19", "0.5.20", "0.5.20.post1", "0.5.21", "0.5.22", "0.5.23",
+                                     "0.5.24.dev0", "0.6.0", None])
+def test_every_release_sends_gdn_prefill_through_the_ladder(version):
+    """The plan's one prefill route: for any SGLang version exactly one of the two ladder patches
+    targets it (the release-bounded one on 0.5.20 and older, the chunk_gdn one from 0.5.21 on), so
+    the route the plan assumes holds on every release it can be run against."""
     from sglang_ascend_hybrid import patches
 
-    ladder = [name for name in plan_cli.LADDER_PATCHES if patches.release_state(patches.by_name(name)) is None]
-    assert len(ladder) <= 1  # one prefill route per release
-    assert REAL_ROUTE() == ("ladder" if ladder else "entry")
+    targeting = [name for name in ("gdn-extend-ladder", "gdn-prefill-ladder")
+                 if patches.matches(patches.by_name(name).releases, version)]
+    assert len(targeting) == (2 if version is None else 1), targeting
+    assert plan_cli.PREFILL_ROUTE == "ladder"
 
 
 # ------------------------------------------------------------------ the runtime ladder agrees

@@ -193,3 +193,10 @@ def test_recurrent_vstep_rule():
     assert caps.recurrent_refusal_reason(16, 8, 128, 128, 9, [torch.bfloat16]) is not None  # S > 8
     assert caps.recurrent_refusal_reason(16, 8, 128, 128, 4, [torch.float32]) is not None   # not bf16
     assert caps.recurrent_refusal_reason(16, 8, 128, 128, 4, [torch.bfloat16]) is None
+
+
+@pytest.mark.parametrize("shape,vstep", [((16, 128, 128), 112), ((64, 128, 128), 104), ((48, 128, 128), 112),
+                                         ((64, 256, 256), 48), ((8, 64, 64), 232)])
+def test_recurrent_vstep_values_from_the_host_formula(shape, vstep):
+    """vStep of sgl-kernel-npu's recurrent host (f425bdf1), worked by hand for a 192 KiB UB."""
+    assert caps.recurrent_vstep(*shape) == vstep

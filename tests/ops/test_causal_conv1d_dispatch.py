@@ -18,6 +18,7 @@ from sglang_ascend_hybrid.emulators import causal_conv1d as emu
 from sglang_ascend_hybrid.ops.conv import api as ops
 from sglang_ascend_hybrid.ops.conv import dispatch as conv_dispatch
 from sglang_ascend_hybrid.ops import seam
+from sglang_ascend_hybrid.ops.conv import torch_impl as ref
 
 DIM = 32
 LENS = [5, 2, 0, 1, 4]
@@ -246,3 +247,49 @@ def test_hooks_route_everything_to_plugin_while_emulated():
     assert not ops.routes_to_plugin(torch.zeros(2, DIM), torch.zeros(2, DIM, 2))
     assert ops.routes_to_plugin(torch.zeros(2, DIM), cuda_layout_view(torch.zeros(2, 1, DIM)))
     assert not ops.routes_to_plugin(torch.zeros(2, DIM), torch.zeros(2, DIM, 1))
+
+
+def test_npu_v2_prefill_without_cache_indices_on_several_sequences():
+    """cache_indices=None means slot b for sequence b: the npu_v2 rung must hand the kernel one
+    slot per sequence (3 here) and match the torch rung."""
+    gen = torch.Generator().manual_seed(3)
+    dim, width, lens = 16, 3, [2, 3, 1]
+    qsl = torch.tensor([0, 2, 5, 6], dtype=torch.int32)
+    x = torch.randn(dim, sum(lens), generator=gen).half()
+    weight = torch.randn(dim, width, generator=gen).half()
+    pool = torch.randn(4, width - 1, dim, generator=gen).half()
+    ref_pool = pool.clone()
+    calls = []
+    table = emu.emulators()
+    with seam.install_emulators({emu.OP_FN_V2: lambda *a, **k: calls.append(1) or table[emu.OP_FN_V2](*a, **k)}):
+        out = ops.causal_conv1d_fn(x, weight, None, query_start_loc=qsl, conv_states=cuda_layout_view(pool),
+                                    activation="silu")
+    assert calls
+    expected = ref.causal_conv1d_fn_torch(x, weight, None, qsl, None, None, cuda_layout_view(ref_pool), "silu", -1)
+    torch.testing.assert_close(out, expected, rtol=2e-3, atol=2e-3)
+    assert torch.equal(pool, ref_pool)
+
+
+def test_torch_decode_rung_checks_its_bias():
+    x = torch.randn(2, 8)
+    pool = torch.zeros(3, 2, 8)
+    with pytest.raises(ValueError, match="bias"):
+        ref.causal_conv1d_update_torch(x, cuda_layout_view(pool), torch.randn(8, 3), torch.randn(5),
+                                       None, torch.tensor([0, 1], dtype=torch.int32))
+
+
+def test_decode_v2_kernel_gets_the_callers_pad_slot_id():
+    seen = {}
+    table = emu.emulators()
+
+    def kernel(*a, **k):
+        seen.update(k)
+        return table[emu.OP_UPDATE_V2_MAIN](*a, **k)
+
+    gen = torch.Generator().manual_seed(4)
+    pool = torch.randn(4, 2, 8, generator=gen).half()
+    with seam.install_emulators({emu.OP_UPDATE_V2_MAIN: kernel}):
+        ops.causal_conv1d_update(torch.randn(2, 8, generator=gen).half(), cuda_layout_view(pool),
+                                  torch.randn(8, 3, generator=gen).half(), activation="silu",
+                                  conv_state_indices=torch.tensor([1, 7], dtype=torch.int32), pad_slot_id=7)
+    assert seen.get("pad_slot_id") == 7

@@ -329,3 +329,25 @@ def test_known_refusals_are_predicted_never_called(caplog, variant, case):
     assert_close_to_oracle(out, expect, scale, xd, case)
     # the state keeps the pool's dtype: compare in it
     assert torch.equal(view, new_view.to(view.dtype))
+
+
+def test_a_prefill_refusal_is_remembered_for_the_channel_signature_whatever_the_token_count():
+    """The prefill signature is (width, channels, dtypes, layout): a kernel that refused once is not
+    asked again for the next batch of another length (the refusal memo must not key on T)."""
+    gen = torch.Generator().manual_seed(8)
+    dim, width = 16, 3
+    weight = torch.randn(dim, width, generator=gen).half()
+    pool = torch.randn(4, width - 1, dim, generator=gen).half()
+    asked = []
+
+    def refusing(*a, **k):
+        asked.append(1)
+        raise RuntimeError(emu.ERR_DTYPE)
+
+    with seam.install_emulators({emu.OP_FN_V2: refusing}):
+        for lens in ([2, 3], [4, 1, 3]):
+            qsl = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
+            ops.causal_conv1d_fn(torch.randn(dim, sum(lens), generator=gen).half(), weight, None,
+                                  query_start_loc=qsl, cache_indices=torch.arange(len(lens), dtype=torch.int32),
+                                  conv_states=cuda_layout_view(pool), activation="silu")
+    assert asked == [1]

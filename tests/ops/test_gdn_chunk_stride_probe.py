@@ -101,3 +101,18 @@ def test_construction_probe_records_a_verdict_the_rung_then_uses():
         assert v.verdict == csp.STRIDE_64
         with seam.capture_region():
             assert csp.stride_verdict(6, 2, 128, 128, torch.bfloat16, "cpu") is v
+
+
+@pytest.mark.parametrize("state_dtype,expected", [(torch.float32, True), (torch.bfloat16, False)])
+def test_static_prefill_reasons_say_where_the_stride_probe_decides(state_dtype, expected):
+    """``plan``'s per-rung verdicts mark the Triton rung as decided by the startup probe exactly
+    where the rung itself would ask the probe (an fp32 pool, Triton not running the mega kernel)."""
+    from sglang_ascend_hybrid.ops.gdn import dispatch
+
+    sig = dispatch.GdnSignature(6, 2, 128, 128, torch.bfloat16, state_dtype=state_dtype)
+    rows = {name: (reason, probe) for name, reason, probe in
+            dispatch.prefill_static_reasons(sig, environ={"GDN_USE_MEGA_GDN": "0"})}
+    runs_mega = dispatch.triton_runs_mega(sig, {"GDN_USE_MEGA_GDN": "0"}, True)
+    assert rows["triton"][1] is (expected and not runs_mega)
+    assert rows["triton"][1] == dispatch.triton_needs_probe(sig, runs_mega)
+    assert not rows["npu_chunk"][1] and not rows["torch"][1]

@@ -13,6 +13,7 @@ from sglang_ascend_hybrid.ops.gdn import api
 from sglang_ascend_hybrid.ops.gdn import decode
 from sglang_ascend_hybrid.ops.gdn import verify as gv
 from sglang_ascend_hybrid.ops.index_dtype import INDEX_DTYPES, index_dtype_problem, is_index_dtype
+from sglang_ascend_hybrid.backends.conv_state_layout import cuda_layout_view
 
 HK, K, HV, V = 2, 16, 4, 16
 
@@ -76,7 +77,6 @@ def _conv_fn(field):
         args = dict(query_start_loc=torch.tensor([0, 2, 3], dtype=torch.int32),
                     cache_indices=torch.tensor([1, 0], dtype=torch.int32))
         args[field] = args[field].to(idx_dtype)
-        from sglang_ascend_hybrid.backends.conv_state_layout import cuda_layout_view
         run = lambda: conv.causal_conv1d_fn(  # noqa: E731
             torch.randn(8, 3, generator=g), torch.randn(8, 3, generator=g), None,
             query_start_loc=args["query_start_loc"], cache_indices=args["cache_indices"],
@@ -88,7 +88,6 @@ def _conv_fn(field):
 def _conv_update(idx_dtype):
     g = _gen(6)
     pool = torch.randn(4, 2, 8, generator=g)
-    from sglang_ascend_hybrid.backends.conv_state_layout import cuda_layout_view
     run = lambda: conv.causal_conv1d_update(  # noqa: E731
         torch.randn(2, 8, generator=g), cuda_layout_view(pool), torch.randn(8, 3, generator=g),
         conv_state_indices=torch.tensor([1, 0], dtype=idx_dtype))
@@ -148,3 +147,9 @@ def test_the_rule():
     problem = index_dtype_problem("slots", torch.tensor([True]))
     assert problem.startswith("slots has dtype torch.bool") and "bool mask is not an index" in problem
     assert index_dtype_problem("slots", torch.tensor([1])) is None
+
+
+def test_index_dtype_message_names_the_accepted_dtypes_and_why():
+    text = index_dtype_problem("slots", torch.tensor([1.0]))
+    assert "(int8, uint8, int16, int32, int64)" in text and text.endswith("indices are whole numbers")
+    assert index_dtype_problem("slots", torch.tensor([True])).endswith("a bool mask is not an index")

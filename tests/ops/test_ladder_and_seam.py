@@ -143,3 +143,28 @@ def test_without_torch_npu_no_npu_op_resolves(monkeypatch):
         assert seam.chip_generation() is None
     finally:
         seam.reset_probes()
+
+
+def test_a_recorded_verdict_is_read_back_per_probe_and_signature():
+    seam.record_verdict("p", "sig-a", "A")
+    assert seam.verdict_of("p", "sig-a") == "A"
+    assert seam.verdict_of("p", "sig-b") is None and seam.verdict_of("q", "sig-a") is None
+
+
+@pytest.mark.parametrize("answer,expected", [(False, False), (True, True), (RuntimeError("api"), True)])
+def test_capturing_asks_torch_npu_where_it_is_installed(monkeypatch, answer, expected):
+    def is_current_stream_capturing():
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(seam, "package_available", lambda name: name == "torch_npu")
+    monkeypatch.setattr(torch, "npu", SimpleNamespace(is_current_stream_capturing=is_current_stream_capturing),
+                        raising=False)
+    assert seam.capturing() is expected
+
+
+def test_capturing_without_torch_npu_is_false(monkeypatch):
+    monkeypatch.setattr(seam, "package_available", lambda name: False)
+    monkeypatch.setattr(torch, "npu", SimpleNamespace(is_current_stream_capturing=lambda: True), raising=False)
+    assert seam.capturing() is False

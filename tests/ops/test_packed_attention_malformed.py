@@ -229,3 +229,9 @@ def test_host_copy_may_be_a_cpu_tensor_or_a_list():
         out = fused_infer_attention_varlen(*case.args(), cu_seqlens_q_host=host_q, cu_seqlens_k_host=host_k,
                                            softmax_scale=case.scale, return_softmax_lse=True)
         assert torch.equal(out[0], ref[0]) and torch.equal(out[1], ref[1])
+
+
+def test_zero_heads_message_names_the_shape():
+    q = torch.zeros(3, 0, 8)
+    with pytest.raises(ValueError, match=r"got q of shape \[3, 0, 8\]"):
+        fused_infer_attention_varlen(q, q, q, torch.tensor([0, 3]), torch.tensor([0, 3]))
