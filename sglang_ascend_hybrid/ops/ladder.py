@@ -26,6 +26,14 @@ at INFO and tries the next rung for this call only.
 Rungs are tried lazily, fastest first: a rung's predicate is asked only when every
 faster rung could not serve the call (a predicate may read values on the host).
 
+A predicate answers ``None`` when the rung can serve the call, else the reason it cannot (a
+``str``).  The ladder says each reason once per (rung, signature) through the ladder's own
+``rejection`` message, if it has one, and puts it in :class:`ForcedRungUnavailable`.  An
+:class:`Absent` reason (the rung's kernel is not installed for these tensors) is never logged: on a
+CPU it is the normal case.  ``True`` / ``False`` are accepted too (``False``: no reason given).
+Each rung names the seam ops it calls (``ops``), so reports of what is installed derive from the
+ladders.
+
 The last rung must be the pure-torch path.  A forced rung (``backend=``) that
 cannot serve the call raises :class:`ForcedRungUnavailable`, in the same words
 for every ladder.
@@ -36,7 +44,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Sequence
+from typing import Any, Callable, Hashable, Optional, Sequence
 
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops.errors import DeviceResultError, EmulatorContractViolation
@@ -53,6 +61,11 @@ FATAL_DEVICE_ERROR_MARKERS = (
     "out of memory", "failed to allocate", "memory error", "device lost", "uce error", "ecc error",
     "force stop", "task abort", "hccs link error", "device not ready",
 )
+
+
+class Absent(str):
+    """A predicate's reason that the rung's kernel is not here for these tensors (not installed, or
+    not for this device): given to :class:`ForcedRungUnavailable`, never logged."""
 
 
 class ForcedRungUnavailable(RuntimeError):
@@ -84,8 +97,8 @@ def _contract_violation(exc: BaseException) -> bool:
 @dataclass(frozen=True)
 class Rung:
     name: str
-    # Capability table: may this rung serve the signature on these inputs?
-    supports: Callable[..., bool]
+    # Capability table: None when this rung may serve the signature on these inputs, else why not.
+    supports: Callable[..., Optional[str] | bool]
     run: Callable[..., Any]
     # Does this exception mean "kernel refused the shape" with one of its known texts?
     is_refusal: Callable[[BaseException], bool] = lambda exc: False
@@ -93,6 +106,8 @@ class Rung:
     device: bool = False
     # Why the rung may be unavailable, for ForcedRungUnavailable messages.
     needs: str = ""
+    # The seam ops the rung calls (kernel reports list them; empty for a pure-torch rung).
+    ops: tuple[str, ...] = ()
 
     def classify(self, exc: BaseException) -> str:
         """``"known"`` / ``"unexpected"`` refusal, or ``"error"`` (propagate)."""
@@ -106,14 +121,30 @@ class Rung:
         return "error"
 
 
+_NO_REASON = "its capability check declined the call"
+
+
 class Ladder:
-    def __init__(self, op: str, rungs: Sequence[Rung]):
+    """``rejection(rung, signature, reason)`` builds the line said once when a predicate gives a
+    reason (None: reasons are not logged, e.g. where the caller says one summary line);
+    ``log`` is the logger it goes to (the family's module logger)."""
+
+    def __init__(self, op: str, rungs: Sequence[Rung], *,
+                 rejection: Optional[Callable[[str, Hashable, str], str]] = None,
+                 log: Optional[logging.Logger] = None):
         if not rungs:
             raise ValueError(f"ladder {op!r} needs at least one rung")
         self.op = op
         self.rungs = tuple(rungs)
+        self.rejection = rejection
+        self.log = log or logger
         self._refused: set[tuple[str, Hashable]] = set()
         self._lock = threading.Lock()
+
+    @property
+    def ops(self) -> tuple[str, ...]:
+        """Every seam op a rung of this ladder may call, fastest rung first."""
+        return tuple(dict.fromkeys(op for r in self.rungs for op in r.ops))
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -138,8 +169,22 @@ class Ladder:
         with self._lock:
             self._refused.clear()
 
+    def why_not(self, r: Rung, signature: Hashable, *args, **kwargs) -> Optional[str]:
+        """None when ``r`` may serve the call, else the reason it cannot (its predicate's, said once)."""
+        if self.refused(r.name, signature):
+            return Absent(f"it refused {signature} earlier in this process")
+        answer = r.supports(signature, *args, **kwargs)
+        if answer is None or answer is True:
+            return None
+        if answer is False or not answer:
+            return Absent(_NO_REASON)
+        if self.rejection is not None and not isinstance(answer, Absent):
+            log_once(self.log, (self.op, r.name, signature, "rejected"), "%s",
+                     self.rejection(r.name, signature, answer))
+        return answer
+
     def _serves(self, r: Rung, signature: Hashable, *args, **kwargs) -> bool:
-        return not self.refused(r.name, signature) and r.supports(signature, *args, **kwargs)
+        return self.why_not(r, signature, *args, **kwargs) is None
 
     def candidates(self, signature: Hashable, *args, **kwargs) -> list[Rung]:
         """Every rung that may serve the call (asks every predicate)."""
@@ -161,10 +206,12 @@ class Ladder:
     def forced(self, name: str, signature: Hashable, *args, **kwargs) -> Rung:
         """The rung ``name`` when it can serve the call, else :class:`ForcedRungUnavailable`."""
         r = self.rung(name)
-        if not r.supports(signature, *args, **kwargs):
+        answer = r.supports(signature, *args, **kwargs)
+        if answer is not None and answer is not True:
+            why = f": {answer}" if answer and answer is not False and answer != _NO_REASON else ""
             need = f" (it needs {r.needs})" if r.needs else ""
             raise ForcedRungUnavailable(
-                f"{self.op}: the forced kernel {name!r} is unavailable for {signature}{need}; "
+                f"{self.op}: the forced kernel {name!r} is unavailable for {signature}{why}{need}; "
                 f"use 'auto' to let the ladder {self.names} choose")
         return r
 

@@ -183,9 +183,11 @@ def test_forced_unavailable_rung_says_what_it_needs():
     gen = torch.Generator().manual_seed(10)
     pool = _pool(3, True, torch.float16, gen)
     with seam.install_emulators(emu.emulators()), forced_backend("npu_aclnn"):
-        with pytest.raises(ForcedRungUnavailable, match="without draft rows"):
+        with pytest.raises(ForcedRungUnavailable, match="without draft rows") as info:
             ops.causal_conv1d_update(torch.randn(1, DIM).half(), cuda_layout_view(pool, 2),
                                      torch.randn(DIM, 3).half(), conv_state_indices=torch.tensor([1]))
+    # the predicate's own reason comes first: what is wrong with this call, then what the rung needs
+    assert "the state is not a contiguous window-major pool (a pool with draft rows" in str(info.value)
 
 
 # --------------------------------------------------------------------------- edge cases, every rung

@@ -5,13 +5,14 @@ NPU tensors."""
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable, Ladder, Rung, is_fatal_device_error
+from sglang_ascend_hybrid.ops.ladder import Absent, ForcedRungUnavailable, Ladder, Rung, is_fatal_device_error
 
 
 def _ladder(first_fails=None):
@@ -168,3 +169,61 @@ def test_capturing_without_torch_npu_is_false(monkeypatch):
     monkeypatch.setattr(seam, "package_available", lambda name: False)
     monkeypatch.setattr(torch, "npu", SimpleNamespace(is_current_stream_capturing=lambda: True), raising=False)
     assert seam.capturing() is False
+
+
+def _reasoned_ladder(log, answers):
+    """A two-rung ladder whose device rung answers from ``answers`` (None, a reason or an Absent)."""
+    return Ladder("reasoned_op", [
+        Rung("fast", lambda sig: answers[sig], lambda: "fast", device=True, needs="a good shape",
+             ops=("pkg.mod:fast_entry", "fast_op")),
+        Rung("torch", lambda sig: None, lambda: "torch"),
+    ], rejection=lambda rung, sig, reason: f"demo {sig} cannot use the {rung} kernel: {reason}", log=log)
+
+
+def test_a_predicate_reason_is_said_once_per_rung_and_signature(caplog):
+    log = logging.getLogger("tests.reasoned_ladder")
+    ladder = _reasoned_ladder(log, {"wide": "it takes at most 8 heads", "ok": None})
+    with caplog.at_level(logging.INFO, logger=log.name):
+        assert [ladder("wide") for _ in range(3)] == ["torch"] * 3
+        assert ladder("ok") == "fast"
+    said = [r for r in caplog.records if r.name == log.name]
+    assert [r.getMessage() for r in said] == ["demo wide cannot use the fast kernel: it takes at most 8 heads"]
+    assert said[0].levelno == logging.INFO
+    assert ladder.why_not(ladder.rung("fast"), "wide") == "it takes at most 8 heads"
+    assert ladder.why_not(ladder.rung("fast"), "ok") is None
+
+
+def test_an_absent_kernel_is_not_logged_but_named_when_forced(caplog):
+    log = logging.getLogger("tests.reasoned_ladder_absent")
+    ladder = _reasoned_ladder(log, {"cpu": Absent("fast_op is not installed for cpu tensors")})
+    with caplog.at_level(logging.INFO, logger=log.name):
+        assert ladder("cpu") == "torch"
+    assert not [r for r in caplog.records if r.name == log.name]
+    with pytest.raises(ForcedRungUnavailable, match=r"^reasoned_op: the forced kernel 'fast' is unavailable for cpu: "
+                                                    r"fast_op is not installed for cpu tensors \(it needs a good "
+                                                    r"shape\); use 'auto'"):
+        ladder("cpu", backend="fast")
+
+
+def test_a_refused_rung_is_not_asked_again_and_says_why():
+    asked = []
+
+    def fast():
+        raise RuntimeError("kernel refuses this shape")
+
+    ladder = Ladder("memo_op", [
+        Rung("fast", lambda sig: asked.append(sig), fast, device=True, is_refusal=lambda exc: True),
+        Rung("torch", lambda sig: None, lambda: "torch"),
+    ])
+    assert ladder("s") == "torch" and ladder("s") == "torch"
+    assert asked == ["s"]
+    assert "refused s earlier" in ladder.why_not(ladder.rung("fast"), "s")
+
+
+def test_a_ladder_lists_the_seam_ops_of_its_rungs_once_fastest_first():
+    ladder = Ladder("ops_op", [
+        Rung("a", lambda sig: None, lambda: None, ops=("x", "y")),
+        Rung("b", lambda sig: None, lambda: None, ops=("y", "z")),
+        Rung("torch", lambda sig: None, lambda: None),
+    ])
+    assert ladder.ops == ("x", "y", "z")

@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import Optional
 
 import torch
 
@@ -36,7 +37,7 @@ from sglang_ascend_hybrid.ops.attention import contract
 from sglang_ascend_hybrid.ops.attention.contract import OP_NAME
 from sglang_ascend_hybrid.ops.attention.torch_impl import packed_attention_torch
 from sglang_ascend_hybrid.ops.errors import DeviceResultError
-from sglang_ascend_hybrid.ops.ladder import Ladder, Rung
+from sglang_ascend_hybrid.ops.ladder import Absent, Ladder, Rung
 
 logger = logging.getLogger(__name__)
 
@@ -202,8 +203,10 @@ class AttentionCall:
                                        self.v.shape[2], len(self.q_bounds) - 1, self.q.dtype)
 
 
-def _fia_ok(call: AttentionCall) -> bool:
-    return seam.serves(OP_NAME, call.q, call.k, call.v) and call.refusal() is None
+def _fia_ok(call: AttentionCall) -> Optional[str]:
+    if not seam.serves(OP_NAME, call.q, call.k, call.v):
+        return Absent(f"{OP_NAME} is not installed for {call.q.device.type} tensors")
+    return call.refusal()
 
 
 def _fia(call: AttentionCall):
@@ -218,21 +221,17 @@ _NEEDS_FIA = ("torch_npu's npu_fused_infer_attention_score (TND): fp16 / bf16 q 
               "(128, 128, 128) or (192, 192, 128 / 192), at most 256 heads and 4096 sequences")
 
 LADDER = Ladder("packed_attention", [
-    Rung("npu_fia", lambda sig, c: _fia_ok(c), _fia, device=True, needs=_NEEDS_FIA),
-    Rung("torch", lambda sig, c: True, _torch),
-])
+    Rung("npu_fia", lambda sig, c: _fia_ok(c), _fia, device=True, needs=_NEEDS_FIA, ops=(OP_NAME,)),
+    Rung("torch", lambda sig, c: None, _torch),
+], rejection=lambda rung, sig, reason: (f"sglang-ascend-hybrid: packed attention {reason} is outside {OP_NAME}'s "
+                                        "contract; using the pure-torch reference"), log=logger)
 
 
 def attend(call: AttentionCall):
-    """Serve a validated call: the first rung that can, said once when the torch rung serves
-    a call the device op would see (outside its contract) or could not (no kernel)."""
-    if seam.serves(OP_NAME, call.q, call.k, call.v):
-        refusal = call.refusal()
-        if refusal is not None:
-            log_once(logger, ("packed_attention", "outside-contract", refusal),
-                     "sglang-ascend-hybrid: packed attention %s is outside %s's contract; using the "
-                     "pure-torch reference", refusal, OP_NAME)
-    else:
+    """Serve a validated call: the first rung that can.  The ladder says once per shape when the
+    device op is there but the call is outside its contract; this says once per device type when
+    no device op serves the tensors."""
+    if not seam.serves(OP_NAME, call.q, call.k, call.v):
         log_once(logger, ("packed_attention", "reference", call.q.device.type),
                  "sglang-ascend-hybrid: packed attention on %s tensors without the %s "
                  "kernel; using the pure-torch reference", call.q.device.type, OP_NAME)

@@ -59,7 +59,7 @@ from sglang_ascend_hybrid.ops.conv.contract import (
 )
 from sglang_ascend_hybrid.ops.conv.inputs import activation_is_silu
 from sglang_ascend_hybrid.ops.conv.torch_impl import causal_conv1d_fn_torch, update_rows_torch
-from sglang_ascend_hybrid.ops.ladder import Ladder, Rung
+from sglang_ascend_hybrid.ops.ladder import Absent, Ladder, Rung
 
 logger = logging.getLogger(__name__)
 
@@ -82,13 +82,19 @@ def layout_tag(conv_states: Optional[torch.Tensor]) -> str:
     return "channel-major"
 
 
-def _pool_is_state(state: Optional[torch.Tensor], width: int, exact: bool) -> bool:
-    """The model's view transposed is a contiguous window-major pool whose rows ``[0, W-1)``
-    are the view's state columns (``exact``: the pool has exactly ``W-1`` rows)."""
+def _pool_reason(state: Optional[torch.Tensor], width: int, exact: bool) -> Optional[str]:
+    """None when the model's view transposed is a contiguous window-major pool whose rows ``[0, W-1)``
+    are the view's state columns (``exact``: the pool has exactly ``W-1`` rows), else why not."""
     if state is None or state.dim() != 3:
-        return False
+        return "the call has no 3-D conv state"
     pool = state.transpose(1, 2)
-    return pool.is_contiguous() and (pool.shape[1] == width - 1 if exact else pool.shape[1] >= width - 1)
+    if not pool.is_contiguous():
+        return "the state is not a contiguous window-major pool (a pool with draft rows, or channel-major)"
+    if exact and pool.shape[1] != width - 1:
+        return f"the pool has {pool.shape[1]} rows per slot; it takes exactly width - 1 = {width - 1}"
+    if pool.shape[1] < width - 1:
+        return f"the pool has {pool.shape[1]} rows per slot, fewer than width - 1 = {width - 1}"
+    return None
 
 
 def _one_half_dtype(*tensors) -> bool:
@@ -113,10 +119,13 @@ _TILING_LOCK = threading.Lock()
 _TILING_CAPACITY = MAX_CAPTURE_NUM
 
 
-def _tiling_free(key: tuple, dtype: torch.dtype) -> bool:
+def _tiling_reason(key: tuple, dtype: torch.dtype) -> Optional[str]:
     with _TILING_LOCK:
         seen = _TILING_SEEN.get(key)
-    return seen is None or seen == dtype
+    if seen is None or seen == dtype:
+        return None
+    return (f"its tiling cache holds this shape for {str(seen).replace('torch.', '')} already (the cache key "
+            "omits the dtype)")
 
 
 def _tiling_record(key: tuple, dtype: torch.dtype) -> None:
@@ -161,16 +170,22 @@ class _FnCall:
                 int(self.has_initial_state is not None), 0)
 
 
-def _fn_device_ok(c: _FnCall) -> bool:
-    return (c.conv_states is not None and 2 <= c.width <= 4
-            and _one_half_dtype(c.x, c.weight, c.conv_states))
+def _fn_device_reason(c: _FnCall) -> Optional[str]:
+    if c.conv_states is None:
+        return "the call has no conv state pool"
+    if not 2 <= c.width <= 4:
+        return f"width {c.width}; the NPU conv kernels take 2-4"
+    if not _one_half_dtype(c.x, c.weight, c.conv_states):
+        return "x, weight and the state are not of one dtype fp16 or bf16"
+    return None
 
 
 # The capability predicates ask the seam first: off the NPU (no emulator) that answers no at
 # once, before any shape or layout work (the decode step pays these predicates every call).
-def _fn_v2_ok(c: _FnCall) -> bool:
-    return (seam.serves(OP_FN_V2, c.x, c.conv_states) and _fn_device_ok(c)
-            and _pool_is_state(c.conv_states, c.width, exact=True))
+def _fn_v2_ok(c: _FnCall) -> Optional[str]:
+    if not seam.serves(OP_FN_V2, c.x, c.conv_states):
+        return Absent(f"{OP_FN_V2} is not installed for these tensors")
+    return _fn_device_reason(c) or _pool_reason(c.conv_states, c.width, exact=True)
 
 
 def _fn_v2(c: _FnCall) -> torch.Tensor:
@@ -185,9 +200,11 @@ def _fn_v2(c: _FnCall) -> torch.Tensor:
                      c.has_initial_state, pool, act, c.pad_slot_id)
 
 
-def _fn_aclnn_ok(c: _FnCall) -> bool:
-    return (seam.serves(OP_ACLNN, c.x, c.conv_states) and _fn_device_ok(c)
-            and _pool_is_state(c.conv_states, c.width, exact=False) and _tiling_free(c.aclnn_key(), c.x.dtype))
+def _fn_aclnn_ok(c: _FnCall) -> Optional[str]:
+    if not seam.serves(OP_ACLNN, c.x, c.conv_states):
+        return Absent(f"torch.ops.npu.{OP_ACLNN} is not installed for these tensors")
+    return (_fn_device_reason(c) or _pool_reason(c.conv_states, c.width, exact=False)
+            or _tiling_reason(c.aclnn_key(), c.x.dtype))
 
 
 def _fn_aclnn(c: _FnCall) -> torch.Tensor:
@@ -218,10 +235,11 @@ _NEEDS_UPDATE_V2 = ("sgl_kernel_npu.mamba.causal_conv1d.causal_conv1d_update_v2,
                     "state, a window-major state")
 
 FN_LADDER = Ladder("causal_conv1d_fn", [
-    Rung("npu_v2", lambda sig, c: _fn_v2_ok(c), _fn_v2, is_refusal, device=True, needs=_NEEDS_V2),
+    Rung("npu_v2", lambda sig, c: _fn_v2_ok(c), _fn_v2, is_refusal, device=True, needs=_NEEDS_V2,
+         ops=(OP_FN_V2,)),
     Rung("npu_aclnn", lambda sig, c: _fn_aclnn_ok(c), _fn_aclnn, is_refusal, device=True,
-         needs=_NEEDS_ACLNN),
-    Rung("torch", lambda sig, c: True, _fn_torch),
+         needs=_NEEDS_ACLNN, ops=(OP_ACLNN,)),
+    Rung("torch", lambda sig, c: None, _fn_torch),
 ])
 
 
@@ -257,13 +275,18 @@ class _UpdateCall:
                 int(self.conv_state_indices is not None), 0, 0)
 
 
-def _update_device_ok(c: _UpdateCall) -> bool:
-    return 2 <= c.width <= 4 and _one_half_dtype(c.x, c.weight, c.conv_state)
+def _update_device_reason(c: _UpdateCall) -> Optional[str]:
+    if not 2 <= c.width <= 4:
+        return f"width {c.width}; the NPU conv kernels take 2-4"
+    if not _one_half_dtype(c.x, c.weight, c.conv_state):
+        return "x, weight and the state are not of one dtype fp16 or bf16"
+    return None
 
 
-def _update_v2_ok(c: _UpdateCall) -> bool:
-    return (seam.serves(OP_UPDATE_V2, c.x, c.conv_state) and _update_device_ok(c)
-            and _pool_is_state(c.conv_state, c.width, exact=True))
+def _update_v2_ok(c: _UpdateCall) -> Optional[str]:
+    if not seam.serves(OP_UPDATE_V2, c.x, c.conv_state):
+        return Absent(f"{OP_UPDATE_V2} is not installed for these tensors")
+    return _update_device_reason(c) or _pool_reason(c.conv_state, c.width, exact=True)
 
 
 def _indices(c: _UpdateCall) -> torch.Tensor:
@@ -279,9 +302,11 @@ def _update_v2(c: _UpdateCall) -> torch.Tensor:
                      _indices(c), c.pad_slot_id)
 
 
-def _update_aclnn_ok(c: _UpdateCall) -> bool:
-    return (seam.serves(OP_ACLNN, c.x, c.conv_state) and _update_device_ok(c)
-            and _pool_is_state(c.conv_state, c.width, exact=False) and _tiling_free(c.aclnn_key(), c.x.dtype))
+def _update_aclnn_ok(c: _UpdateCall) -> Optional[str]:
+    if not seam.serves(OP_ACLNN, c.x, c.conv_state):
+        return Absent(f"torch.ops.npu.{OP_ACLNN} is not installed for these tensors")
+    return (_update_device_reason(c) or _pool_reason(c.conv_state, c.width, exact=False)
+            or _tiling_reason(c.aclnn_key(), c.x.dtype))
 
 
 def _update_aclnn(c: _UpdateCall) -> torch.Tensor:
@@ -296,9 +321,16 @@ def _update_aclnn(c: _UpdateCall) -> torch.Tensor:
     return out[..., 0] if c.x.dim() == 2 else out
 
 
-def _update_v2_main_ok(c: _UpdateCall) -> bool:
-    return (seam.serves(OP_UPDATE_V2_MAIN, c.x, c.conv_state) and 2 <= c.width <= 4
-            and c.x.dtype == torch.float16 and c.conv_state.dtype == torch.float16 and is_window_major(c.conv_state))
+def _update_v2_main_ok(c: _UpdateCall) -> Optional[str]:
+    if not seam.serves(OP_UPDATE_V2_MAIN, c.x, c.conv_state):
+        return Absent(f"{OP_UPDATE_V2_MAIN} is not installed for these tensors")
+    if not 2 <= c.width <= 4:
+        return f"width {c.width}; the NPU conv kernels take 2-4"
+    if not (c.x.dtype == torch.float16 and c.conv_state.dtype == torch.float16):
+        return "it casts to fp16 inside: it takes fp16 x and state only"
+    if not is_window_major(c.conv_state):
+        return "the state is not a window-major pool"
+    return None
 
 
 def _update_v2_main(c: _UpdateCall) -> torch.Tensor:
@@ -317,12 +349,13 @@ def _update_torch(c: _UpdateCall) -> torch.Tensor:
 
 
 UPDATE_LADDER = Ladder("causal_conv1d_update", [
-    Rung("npu_v2", lambda sig, c: _update_v2_ok(c), _update_v2, is_refusal, device=True, needs=_NEEDS_V2),
+    Rung("npu_v2", lambda sig, c: _update_v2_ok(c), _update_v2, is_refusal, device=True, needs=_NEEDS_V2,
+         ops=(OP_UPDATE_V2,)),
     Rung("npu_aclnn", lambda sig, c: _update_aclnn_ok(c), _update_aclnn, is_refusal, device=True,
-         needs=_NEEDS_ACLNN),
+         needs=_NEEDS_ACLNN, ops=(OP_ACLNN,)),
     Rung("npu_update_v2", lambda sig, c: _update_v2_main_ok(c), _update_v2_main, is_refusal, device=True,
-         needs=_NEEDS_UPDATE_V2),
-    Rung("torch", lambda sig, c: True, _update_torch),
+         needs=_NEEDS_UPDATE_V2, ops=(OP_UPDATE_V2_MAIN,)),
+    Rung("torch", lambda sig, c: None, _update_torch),
 ])
 
 

@@ -36,7 +36,7 @@ from sglang_ascend_hybrid.ops.gdn.pool_step import step_on_pool
 from sglang_ascend_hybrid.ops.gdn.recurrent_rows import recurrent_on_rows
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.index_dtype import index_dtype_problem
-from sglang_ascend_hybrid.ops.ladder import Ladder, Rung
+from sglang_ascend_hybrid.ops.ladder import Absent, Ladder, Rung
 
 logger = logging.getLogger(__name__)
 
@@ -96,9 +96,6 @@ class GatedDecodeCall:
         return self._gates
 
 
-def _skipped(rung: str, sig, reason: str) -> None:
-    log_once(logger, ("gdn-serving-decode-skip", rung, sig),
-             "sglang-ascend-hybrid: GDN decode %s cannot use the %s kernel: %s", sig, rung, reason)
 
 
 def _ran(rung: str, sig) -> None:
@@ -108,23 +105,21 @@ def _ran(rung: str, sig) -> None:
 
 # ---------------------------------------------------------------- triton_decode
 
-def _triton_supports(sig, call: GatedDecodeCall) -> bool:
+def _triton_supports(sig, call: GatedDecodeCall) -> Optional[str]:
     if call.entry is None:
-        return False
+        return Absent("no sgl-kernel-npu Triton decode entry is installed")
     op = dc.DECODE_ENTRIES[call.entry]
     if not seam.serves(op, call.q):
-        return False
+        return Absent(f"{op} is not installed for these tensors")
     reason = dc.decode_refusal_reason(call.entry, sig.value_heads, call.pool.is_contiguous())
     if reason is not None:
-        _skipped("triton_decode", sig, reason)
-        return False
+        return reason
     verdict = decode_probe.layout_verdict(call.entry, call.q.dtype, call.pool.dtype, sig.head_dim_k, sig.head_dim_v,
                                           call.q.device)
     if verdict is None or not verdict.usable:
-        _skipped("triton_decode", sig, "its state layout is not proven value-first" if verdict is None
-                 else f"the probe found it {verdict.verdict}: {dc.LAYOUT_VERDICTS.get(verdict.verdict, '')}")
-        return False
-    return True
+        return ("its state layout is not proven value-first" if verdict is None
+                else f"the probe found it {verdict.verdict}: {dc.LAYOUT_VERDICTS.get(verdict.verdict, '')}")
+    return None
 
 
 def _triton_run(call: GatedDecodeCall) -> torch.Tensor:
@@ -139,14 +134,11 @@ def _triton_run(call: GatedDecodeCall) -> torch.Tensor:
 
 # ---------------------------------------------------------------- npu_recurrent
 
-def _recurrent_supports(sig, call: GatedDecodeCall) -> bool:
+def _recurrent_supports(sig, call: GatedDecodeCall) -> Optional[str]:
     if not seam.serves(OP_NPU_RECURRENT, call.q):
-        return False
-    reason = caps.recurrent_refusal_reason(sig.value_heads, sig.key_heads, sig.head_dim_k, sig.head_dim_v, 1,
-                                           (call.q.dtype, call.k.dtype, call.v.dtype, call.b.dtype, call.pool.dtype))
-    if reason is not None:
-        _skipped("npu_recurrent", sig, reason)
-    return reason is None
+        return Absent(f"torch.ops.npu.{OP_NPU_RECURRENT} is not installed for these tensors")
+    return caps.recurrent_refusal_reason(sig.value_heads, sig.key_heads, sig.head_dim_k, sig.head_dim_v, 1,
+                                         (call.q.dtype, call.k.dtype, call.v.dtype, call.b.dtype, call.pool.dtype))
 
 
 def _recurrent_run(call: GatedDecodeCall) -> torch.Tensor:
@@ -174,13 +166,16 @@ def _torch_run(call: GatedDecodeCall) -> torch.Tensor:
 
 SERVING_DECODE = Ladder("gdn_serving_decode", [
     Rung("triton_decode", _triton_supports, _triton_run, dc.is_decode_refusal, device=True,
+         ops=tuple(dc.DECODE_ENTRIES.values()),
          needs="the installed sgl-kernel-npu Triton decode kernel, probed value-first on this pool dtype, "
                "a contiguous pool (and an even value-head count for the generic entry)"),
     Rung("npu_recurrent", _recurrent_supports, _recurrent_run, caps.is_recurrent_refusal, device=True,
+         ops=(OP_NPU_RECURRENT,),
          needs="sgl-kernel-npu's torch.ops.npu.recurrent_gated_delta_rule, bf16 q/k/v/b and a bf16 pool, "
                "head dims within its on-chip memory"),
-    Rung("torch", lambda sig, call: True, _torch_run),
-])
+    Rung("torch", lambda sig, call: None, _torch_run),
+], rejection=lambda rung, sig, reason: f"sglang-ascend-hybrid: GDN decode {sig} cannot use the {rung} kernel: {reason}",
+   log=logger)
 
 
 def serving_rungs() -> tuple[str, ...]:

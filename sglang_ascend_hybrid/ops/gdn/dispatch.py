@@ -49,7 +49,7 @@ from sglang_ascend_hybrid.ops.gdn.plan_exec import execute_plan
 from sglang_ascend_hybrid.ops.gdn.pool_step import step_on_pool
 from sglang_ascend_hybrid.ops.gdn.recurrent_rows import OP_NPU_RECURRENT, beta_logit, recurrent_on_rows
 from sglang_ascend_hybrid.ops.gdn.torch_impl import CHUNK_SIZE, chunk_gdn_torch, l2norm
-from sglang_ascend_hybrid.ops.ladder import DeclinedCall, Ladder, Rung
+from sglang_ascend_hybrid.ops.ladder import Absent, DeclinedCall, Ladder, Rung
 from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK, OP_TRITON
 from sglang_ascend_hybrid.ops.gdn.entries import call_triton_entry, resolve_entry
 
@@ -157,9 +157,9 @@ def _logged(op: str, rung: str, sig: GdnSignature, detail: str = "") -> None:
              "sglang-ascend-hybrid: GDN %s %s runs on the %s kernel%s", op, sig, rung, detail)
 
 
-def _skipped(op: str, rung: str, sig: GdnSignature, reason: str) -> None:
-    log_once(logger, ("gdn-skip", op, rung, sig),
-             "sglang-ascend-hybrid: GDN %s %s cannot use the %s kernel: %s", op, sig, rung, reason)
+def _rejection(op: str):
+    """The line a GDN ladder says once per rung and signature its predicate turns down."""
+    return lambda rung, sig, reason: f"sglang-ascend-hybrid: GDN {op} {sig} cannot use the {rung} kernel: {reason}"
 
 
 _PRECISION = {torch.float32: 3, torch.bfloat16: 1, torch.float16: 1}
@@ -196,17 +196,17 @@ def npu_chunk_reason(sig: GdnSignature, chip: Optional[str]) -> Optional[str]:
                                          sig.dtype, state_dtype, chip)
 
 
-def _npu_chunk_supports(sig: GdnSignature, call: ChunkCall) -> bool:
+def _npu_chunk_supports(sig: GdnSignature, call: ChunkCall) -> Optional[str]:
     if not (seam.serves(OP_NPU_CHUNK, call.q) and call.q.shape[0] == 1):
-        return False
+        return Absent(f"torch.ops.npu.{OP_NPU_CHUNK} is not installed for these tensors")
     chip = seam.chip_generation()
     reason = npu_chunk_reason(sig, chip)
     if reason is not None:
-        _skipped("prefill", "npu_chunk", sig, reason)
-        return False
+        return reason
     state_dtype = npu_chunk_state_dtype(sig.state_dtype, chip)
-    return caps.npu_chunk_refusal_reason(sig.value_heads, sig.key_heads, sig.head_dim_k, sig.head_dim_v,
-                                         sig.dtype, state_dtype, chip, call.lengths) is None  # this call's lengths
+    reason = caps.npu_chunk_refusal_reason(sig.value_heads, sig.key_heads, sig.head_dim_k, sig.head_dim_v,
+                                           sig.dtype, state_dtype, chip, call.lengths)  # this call's lengths
+    return None if reason is None else Absent(reason)  # a value of this call, not of the signature: not said
 
 
 def _npu_chunk_run(call: ChunkCall):
@@ -252,18 +252,19 @@ def _mega_state_reason(rung: str, sig: GdnSignature) -> Optional[str]:
             f"{_dtype_name(sig.state_dtype)}{hint}")
 
 
-def _fits_fp16(rung: str, sig: GdnSignature, call: ChunkCall) -> bool:
+def _fits_fp16(rung: str, sig: GdnSignature, call: ChunkCall) -> Optional[str]:
     """The mega wrapper casts q / k / v / beta and the initial state to fp16 (``t.half()``): a call
     with a value beyond fp16's range (or a non-finite one) is not handed to it.  Asked last, for
     this call only (values, not shapes: the rung stays available for the signature)."""
     worst = call.max_abs()
     if caps.fits_mega_range(worst):
-        return True
+        return None
+    # a value of this call (said in its own words, once per signature), not a fact of the signature
     log_once(logger, ("gdn-range", rung, sig),
              "sglang-ascend-hybrid: GDN prefill %s skips the %s kernel for calls whose inputs or initial "
              "state exceed fp16's range (max |x| = %s > %s; its fp16 casts would give inf / NaN where the "
              "other kernels stay finite)", sig, rung, worst, caps.MEGA_MAX_ABS)
-    return False
+    return Absent(f"this call's inputs or initial state exceed fp16's range (max |x| = {worst} > {caps.MEGA_MAX_ABS})")
 
 
 def _finite_or_decline(rung: str, *tensors) -> None:
@@ -292,14 +293,10 @@ def mega_reason(sig: GdnSignature, predicate=None) -> Optional[str]:
     return None
 
 
-def _mega_supports(sig: GdnSignature, call: ChunkCall) -> bool:
+def _mega_supports(sig: GdnSignature, call: ChunkCall) -> Optional[str]:
     if not seam.serves(OP_MEGA, call.q) or call.q.shape[0] != 1:
-        return False
-    reason = mega_reason(sig)
-    if reason is not None:
-        _skipped("prefill", "mega", sig, reason)
-        return False
-    return _fits_fp16("mega", sig, call)
+        return Absent("sgl-kernel-npu's run_mega_chunk_gdn is not installed for these tensors")
+    return mega_reason(sig) or _fits_fp16("mega", sig, call)
 
 
 def _mega_run(call: ChunkCall):
@@ -385,29 +382,27 @@ def probe_triton_entry_before_serving(value_heads: int, key_heads: int, head_dim
                                              before_serving=True)
 
 
-def _triton_supports(sig: GdnSignature, call: ChunkCall) -> bool:
-    if not (seam.serves(OP_TRITON, call.q) and call.q.shape[0] == 1
-            and caps.triton_supports(sig.value_heads, sig.key_heads, sig.dtype, sig.head_dim_k, sig.head_dim_v)):
-        return False
+def _triton_supports(sig: GdnSignature, call: ChunkCall) -> Optional[str]:
+    if not (seam.serves(OP_TRITON, call.q) and call.q.shape[0] == 1):
+        return Absent("sgl-kernel-npu's chunk_gated_delta_rule_npu is not installed for these tensors")
+    if not caps.triton_supports(sig.value_heads, sig.key_heads, sig.dtype, sig.head_dim_k, sig.head_dim_v):
+        return Absent("it takes fp16 / bf16 inputs and head dims <= 128")  # not said before either
     if triton_rounds_chunk_states(sig) and call.exact_chunks is None:  # no probe needed to know
-        _skipped("prefill", "triton", sig, f"its per-chunk states are stored in the inputs' {_dtype_name(sig.dtype)}, "
-                 f"below the pool's {_dtype_name(sig.state_dtype)}, and the call names no chunks whose states "
-                 "it needs exact (exact_chunks)")
-        return False
+        return (f"its per-chunk states are stored in the inputs' {_dtype_name(sig.dtype)}, "
+                f"below the pool's {_dtype_name(sig.state_dtype)}, and the call names no chunks whose states "
+                "it needs exact (exact_chunks)")
     runs_mega = triton_runs_mega(sig)
     if triton_needs_probe(sig, runs_mega):
         verdict = chunk_stride_probe.stride_verdict(sig.value_heads, sig.key_heads, sig.head_dim_k,
                                                     sig.head_dim_v, sig.dtype, call.q.device)
         if verdict is None or verdict.verdict not in (chunk_stride_probe.STRIDE_64, chunk_stride_probe.STRIDE_128):
-            _skipped("prefill", "triton", sig, "the probe of its chunk-state stride has no usable verdict "
-                     f"({'not run yet' if verdict is None else verdict.verdict})")
-            return False
+            return ("the probe of its chunk-state stride has no usable verdict "
+                    f"({'not run yet' if verdict is None else verdict.verdict})")
         runs_mega = verdict.verdict == chunk_stride_probe.STRIDE_128   # what the installed entry does now
     reason = triton_reason(sig, runs_mega, seam.serves(OP_MEGA, call.q))
     if reason is not None:
-        _skipped("prefill", "triton", sig, reason)
-        return False
-    return not runs_mega or _fits_fp16("triton", sig, call)
+        return reason
+    return _fits_fp16("triton", sig, call) if runs_mega else None
 
 
 def _triton_run(call: ChunkCall):
@@ -465,16 +460,18 @@ def _torch_run(call: ChunkCall):
 
 PREFILL = Ladder("gdn_prefill", [
     Rung("npu_chunk", lambda sig, call: _npu_chunk_supports(sig, call), _npu_chunk_run, _npu_op_refusal,
-         device=True, needs="sgl-kernel-npu's torch.ops.npu.chunk_gated_delta_rule, bf16 q/k/v, <= 64 heads, "
-                            "head dims <= 128, a bf16 state (fp32 only on Ascend 950), no empty sequence"),
-    Rung("mega", lambda sig, call: _mega_supports(sig, call), _mega_run, _mega_refusal, device=True,
+         device=True, ops=(OP_NPU_CHUNK,),
+         needs="sgl-kernel-npu's torch.ops.npu.chunk_gated_delta_rule, bf16 q/k/v, <= 64 heads, "
+               "head dims <= 128, a bf16 state (fp32 only on Ascend 950), no empty sequence"),
+    Rung("mega", lambda sig, call: _mega_supports(sig, call), _mega_run, _mega_refusal, device=True, ops=(OP_MEGA,),
          needs="sgl-kernel-npu's mega kernel, head dim 128, a head plan within the overhead limit, "
                "a 16-bit state, no 64-token chunk states, inputs and state within fp16's range"),
     Rung("triton", lambda sig, call: _triton_supports(sig, call), _triton_run, _triton_refusal, device=True,
+         ops=(OP_TRITON,),
          needs="sgl-kernel-npu's Triton chunk entry, fp16/bf16 inputs and head dims <= 128; when the entry "
                "runs the mega kernel (GDN_USE_MEGA_GDN=1), the mega kernel's contract"),
-    Rung("torch", lambda sig, call: True, _torch_run),
-])
+    Rung("torch", lambda sig, call: None, _torch_run),
+], rejection=_rejection("prefill"), log=logger)
 
 
 # ---------------------------------------------------------------- decode rungs
@@ -504,17 +501,13 @@ class StepCall:
                             state_dtype=self.pool.dtype)
 
 
-def _npu_recurrent_supports(sig: GdnSignature, call: StepCall) -> bool:
+def _npu_recurrent_supports(sig: GdnSignature, call: StepCall) -> Optional[str]:
     if not seam.serves(OP_NPU_RECURRENT, call.q):
-        return False
+        return Absent(f"torch.ops.npu.{OP_NPU_RECURRENT} is not installed for these tensors")
     if not call.qk_l2norm:  # the op always l2-normalises q and k: only right when that was asked for
-        _skipped("decode", "npu_recurrent", sig, "it always l2-normalises q and k (use_qk_l2norm=False here)")
-        return False
-    reason = caps.recurrent_refusal_reason(sig.value_heads, sig.key_heads, sig.head_dim_k, sig.head_dim_v, 1,
-                                           (sig.dtype, call.k.dtype, call.v.dtype, sig.state_dtype))
-    if reason is not None:
-        _skipped("decode", "npu_recurrent", sig, reason)
-    return reason is None
+        return "it always l2-normalises q and k (use_qk_l2norm=False here)"
+    return caps.recurrent_refusal_reason(sig.value_heads, sig.key_heads, sig.head_dim_k, sig.head_dim_v, 1,
+                                         (sig.dtype, call.k.dtype, call.v.dtype, sig.state_dtype))
 
 
 def _npu_recurrent_run(call: StepCall):
@@ -532,11 +525,11 @@ def _torch_step_run(call: StepCall):
 
 DECODE = Ladder("gdn_decode", [
     Rung("npu_recurrent", lambda sig, call: _npu_recurrent_supports(sig, call), _npu_recurrent_run,
-         caps.is_recurrent_refusal, device=True,
+         caps.is_recurrent_refusal, device=True, ops=(OP_NPU_RECURRENT,),
          needs="sgl-kernel-npu's torch.ops.npu.recurrent_gated_delta_rule, bf16 q/k/v and a bf16 state pool, "
                "use_qk_l2norm=True, head dims within its on-chip memory"),
-    Rung("torch", lambda sig, call: True, _torch_step_run),
-])
+    Rung("torch", lambda sig, call: None, _torch_step_run),
+], rejection=_rejection("decode"), log=logger)
 
 
 def prefill_rungs() -> tuple[str, ...]:
@@ -585,7 +578,8 @@ def run_prefill(call: ChunkCall, backend: str = "auto", *, skip: tuple = ()):
         PREFILL.rung(name)  # validates the names
     sub = _SUBLADDERS.get(tuple(skip))
     if sub is None:
-        sub = Ladder(PREFILL.op, [r for r in PREFILL.rungs if r.name not in skip])
+        sub = Ladder(PREFILL.op, [r for r in PREFILL.rungs if r.name not in skip], rejection=PREFILL.rejection,
+                     log=PREFILL.log)
         _SUBLADDERS[tuple(skip)] = sub
     return sub(sig, call)
 

@@ -43,7 +43,7 @@ from sglang_ascend_hybrid.ops.gdn.dispatch import GdnSignature
 from sglang_ascend_hybrid.ops.gdn.pool_step import advance, block_rows
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.gdn.scatter import scatter_live_rows
-from sglang_ascend_hybrid.ops.ladder import Ladder, Rung
+from sglang_ascend_hybrid.ops.ladder import Absent, Ladder, Rung
 from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 
 logger = logging.getLogger(__name__)
@@ -243,16 +243,15 @@ def _npu_reason(call: VerifyCall) -> Optional[str]:
     return reason
 
 
-def _npu_supports(sig: GdnSignature, call: VerifyCall) -> bool:
+def _npu_supports(sig: GdnSignature, call: VerifyCall) -> Optional[str]:
     if not seam.serves(OP_NPU_RECURRENT, call.mix_qkv):
-        return False
-    reason = _npu_reason(call)
-    if reason is not None:
-        log_once(logger, ("gdn-verify-skip", sig),
-                 "sglang-ascend-hybrid: GDN verify %s cannot use torch.ops.npu.recurrent_gated_delta_rule: %s; "
-                 "using the torch verify path (fp32 compute, states kept in %s)", sig, reason,
-                 str(sig.state_dtype).replace("torch.", ""))
-    return reason is None
+        return Absent(f"torch.ops.npu.{OP_NPU_RECURRENT} is not installed for these tensors")
+    return _npu_reason(call)
+
+
+def _rejection(rung: str, sig: GdnSignature, reason: str) -> str:
+    return (f"sglang-ascend-hybrid: GDN verify {sig} cannot use torch.ops.npu.recurrent_gated_delta_rule: {reason}; "
+            f"using the torch verify path (fp32 compute, states kept in {str(sig.state_dtype).replace('torch.', '')})")
 
 
 def _npu_run(call: VerifyCall) -> torch.Tensor:
@@ -283,10 +282,11 @@ def _torch_run(call: VerifyCall) -> torch.Tensor:
 
 VERIFY = Ladder("gdn_verify", [
     Rung("npu_recurrent", lambda sig, call: _npu_supports(sig, call), _npu_run, caps.is_recurrent_refusal,
-         device=True, needs="sgl-kernel-npu's torch.ops.npu.recurrent_gated_delta_rule, bf16 tensors and states, "
-                            "at most 8 draft tokens, an intermediate-state scratch"),
-    Rung("torch", lambda sig, call: True, _torch_run),
-])
+         device=True, ops=(OP_NPU_RECURRENT,),
+         needs="sgl-kernel-npu's torch.ops.npu.recurrent_gated_delta_rule, bf16 tensors and states, "
+               "at most 8 draft tokens, an intermediate-state scratch"),
+    Rung("torch", lambda sig, call: None, _torch_run),
+], rejection=_rejection, log=logger)
 
 
 def verify_rungs() -> tuple[str, ...]:
