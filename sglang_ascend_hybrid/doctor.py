@@ -24,16 +24,6 @@ from sglang_ascend_hybrid.patches.releases import installed_version, sglang_vers
 DIFFUSION_LOADER = "sglang.multimodal_gen.runtime.platforms.plugins.load_plugins"
 
 # Device ops the plugin can use, by the seam name it looks them up under.
-KNOWN_DEVICE_OPS = (
-    "npu_fused_infer_attention_score",
-    "chunk_gated_delta_rule",
-    "recurrent_gated_delta_rule",
-    "causal_conv1d",
-    "sgl_kernel_npu.fla.mega_chunk_gdn:run_mega_chunk_gdn",
-    "sgl_kernel_npu.fla.chunk:chunk_gated_delta_rule_npu",
-    "sgl_kernel_npu.fla.fused_sigmoid_gating_recurrent:fused_sigmoid_gating_delta_rule_update_npu",
-    "sgl_kernel_npu.fla.fused_sigmoid_gating_recurrent_decode_optimized:fused_sigmoid_gating_delta_rule_update_decode_npu",
-)
 
 
 def cann_version() -> str | None:
@@ -71,7 +61,9 @@ def collect() -> dict:
         load_errors = [f"plugin not loaded: {ENV.DISABLE.problem()} (SGLang would fail to register the plugin)"]
     else:
         load_errors = _load_plugins_like_sglang()
-    ops = {name: seam.available(name) for name in KNOWN_DEVICE_OPS}
+    from sglang_ascend_hybrid.ops import catalog
+
+    ops = {d.op: seam.available(d.op) for d in catalog.device_ops()}  # every op a ladder's rung calls
     status = [_patch_state(p, STATUS) for p in patches.PATCHES]
     from sglang_ascend_hybrid import kernel_report
 

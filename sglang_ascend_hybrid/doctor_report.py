@@ -79,8 +79,9 @@ def render_report(info: dict, write, model_path: Optional[str] = None, tp: int =
     if "error" in kernels:
         w(f"could not be probed: {kernels['error']}\n")
     else:
-        _table(w, ("kernel", "present", "variant"),
-               [(k["kernel"], "yes" if k["present"] else "no", k["variant"]) for k in kernels.get("kernels", [])])
+        _table(w, ("kernel", "present", "variant", "rungs"),
+               [(k["kernel"], "yes" if k["present"] else "no", k["variant"], ", ".join(k.get("used_by", ())))
+                for k in kernels.get("kernels", [])])
     w("\n**Device ops through the seam**: " + ", ".join(
         f"`{name.rsplit(':', 1)[-1]}` {'present' if ok else 'absent'}" for name, ok in info["device_ops"].items())
       + "\n")

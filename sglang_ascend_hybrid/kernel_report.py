@@ -30,33 +30,19 @@ def _probe_device() -> str:
 
 
 def installed_kernels() -> list[dict]:
-    """Each kernel the plugin can use: present or not, and which variant."""
-    from sglang_ascend_hybrid.ops.conv import contract as conv_contract
+    """Each device op a rung of the plugin's ladders calls (:mod:`sglang_ascend_hybrid.ops.catalog`):
+    present or not, its variant, and the rungs that call it."""
+    from sglang_ascend_hybrid.ops import catalog
     from sglang_ascend_hybrid.ops.gdn import contract as caps
-    from sglang_ascend_hybrid.ops.gdn import dispatch
 
     version = seam.kernel_package_version()
-    mega = seam.available(dispatch.OP_MEGA)
-    rows = [
-        dict(kernel="torch.ops.npu.chunk_gated_delta_rule", present=seam.available(dispatch.OP_NPU_CHUNK),
-             variant="sgl-kernel-npu (PR #747); fp32 states only on Ascend 950"),
-        dict(kernel="torch.ops.npu.recurrent_gated_delta_rule", present=seam.available(dispatch.OP_NPU_RECURRENT),
-             variant="sgl-kernel-npu, bf16 only (not built for Ascend 950)"),
-        dict(kernel="sgl_kernel_npu run_mega_chunk_gdn", present=mega,
-             variant=(f"{caps.mega_variant(version).name} head set (wheel version {version or 'unknown'})"
-                      if mega else "absent (sgl-kernel-npu before 2026.05.01.post3)")),
-        dict(kernel="sgl_kernel_npu chunk_gated_delta_rule_npu (Triton)", present=seam.available(dispatch.OP_TRITON),
-             variant=""),
-        dict(kernel="torch.ops.npu.causal_conv1d", present=seam.available(conv_contract.OP_ACLNN),
-             variant="sgl-kernel-npu (not built for Ascend 950)"),
-        dict(kernel="sgl_kernel_npu causal_conv1d_fn_v2 / causal_conv1d_update_npu_v2",
-             present=seam.available(conv_contract.OP_FN_V2) and seam.available(conv_contract.OP_UPDATE_V2),
-             variant="unmerged sgl-kernel-npu branch (sglang PR #38252)"),
-        dict(kernel="sgl_kernel_npu causal_conv1d_update_v2", present=seam.available(conv_contract.OP_UPDATE_V2_MAIN),
-             variant="released main"),
-        dict(kernel="npu_fused_infer_attention_score", present=seam.available("npu_fused_infer_attention_score"),
-             variant="torch_npu"),
-    ]
+    rows = []
+    for d in catalog.device_ops():
+        present = seam.available(d.op)
+        variant = d.note
+        if d.op == caps.OP_MEGA and present:  # which head set: the wheel version decides
+            variant = f"{caps.mega_variant(version).name} head set (wheel version {version or 'unknown'})"
+        rows.append(dict(kernel=d.kernel, present=present, variant=variant, used_by=list(d.used_by)))
     return rows
 
 
@@ -146,7 +132,7 @@ def render(info: dict, w) -> None:
       f"{info['sgl_kernel_npu_version'] or 'not installed'})\n")
     for k in info["kernels"]:
         w(f"  {'present' if k['present'] else 'absent ':7s}  {k['kernel']}"
-          + (f"  [{k['variant']}]" if k["variant"] else "") + "\n")
+          + (f"  [{k['variant']}]" if k["variant"] else "") + f"  (rungs: {', '.join(k['used_by'])})\n")
     w("\nRungs the supported families' shapes take on this machine (first choice; a call-time refusal "
       "moves to the next)\n")
     for row in info["families"]:

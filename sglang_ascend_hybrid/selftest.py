@@ -322,41 +322,45 @@ _GDN_MEGA = {"SGLANG_ASCEND_HYBRID_GDN_BACKEND": "mega"}
 
 
 def checks() -> list[Check]:
-    from sglang_ascend_hybrid.ops.conv import contract as conv_contract
+    """Each check names the rung it exercises; the ops it expects to see served are that rung's
+    (:attr:`Rung.ops`), so a rung that calls another op changes the expectation with it."""
     from sglang_ascend_hybrid.emulators import gdn as gdn_emu
-    from sglang_ascend_hybrid.emulators import fused_infer_attention as attn_emu
+    from sglang_ascend_hybrid.ops import catalog
+
+    def served(ladder: str, rung: str) -> tuple[str, ...]:
+        return catalog.rung(ladder, rung).ops
 
     return [
         Check("causal_conv1d_fn", "varlen fp16 W=4 pad/short/init (v2)", _conv_fn_case, TOL_CONV,
-              _conv_emulators("v2"), (conv_contract.OP_FN_V2,),
+              _conv_emulators("v2"), served("causal_conv1d_fn", "npu_v2"),
               npu_env={"SGLANG_ASCEND_HYBRID_CONV_BACKEND": "npu_v2"}),
         Check("causal_conv1d_fn", "varlen fp16 W=4 pad/short/init (aclnn)", _conv_fn_case, TOL_CONV,
-              _conv_emulators("aclnn"), (conv_contract.OP_ACLNN,),
+              _conv_emulators("aclnn"), served("causal_conv1d_fn", "npu_aclnn"),
               npu_env={"SGLANG_ASCEND_HYBRID_CONV_BACKEND": "npu_aclnn"}),
         Check("causal_conv1d_update", "decode fp16 W=4 pad slot (v2)", _conv_update_case, TOL_CONV,
-              _conv_emulators("v2"), (conv_contract.OP_UPDATE_V2,),
+              _conv_emulators("v2"), served("causal_conv1d_update", "npu_v2"),
               npu_env={"SGLANG_ASCEND_HYBRID_CONV_BACKEND": "npu_v2"}),
         Check("causal_conv1d_update", "decode fp16 W=4 pad slot (aclnn)", _conv_update_case, TOL_CONV,
-              _conv_emulators("aclnn"), (conv_contract.OP_ACLNN,),
+              _conv_emulators("aclnn"), served("causal_conv1d_update", "npu_aclnn"),
               npu_env={"SGLANG_ASCEND_HYBRID_CONV_BACKEND": "npu_aclnn"}),
         Check("chunk_gated_delta_rule", "heads (6,2) D=128 bf16, bf16 state (npu op)",
               _gdn_prefill_case(2, 6, torch.bfloat16), TOL_GDN_BF16,
-              _gdn_emulators(gdn_emu.OP_NPU_CHUNK), (gdn_emu.OP_NPU_CHUNK,),
+              _gdn_emulators(gdn_emu.OP_NPU_CHUNK), served("gdn_prefill", "npu_chunk"),
               npu_env={"SGLANG_ASCEND_HYBRID_GDN_BACKEND": "npu_chunk"}),
         Check("chunk_gated_delta_rule", "heads (16,8) D=128 fp16 native (mega)", _gdn_prefill_case(8, 16), TOL_GDN,
-              _gdn_emulators(gdn_emu.OP_MEGA), (gdn_emu.OP_MEGA,), npu_env=_GDN_MEGA),
+              _gdn_emulators(gdn_emu.OP_MEGA), served("gdn_prefill", "mega"), npu_env=_GDN_MEGA),
         Check("chunk_gated_delta_rule", "heads (6,2) D=128 fp16 planned (mega)", _gdn_prefill_case(2, 6), TOL_GDN,
-              _gdn_emulators(gdn_emu.OP_MEGA), (gdn_emu.OP_MEGA,), npu_env=_GDN_MEGA),
+              _gdn_emulators(gdn_emu.OP_MEGA), served("gdn_prefill", "mega"), npu_env=_GDN_MEGA),
         Check("recurrent_gated_delta_rule", "decode D=128 bf16 pad slot", _gdn_decode_case, TOL_GDN_BF16,
-              _gdn_emulators(gdn_emu.OP_NPU_RECURRENT), (gdn_emu.OP_NPU_RECURRENT,),
+              _gdn_emulators(gdn_emu.OP_NPU_RECURRENT), served("gdn_decode", "npu_recurrent"),
               npu_env={"SGLANG_ASCEND_HYBRID_GDN_BACKEND": "npu_recurrent"}),
         Check("recurrent_gated_delta_rule", "verify S<=4 D=128 bf16 (MTP)", _gdn_verify_case, TOL_GDN_BF16,
-              _gdn_emulators(gdn_emu.OP_NPU_RECURRENT), (gdn_emu.OP_NPU_RECURRENT,)),
+              _gdn_emulators(gdn_emu.OP_NPU_RECURRENT), served("gdn_verify", "npu_recurrent")),
         # The real op takes head dim 128 (or 192 / 128): no other head dim on a device.
         Check("fused_infer_attention_varlen", "bf16 D=128 KV-only + query-only", _attention_case(torch.bfloat16),
-              TOL_ATTN, _attention_emulators, (attn_emu.OP_NAME,)),
+              TOL_ATTN, _attention_emulators, served("packed_attention", "npu_fia")),
         Check("fused_infer_attention_varlen", "fp16 D=128 KV-only + query-only", _attention_case(torch.float16),
-              TOL_ATTN, _attention_emulators, (attn_emu.OP_NAME,)),
+              TOL_ATTN, _attention_emulators, served("packed_attention", "npu_fia")),
     ]
 
 

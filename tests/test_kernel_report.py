@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from sglang_ascend_hybrid import kernel_report
 from sglang_ascend_hybrid.emulators import causal_conv1d as conv_emu
 from sglang_ascend_hybrid.emulators import gdn as gdn_emu
@@ -49,3 +51,35 @@ def test_ascend_950_without_the_a3_only_ops():
     assert row["rungs"]["prefill (bf16 pool)"] == "torch"
     assert row["rungs"]["prefill (fp32 pool)"] == "torch"
     assert row["rungs"]["verify (bf16 pool)"] == "torch"   # no recurrent op on Ascend 950
+
+
+def test_the_kernel_rows_are_the_device_ops_the_ladders_call():
+    """The report is derived from the ladders: one row per seam op a rung calls, in ladder order,
+    naming the rungs that call it; every device rung names its ops, no torch rung does."""
+    from sglang_ascend_hybrid.ops import catalog
+
+    called = []
+    for ladder in catalog.ladders():
+        for rung in ladder.rungs:
+            assert bool(rung.ops) == rung.device, (ladder.op, rung.name)
+            called += [op for op in rung.ops if op not in called]
+    rows = kernel_report.installed_kernels()
+    notes = catalog._notes()
+    assert [r["kernel"] for r in rows] == [notes[op][0] for op in called]
+    by_kernel = {r["kernel"]: r for r in rows}
+    assert by_kernel["sgl_kernel_npu run_mega_chunk_gdn"]["used_by"] == ["gdn_prefill:mega"]
+    assert by_kernel["torch.ops.npu.recurrent_gated_delta_rule"]["used_by"] == [
+        "gdn_decode:npu_recurrent", "gdn_serving_decode:npu_recurrent", "gdn_verify:npu_recurrent"]
+    assert by_kernel["torch.ops.npu.causal_conv1d"]["used_by"] == [
+        "causal_conv1d_fn:npu_aclnn", "causal_conv1d_update:npu_aclnn"]
+
+
+def test_a_rung_op_without_a_contract_note_is_named(monkeypatch):
+    from sglang_ascend_hybrid.ops import catalog
+    from sglang_ascend_hybrid.ops.ladder import Ladder, Rung
+
+    stray = Ladder("stray_op", [Rung("npu_x", lambda sig: None, lambda: None, device=True, ops=("pkg:new_kernel",)),
+                                Rung("torch", lambda sig: None, lambda: None)])
+    monkeypatch.setattr(catalog, "ladders", lambda: (stray,))
+    with pytest.raises(RuntimeError, match=r"without a note in their contract's KERNEL_NOTES: \['pkg:new_kernel'\]"):
+        kernel_report.installed_kernels()

@@ -26,6 +26,7 @@ from typing import Optional
 import torch
 
 OP_NAME = "npu_fused_infer_attention_score"  # torch_npu, called through the seam
+KERNEL_NOTES = {OP_NAME: ("npu_fused_infer_attention_score", "torch_npu, input_layout TND")}
 MAX_HEADS = 256
 MAX_SEQUENCES = 4096
 HEAD_DIMS = ((128, 128, 128), (192, 192, 128), (192, 192, 192))  # (Q_D, K_D, V_D)

@@ -120,6 +120,13 @@ REFUSAL_TEXTS = (ERR_X_DIM, ERR_W_DIM, ERR_DTYPE, ERR_W_DTYPE, ERR_S_DTYPE, ERR_
 MAX_CAPTURE_NUM = 1024  # HOST: tiling entries cached per process
 NPU_DTYPES = (torch.float16, torch.bfloat16)  # HOST: "Only BF16 and FP16 are supported"
 DEVICE_OPS = (OP_FN_V2, OP_UPDATE_V2, OP_ACLNN, OP_UPDATE_V2_MAIN)
+# What an operator sees for each op (kernel reports): its name, and a note on its builds.
+KERNEL_NOTES = {
+    OP_ACLNN: ("torch.ops.npu.causal_conv1d", "sgl-kernel-npu (not built for Ascend 950)"),
+    OP_FN_V2: ("sgl_kernel_npu causal_conv1d_fn_v2", "unmerged sgl-kernel-npu branch (sglang PR #38252)"),
+    OP_UPDATE_V2: ("sgl_kernel_npu causal_conv1d_update_npu_v2", "unmerged sgl-kernel-npu branch (sglang PR #38252)"),
+    OP_UPDATE_V2_MAIN: ("sgl_kernel_npu causal_conv1d_update_v2", "released main"),
+}
 
 
 def npu_conv_supports(width: int, dim: int, dtype: torch.dtype) -> bool:

@@ -59,6 +59,14 @@ OP_NPU_CHUNK = "chunk_gated_delta_rule"                                 # torch.
 OP_NPU_RECURRENT = "recurrent_gated_delta_rule"                         # torch.ops.npu
 OP_MEGA = "sgl_kernel_npu.fla.mega_chunk_gdn:run_mega_chunk_gdn"        # Python entry
 OP_TRITON = "sgl_kernel_npu.fla.chunk:chunk_gated_delta_rule_npu"       # Python entry (Triton)
+# What an operator sees for each op (kernel reports): its name, and a note on its builds.
+KERNEL_NOTES = {
+    OP_NPU_CHUNK: ("torch.ops.npu.chunk_gated_delta_rule", "sgl-kernel-npu (PR #747); fp32 states only on Ascend 950"),
+    OP_NPU_RECURRENT: ("torch.ops.npu.recurrent_gated_delta_rule",
+                       "sgl-kernel-npu, bf16 only (not built for Ascend 950)"),
+    OP_MEGA: ("sgl_kernel_npu run_mega_chunk_gdn", "absent before sgl-kernel-npu 2026.05.01.post3"),
+    OP_TRITON: ("sgl_kernel_npu chunk_gated_delta_rule_npu (Triton)", ""),
+}
 
 PairPredicate = Callable[[int, int], bool]
 

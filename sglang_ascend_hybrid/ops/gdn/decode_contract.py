@@ -56,6 +56,12 @@ OP_DECODE_GENERIC = ("sgl_kernel_npu.fla.fused_sigmoid_gating_recurrent:"
 OP_DECODE_OPTIMIZED = ("sgl_kernel_npu.fla.fused_sigmoid_gating_recurrent_decode_optimized:"
                        "fused_sigmoid_gating_delta_rule_update_decode_npu")
 DECODE_ENTRIES = {"generic": OP_DECODE_GENERIC, "optimized": OP_DECODE_OPTIMIZED}
+KERNEL_NOTES = {
+    OP_DECODE_GENERIC: ("sgl_kernel_npu fused_sigmoid_gating_delta_rule_update_npu (Triton decode)",
+                        "served only on a value-first layout verdict of its probe"),
+    OP_DECODE_OPTIMIZED: ("sgl_kernel_npu fused_sigmoid_gating_delta_rule_update_decode_npu (Triton decode)",
+                          "served only on a value-first layout verdict of its probe"),
+}
 
 # The kernels' own assertion texts (both wrappers).
 DECODE_ASSERT_TEXTS = ("NK > 1 is not supported", "scale must be positive")
