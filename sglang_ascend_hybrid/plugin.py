@@ -119,18 +119,24 @@ def _apply(patch: patches.Patch) -> None:
         import_watch.when_imported(module, lambda _module, patch=patch: _apply_on_import(patch))
         return
     try:
-        hook = patch.load_hook()
-        if patch.kind == "hook":
-            _register_hook(patch, hook)
-            STATUS.set(patch.name, patch.target, REGISTERED)
-        elif patch.kind == "resolution":
-            register_resolution_hook_once(patch.target, hook)
-            STATUS.set(patch.name, patch.target, APPLIED)
-        else:  # choices / backend_registry: the hook performs the change itself
-            hook()
-            STATUS.set(patch.name, patch.target, APPLIED)
+        STATUS.set(patch.name, patch.target, install(patch))
     except Exception as exc:
         STATUS.set(patch.name, patch.target, FAILED, f"{type(exc).__name__}: {exc}")
+
+
+def install(patch: patches.Patch) -> str:
+    """Put one verified patch in place and return its state: the one path every hook takes into
+    SGLang (registration, and tools that put a registry patch in place themselves, e.g.
+    ``launch_defaults.register_launch_hooks``).  Idempotent."""
+    hook = patch.load_hook()
+    if patch.kind == "hook":
+        _register_hook(patch, hook)
+        return REGISTERED
+    if patch.kind == "resolution":
+        register_resolution_hook_once(patch.target, hook)
+        return APPLIED
+    hook()  # choices / backend_registry: the hook performs the change itself
+    return APPLIED
 
 
 def _lazy_module(patch: patches.Patch) -> str | None:

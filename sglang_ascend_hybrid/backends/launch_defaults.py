@@ -138,7 +138,7 @@ def launch_hooks_registered() -> bool:
     """Whether this module's launch hooks are in SGLang's resolution registry."""
     from sglang.srt.arg_groups import resolution_hooks
 
-    return any(fn in resolution_hooks._HOOKS.get(step, []) for step, fn in _LAUNCH_HOOKS)
+    return any(fn in resolution_hooks._HOOKS.get(step, []) for step, fn in _launch_hooks())
 
 
 class LaunchConfigError(ValueError):
@@ -530,7 +530,16 @@ def adjustments_of(server_args: Any) -> list[str]:
 # Registration
 # --------------------------------------------------------------------------
 
-_LAUNCH_HOOKS: tuple[tuple[str, Callable], ...] = ((STEP, launch_defaults_hook),)
+# The registry's patch that puts launch_defaults_hook on SGLang's resolution step (patches/registry.py).
+LAUNCH_PATCH = "short-conv-launch-defaults"
+
+
+def _launch_hooks() -> tuple[tuple[str, Callable], ...]:
+    """(step, hook) of every launch hook, as the patch registry names them."""
+    from sglang_ascend_hybrid import patches
+
+    patch = patches.by_name(LAUNCH_PATCH)
+    return ((patch.target, patch.load_hook()),)
 
 
 def verify_upstream() -> list[str]:
@@ -538,7 +547,7 @@ def verify_upstream() -> list[str]:
     patch registry's startup check of this hook's entry."""
     from sglang_ascend_hybrid import patches
 
-    problem = patches.verify(patches.by_name("short-conv-launch-defaults"))
+    problem = patches.verify(patches.by_name(LAUNCH_PATCH))
     return [problem] if problem else []
 
 
@@ -548,11 +557,11 @@ def register_launch_hooks() -> list[str]:
     Returns the names of the steps hooked.  Raises ``ValueError`` if SGLang no
     longer offers the step as overridable.
     """
-    from sglang_ascend_hybrid.plugin import register_resolution_hook_once
+    from sglang_ascend_hybrid import patches, plugin
 
-    for step, fn in _LAUNCH_HOOKS:
-        register_resolution_hook_once(step, fn)
-    return [step for step, _ in _LAUNCH_HOOKS]
+    patch = patches.by_name(LAUNCH_PATCH)
+    plugin.install(patch)  # the path registration takes
+    return [patch.target]
 
 
 @contextlib.contextmanager
@@ -561,7 +570,7 @@ def launch_hooks_suspended() -> Iterator[None]:
     from sglang.srt.arg_groups import resolution_hooks
 
     removed: list[tuple[str, int, Callable]] = []
-    for step, fn in _LAUNCH_HOOKS:
+    for step, fn in _launch_hooks():
         chain = resolution_hooks._HOOKS.get(step, [])
         while fn in chain:
             i = chain.index(fn)

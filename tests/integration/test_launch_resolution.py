@@ -393,3 +393,16 @@ def test_extra_buffer_checks_adapt_to_each_release_signature(monkeypatch):
         assert launch_defaults._platform_supports_extra_buffer() is True
     with override_platform(is_npu=False, is_cuda=False, is_hip=False, is_xpu=False, is_musa=False):
         assert launch_defaults._platform_supports_extra_buffer() is False
+
+
+def test_launch_hooks_take_the_registration_path(monkeypatch):
+    """register_launch_hooks puts the registry's patch in place through plugin.install, the path
+    plugin registration takes for every patch (no second list of hooks)."""
+    from sglang_ascend_hybrid import patches, plugin
+
+    seen = []
+    monkeypatch.setattr(plugin, "install", lambda patch: seen.append(patch.name) or "applied")
+    patch = patches.by_name(launch_defaults.LAUNCH_PATCH)
+    assert launch_defaults.register_launch_hooks() == [patch.target]
+    assert seen == [patch.name] and patch.kind == "resolution"
+    assert launch_defaults._launch_hooks() == ((patch.target, launch_defaults.launch_defaults_hook),)
