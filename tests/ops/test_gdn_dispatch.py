@@ -165,16 +165,21 @@ def test_decode_refusal_leaves_the_state_pool_untouched(caplog):
     assert any("kernel npu_recurrent refused" in r.getMessage() for r in caplog.records)
 
 
-def test_decode_npu_recurrent_emulator_matches_torch():
-    gen = torch.Generator().manual_seed(9)
-    B, hk, hv, K = 4, 2, 4, 32
-    pool = (torch.randn(6, hv, K, K, generator=gen) * 0.3).bfloat16()
-    idx = torch.tensor([5, 1, -1, 2])
+def _bf16_decode_step(seed: int, slots: int, idx: list, hk: int = 2, hv: int = 4, K: int = 32):
+    """q, k, v, g, beta of one bf16 decode step and a bf16 pool of ``slots`` rows."""
+    gen = torch.Generator().manual_seed(seed)
+    B = len(idx)
+    pool = (torch.randn(slots, hv, K, K, generator=gen) * 0.3).bfloat16()
     q = torch.randn(1, B, hk, K, generator=gen).bfloat16()
     k = torch.randn(1, B, hk, K, generator=gen).bfloat16()
     v = torch.randn(1, B, hv, K, generator=gen).bfloat16()
     g = F.logsigmoid(torch.randn(1, B, hv, generator=gen))
     beta = torch.rand(1, B, hv, generator=gen).bfloat16()
+    return (q, k, v, g, beta), pool, torch.tensor(idx)
+
+
+def test_decode_npu_recurrent_emulator_matches_torch():
+    (q, k, v, g, beta), pool, idx = _bf16_decode_step(9, 6, [5, 1, -1, 2])
     ref_pool = pool.clone()
     ref = recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=ref_pool, state_indices=idx,
                                      use_qk_l2norm=True, backend="torch")
@@ -185,6 +190,21 @@ def test_decode_npu_recurrent_emulator_matches_torch():
     # bf16 inputs, bf16 state rounding, and beta handed over as a bf16 logit
     torch.testing.assert_close(o.float(), ref.float(), atol=3e-2, rtol=3e-2)
     torch.testing.assert_close(pool.float(), ref_pool.float(), atol=3e-2, rtol=3e-2)
+
+
+def test_decode_without_qk_l2norm_never_reaches_the_op_that_always_normalises(caplog):
+    """torch.ops.npu.recurrent_gated_delta_rule l2-normalises q and k itself: a call with
+    use_qk_l2norm=False must go to torch (bit-equal to the forced torch rung), with the reason said."""
+    (q, k, v, g, beta), pool, idx = _bf16_decode_step(19, 5, [4, 0, 2])
+    ref_pool = pool.clone()
+    ref = recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=ref_pool, state_indices=idx, backend="torch")
+    kernel = _Counting(emu.make_npu_recurrent_emulator())
+    with seam.install_emulators({emu.OP_NPU_RECURRENT: kernel}), caplog.at_level(logging.INFO):
+        o = recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=pool, state_indices=idx, use_qk_l2norm=False)
+    assert kernel.calls == 0
+    assert torch.equal(o, ref) and torch.equal(pool, ref_pool)
+    assert any("cannot use the npu_recurrent kernel: it always l2-normalises q and k" in r.getMessage()
+               for r in caplog.records)
 
 
 def test_mega_emulator_keeps_the_real_contract():

@@ -84,7 +84,7 @@ def fused_infer_attention_varlen(
         raise ValueError(f"softmax_scale={softmax_scale!r}: expected a finite number or None")
     scale = q.shape[-1] ** -0.5 if softmax_scale is None else float(softmax_scale)
 
-    out, lse = attend(AttentionCall(q, k, v, q_bounds, k_bounds, scale, bool(return_softmax_lse)))
+    out, lse = attend(AttentionCall(q, k, v, scale, bool(return_softmax_lse), q_bounds, k_bounds))
     return (out, lse) if return_softmax_lse else out
 
 

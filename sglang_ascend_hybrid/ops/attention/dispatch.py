@@ -182,14 +182,15 @@ def _device_path(q, k, v, q_bounds, k_bounds, scale, want_lse):
 
 @dataclass
 class AttentionCall:
-    """One validated packed-attention call (host boundaries already checked)."""
+    """One validated packed-attention call: q / k / v ``[T, N, D]``, the softmax scale, whether the
+    LSE is wanted, and both sides' host boundaries (already checked)."""
     q: torch.Tensor
     k: torch.Tensor
     v: torch.Tensor
-    q_bounds: tuple[int, ...]
-    k_bounds: tuple[int, ...]
     scale: float
     want_lse: bool
+    q_bounds: tuple[int, ...]
+    k_bounds: tuple[int, ...]
 
     def signature(self) -> tuple:
         """Shape facts a refusal is remembered by (never the sequence lengths)."""

@@ -47,16 +47,8 @@ import torch
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.conv.contract import (
-    DEVICE_OPS,
-    MAX_CAPTURE_NUM,
-    NPU_DTYPES,
-    OP_ACLNN,
-    OP_FN_V2,
-    OP_UPDATE_V2,
-    OP_UPDATE_V2_MAIN,
-    is_refusal,
-)
+from sglang_ascend_hybrid.ops.conv.contract import DEVICE_OPS, MAX_CAPTURE_NUM, NPU_DTYPES, is_refusal
+from sglang_ascend_hybrid.ops.conv.contract import OP_ACLNN, OP_FN_V2, OP_UPDATE_V2, OP_UPDATE_V2_MAIN
 from sglang_ascend_hybrid.ops.conv.inputs import activation_is_silu
 from sglang_ascend_hybrid.ops.conv.torch_impl import causal_conv1d_fn_torch, update_rows_torch
 from sglang_ascend_hybrid.ops.ladder import Absent, Ladder, Rung
