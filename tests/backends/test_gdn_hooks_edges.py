@@ -22,7 +22,7 @@ from sglang_ascend_hybrid.backends import gdn_hooks, launch_defaults
 from sglang_ascend_hybrid.emulators import gdn as emu
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import dispatch, entries
-from tests.ops.gdn_oracles import fla, make_triton_chunk_emulator, normalize
+from tests.ops.gdn.gdn_oracles import fla, make_triton_chunk_emulator, normalize
 from tests.call_counter import Counting as _Counting
 
 MEGA_REFUSAL = "unsupported mega_chunk_gdn (NumValueHeads, NumKeyHeads) pair (6, 2)"

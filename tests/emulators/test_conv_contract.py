@@ -1,6 +1,6 @@
 """Every rule of the conv emulators' contracts (sglang_ascend_hybrid/emulators/causal_conv1d.py,
 written from sgl-project/sgl-kernel-npu f425bdf1), pinned one by one, and the emulators checked
-against the independent fp64 oracle (tests/ops/conv_oracle.py)."""
+against the independent fp64 oracle (tests/ops/conv/conv_oracle.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 from sglang_ascend_hybrid.emulators import causal_conv1d as emu
 from sglang_ascend_hybrid.ops.conv import contract as conv_contract
-from tests.ops.conv_oracle import assert_close_to_oracle, oracle_fn, oracle_update
+from tests.ops.conv.conv_oracle import assert_close_to_oracle, oracle_fn, oracle_update
 
 H = torch.float16
 

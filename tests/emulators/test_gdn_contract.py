@@ -1,6 +1,6 @@
 """Every rule of the GDN kernel contracts (``ops/gdn/contract.py``, with their sgl-kernel-npu
 sources) pinned on the GDN emulators (the capability
-predicates are checked against the same emulators in tests/ops/test_gdn_ladder_variants.py)."""
+predicates are checked against the same emulators in tests/ops/gdn/test_gdn_ladder_variants.py)."""
 
 from __future__ import annotations
 

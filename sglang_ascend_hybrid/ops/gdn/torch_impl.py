@@ -11,7 +11,7 @@ state between consecutive chunks is a loop, over chunk positions (not tokens),
 with all sequences that still have a chunk at that position advanced together by
 four batched matmul-class ops.  The op count matters (on an NPU every op is a
 launch): about 1,300 ATen ops at T = 4096, Hv = 16 off CPU; on CPU, shorter compute chunks
-(fewer FLOPs) in about 3,900 (tests/ops/test_gdn_op_count.py; see ``_compute_chunk``).
+(fewer FLOPs) in about 3,900 (tests/ops/gdn/test_gdn_op_count.py; see ``_compute_chunk``).
 """
 
 from __future__ import annotations

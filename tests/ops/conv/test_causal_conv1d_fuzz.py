@@ -1,5 +1,5 @@
 """Property fuzz of the plugin's conv ops on every rung with the emulated kernels, against the
-independent fp64 oracle (:mod:`tests.ops.conv_oracle`): random valid inputs (empty batches,
+independent fp64 oracle (:mod:`tests.ops.conv.conv_oracle`): random valid inputs (empty batches,
 zero-length and all-padding sequences, draft-window pools, both layouts) give the oracle's
 outputs and a bit-identical pool on every rung that can serve them, and a rung that cannot
 is refused up front with the pool untouched; malformed values give a ValueError naming the
@@ -18,7 +18,7 @@ from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.conv import api as ops
 from sglang_ascend_hybrid.ops.conv import dispatch as conv_dispatch
 from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable
-from tests.ops.conv_oracle import assert_close_to_oracle, forced_backend, oracle_fn, oracle_update
+from tests.ops.conv.conv_oracle import assert_close_to_oracle, forced_backend, oracle_fn, oracle_update
 
 FN_RUNGS = ("npu_v2", "npu_aclnn", "torch")
 UPDATE_RUNGS = ("npu_v2", "npu_aclnn", "npu_update_v2", "torch")

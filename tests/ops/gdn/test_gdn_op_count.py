@@ -18,7 +18,7 @@ import torch
 from benchmarks import harness
 from sglang_ascend_hybrid.ops.gdn import torch_impl as gdn_torch
 from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch
-from tests.ops.gdn_inputs import random_case
+from tests.ops.gdn.gdn_inputs import random_case
 
 HV, HK = 16, 8
 C, PAIRS = gdn_torch._compute_chunk(gdn_torch.CHUNK_SIZE, torch.device("cpu"))  # compute chunk, pairs per group

@@ -27,8 +27,8 @@ from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, dispatch, recur
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.ladder import Ladder, Rung
 from tests.call_counter import Counting
-from tests.ops.gdn_inputs import bf16_packed
-from tests.ops.conv_oracle import assert_close_to_oracle, oracle_fn
+from tests.ops.gdn.gdn_inputs import bf16_packed
+from tests.ops.conv.conv_oracle import assert_close_to_oracle, oracle_fn
 
 D = 128
 

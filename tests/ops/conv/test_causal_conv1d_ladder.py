@@ -17,7 +17,7 @@ from sglang_ascend_hybrid.ops.conv import api as ops
 from sglang_ascend_hybrid.ops.conv import dispatch as conv_dispatch
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable
-from tests.ops.conv_oracle import (
+from tests.ops.conv.conv_oracle import (
     assert_close_to_oracle,
     forced_backend,
     opaque,

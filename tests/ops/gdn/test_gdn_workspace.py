@@ -10,7 +10,7 @@ import torch
 from sglang_ascend_hybrid.ops import cpu_workspace
 from sglang_ascend_hybrid.ops.gdn import torch_impl as ref_mod
 from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch
-from tests.ops.gdn_inputs import random_case
+from tests.ops.gdn.gdn_inputs import random_case
 
 
 def _case(lens, seed, with_state=True):

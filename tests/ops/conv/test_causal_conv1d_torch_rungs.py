@@ -2,7 +2,7 @@
 the blocked prefill across many channel blocks, fp16 / bf16 accumulating in fp32 without a
 whole-tensor dtype round trip, and the decode's pad-row and capture-safety guarantees.
 
-Outputs are compared with the independent fp64 oracle (:mod:`tests.ops.conv_oracle`) at its
+Outputs are compared with the independent fp64 oracle (:mod:`tests.ops.conv.conv_oracle`) at its
 tight bound (half an ulp of the output dtype plus fp32 accumulation error over the summed
 terms, no global slack); states must be bit-identical to the oracle's."""
 
@@ -14,7 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from sglang_ascend_hybrid.backends.conv_state_layout import cuda_layout_view
 from sglang_ascend_hybrid.ops.conv import torch_impl as ref
-from tests.ops.conv_oracle import assert_close_to_oracle, oracle_fn, oracle_update
+from tests.ops.conv.conv_oracle import assert_close_to_oracle, oracle_fn, oracle_update
 from tests.sync_counter import SyncCounter
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]

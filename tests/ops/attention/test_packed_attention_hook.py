@@ -20,7 +20,7 @@ from sglang_ascend_hybrid.ops.attention import api as pa
 from sglang_ascend_hybrid.ops.attention.api import fused_infer_attention_varlen
 from sglang_ascend_hybrid.ops.attention.cases import packed_case
 from sglang_ascend_hybrid.ops.attention.reference import naive_packed_attention
-from tests.ops.test_packed_attention import assert_close_to_naive
+from tests.ops.attention.test_packed_attention import assert_close_to_naive
 
 ATTR = "fused_infer_attention_varlen"
 

@@ -22,7 +22,7 @@ from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, dispatch, entri
 from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from tests.call_counter import Counting
-from tests.ops.gdn_inputs import bf16_packed
+from tests.ops.gdn.gdn_inputs import bf16_packed
 
 D = 128
 

@@ -11,7 +11,7 @@ from sglang_ascend_hybrid.emulators.fused_infer_attention import emulators
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.attention.api import fused_infer_attention_varlen
 from sglang_ascend_hybrid.ops.attention.cases import packed_case
-from tests.ops.test_packed_attention import assert_close_to_naive
+from tests.ops.attention.test_packed_attention import assert_close_to_naive
 
 MAX_EXAMPLES = 150
 MIN_CASES = 120
