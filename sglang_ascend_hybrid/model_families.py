@@ -8,6 +8,12 @@ their source; ``tests/test_plan_layer_kinds.py`` compares them with the installe
 release), as pure functions on the JSON dict (no transformers / SGLang import), shared
 by ``plan`` and the launch-resolution helpers.
 
+:func:`facts` is the one parse of a config: it reads the text config and the dtype once
+and returns :class:`ModelFacts`, which holds everything downstream needs (the family, the
+layer split, the heads, the model dtype, the config's SSM state dtype, the GDN or short-conv
+totals); the per-rank layouts are its methods (:meth:`ModelFacts.gdn_layout`,
+:meth:`ModelFacts.short_conv_layout`).
+
 Every field read is type- and range-checked: a malformed config (a null, zero,
 negative, fractional or non-numeric count, a non-list layer list, value heads
 not a multiple of key heads) raises :class:`ConfigError` naming the field, its
@@ -86,8 +92,8 @@ class TPSplitError(ConfigError):
 
 @dataclass(frozen=True)
 class GDNLayout:
-    value_heads: int   # per rank
-    key_heads: int     # per rank
+    value_heads: int   # per rank (in ModelFacts.gdn: the totals)
+    key_heads: int     # per rank (in ModelFacts.gdn: the totals)
     head_dim: int
     value_head_dim: int
 
@@ -96,12 +102,18 @@ class GDNLayout:
 class ShortConvLayout:
     kind: str          # "lfm2_short_conv" | "zaya_cca"
     width: int         # conv kernel width W (state keeps W - 1 inputs)
-    channels: int      # per rank conv channels
+    channels: int      # per rank conv channels (in ModelFacts.short_conv: the total)
     extra_state_channels: int | None = None  # ZAYA1 prev-hidden state (replicated)
+
+
+# What the conv channels of each short-conv kind are split over TP as (the TPSplitError's word).
+_CHANNELS_NAME = {"zaya_cca": "CCA channels", "lfm2_short_conv": "hidden_size"}
 
 
 @dataclass(frozen=True)
 class ModelFacts:
+    """Everything the plugin reads from one config.json (:func:`facts`, its one parse)."""
+
     model_type: str
     family: str        # "gdn" | "short_conv"
     num_layers: int
@@ -112,6 +124,36 @@ class ModelFacts:
     layer_kinds_from: str  # the config fields the layer split came from (:func:`layer_split`)
     dtype: str             # the model dtype SGLang runs with under --dtype auto (:func:`model_dtype`)
     dtype_from: str
+    architectures: tuple   # the config's ``architectures`` (empty when absent / null)
+    config_ssm_dtype: Optional[str]  # GDN: the config's mamba_ssm_dtype (None when absent / null);
+    #                                  short-conv: None (not read, as SGLang does not)
+    gdn: Optional[GDNLayout]                # GDN: the totals (the layout at TP 1); short-conv: None
+    short_conv: Optional[ShortConvLayout]   # short-conv: the totals (the layout at TP 1); GDN: None
+
+    @property
+    def architecture(self) -> str:
+        """``architectures[0]``, "" when there is none (what the launch decisions look up)."""
+        return self.architectures[0] if self.architectures else ""
+
+    def gdn_layout(self, tp: int) -> GDNLayout:
+        """The GDN heads per rank at ``tp``, or :class:`TPSplitError` naming the heads that do not split."""
+        g = self.gdn
+        if g is None:
+            raise ConfigError(f"model_type {self.model_type!r} is not a GDN family")
+        return GDNLayout(
+            value_heads=per_rank(g.value_heads, tp, "linear_num_value_heads"),
+            key_heads=per_rank(g.key_heads, tp, "linear_num_key_heads"),
+            head_dim=g.head_dim,
+            value_head_dim=g.value_head_dim,
+        )
+
+    def short_conv_layout(self, tp: int) -> ShortConvLayout:
+        """The conv geometry per rank at ``tp``, or :class:`TPSplitError` when the channels do not split."""
+        s = self.short_conv
+        if s is None:
+            raise ConfigError(f"model_type {self.model_type!r} is not a short-conv family")
+        return ShortConvLayout(s.kind, s.width, per_rank(s.channels, tp, _CHANNELS_NAME[s.kind]),
+                               extra_state_channels=s.extra_state_channels)
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
@@ -278,8 +320,11 @@ def layer_split(cfg: dict[str, Any]) -> LayerSplit:
       even layer of ``num_hidden_layers`` is a CCA layer.  CCA layers are both the attention and
       the conv-state layers.
     """
-    fam = BY_MODEL_TYPE[model_type(cfg)]
-    t = text_config(cfg)
+    return _layer_split(BY_MODEL_TYPE[model_type(cfg)], text_config(cfg))
+
+
+def _layer_split(fam: Family, t: dict[str, Any]) -> LayerSplit:
+    """:func:`layer_split` of a config of family ``fam`` whose text fields are ``t``."""
     if fam.layers == "zaya":
         zl = _list(t, "zaya_layers", (str, int), "layer codes ('a' or an integer)")
         if zl and any(isinstance(x, str) and x != "a" for x in zl):
@@ -344,9 +389,12 @@ def _config_dtype(t: dict[str, Any]) -> tuple[Optional[str], Optional[str]]:
 def model_dtype(cfg: dict[str, Any]) -> tuple[str, str]:
     """The dtype SGLang runs the model in with ``--dtype auto``, and where it comes from: the text
     config's ``dtype`` / ``torch_dtype`` (LFM2-VL: else the outer one), a float32 or absent one
-    running in float16 (SGLang's ``_get_and_verify_dtype``)."""
-    fam = BY_MODEL_TYPE[model_type(cfg)]
-    t = text_config(cfg)
+    running in float16 (SGLang's ``_get_and_verify_dtype``).  :func:`facts` reads it too
+    (``dtype`` / ``dtype_from``)."""
+    return _model_dtype(BY_MODEL_TYPE[model_type(cfg)], cfg, text_config(cfg))
+
+
+def _model_dtype(fam: Family, cfg: dict[str, Any], t: dict[str, Any]) -> tuple[str, str]:
     value, key = _config_dtype(t)
     where = "text_config." if t is not cfg else ""
     if value is None and fam.text_dtype_from_outer and t is not cfg:
@@ -360,61 +408,28 @@ def model_dtype(cfg: dict[str, Any]) -> tuple[str, str]:
     return dtype, f"{where}{key}"
 
 
-def mamba_ssm_dtype(cfg: dict[str, Any]) -> Optional[str]:
+def _mamba_ssm_dtype(cfg: dict[str, Any], t: dict[str, Any]) -> Optional[str]:
     """The config's ``mamba_ssm_dtype`` (SGLang's ``mamba2_state_dtype``: the text config's when it has
     the field, else the outer one), None when absent or null."""
-    inner = text_config(cfg)
-    t = inner if inner is not cfg and "mamba_ssm_dtype" in inner else cfg
-    value = t.get("mamba_ssm_dtype")
+    src = t if t is not cfg and "mamba_ssm_dtype" in t else cfg
+    value = src.get("mamba_ssm_dtype")
     if value is not None and value not in SSM_DTYPES:
         raise ConfigError(f"config field 'mamba_ssm_dtype' = {_show(value)}: expected one of "
                           f"{', '.join(json.dumps(k) for k in SSM_DTYPES)} or null")
     return value
 
 
-def facts(cfg: dict[str, Any]) -> ModelFacts:
-    fam = family(cfg)
-    t = text_config(cfg)
-    split = layer_split(cfg)
-    heads = _int(t, "num_attention_heads", maximum=MAX_HEADS)
-    kv_heads = _int(t, "num_key_value_heads", heads, maximum=MAX_HEADS)
-    if heads % kv_heads:
-        raise ConfigError(f"config fields num_attention_heads = {heads}, num_key_value_heads = {kv_heads}: "
-                          "expected the attention heads to be a multiple of the key/value heads")
-    _list(cfg, "architectures")  # read by the launch-default decisions
-    dtype, dtype_from = model_dtype(cfg)
-    return ModelFacts(model_type=model_type(cfg), family=fam, num_layers=split.num_layers,
-                      full_attention_layers=split.full_attention, linear_layers=split.linear,
-                      attention_heads=heads, kv_heads=kv_heads, layer_kinds_from=split.source,
-                      dtype=dtype, dtype_from=dtype_from)
-
-
-def per_rank(total: int, tp: int, what: str) -> int:
-    """``total / tp``, or :class:`TPSplitError` naming ``what`` when it does not divide."""
-    if tp < 1:
-        raise ConfigError(f"tp must be >= 1, got {tp}")
-    if total % tp:
-        raise TPSplitError(f"{what} ({total}) is not divisible by tp={tp}")
-    return total // tp
-
-
-def gdn_layout(cfg: dict[str, Any], tp: int) -> GDNLayout:
-    t = text_config(cfg)
+def _gdn_totals(t: dict[str, Any]) -> GDNLayout:
     hv = _int(t, "linear_num_value_heads", maximum=MAX_HEADS)
     hk = _int(t, "linear_num_key_heads", maximum=MAX_HEADS)
     if hv % hk:
         raise ConfigError(f"config fields linear_num_value_heads = {hv}, linear_num_key_heads = {hk}: "
                           "expected the value heads to be a multiple of the key heads")
-    return GDNLayout(
-        value_heads=per_rank(hv, tp, "linear_num_value_heads"),
-        key_heads=per_rank(hk, tp, "linear_num_key_heads"),
-        head_dim=_int(t, "linear_key_head_dim", 128),
-        value_head_dim=_int(t, "linear_value_head_dim", 128),
-    )
+    return GDNLayout(value_heads=hv, key_heads=hk, head_dim=_int(t, "linear_key_head_dim", 128),
+                     value_head_dim=_int(t, "linear_value_head_dim", 128))
 
 
-def short_conv_layout(cfg: dict[str, Any], tp: int) -> ShortConvLayout:
-    t = text_config(cfg)
+def _short_conv_totals(t: dict[str, Any]) -> ShortConvLayout:
     if _is_zaya(t):
         heads = _int(t, "num_attention_heads", maximum=MAX_HEADS)
         kv_heads = _int(t, "num_key_value_heads", maximum=MAX_HEADS)
@@ -428,7 +443,39 @@ def short_conv_layout(cfg: dict[str, Any], tp: int) -> ShortConvLayout:
             head_dim = hidden // heads
         channels = (heads + kv_heads) * head_dim
         width = (_int(t, "cca_time0", 2) - 1) + (_int(t, "cca_time1", 2) - 1) + 1
-        return ShortConvLayout("zaya_cca", width, per_rank(channels, tp, "CCA channels"),
-                               extra_state_channels=hidden)
-    return ShortConvLayout("lfm2_short_conv", _int(t, "conv_L_cache"),
-                           per_rank(_int(t, "hidden_size"), tp, "hidden_size"))
+        return ShortConvLayout("zaya_cca", width, channels, extra_state_channels=hidden)
+    return ShortConvLayout("lfm2_short_conv", _int(t, "conv_L_cache"), _int(t, "hidden_size"))
+
+
+def facts(cfg: dict[str, Any]) -> ModelFacts:
+    """The one parse of a config: every field the plugin reads, checked (:class:`ConfigError`
+    naming the first bad one) in this order -- model type, text config, layer split, attention
+    heads, architectures, model dtype, the GDN heads or the short-conv geometry, the SSM state dtype."""
+    kind = family(cfg)
+    fam = BY_MODEL_TYPE[cfg["model_type"]]
+    t = text_config(cfg)
+    split = _layer_split(fam, t)
+    heads = _int(t, "num_attention_heads", maximum=MAX_HEADS)
+    kv_heads = _int(t, "num_key_value_heads", heads, maximum=MAX_HEADS)
+    if heads % kv_heads:
+        raise ConfigError(f"config fields num_attention_heads = {heads}, num_key_value_heads = {kv_heads}: "
+                          "expected the attention heads to be a multiple of the key/value heads")
+    archs = _list(cfg, "architectures")  # read by the launch-default decisions
+    dtype, dtype_from = _model_dtype(fam, cfg, t)
+    gdn = _gdn_totals(t) if kind == "gdn" else None
+    short_conv = _short_conv_totals(t) if kind == "short_conv" else None
+    ssm = _mamba_ssm_dtype(cfg, t) if kind == "gdn" else None
+    return ModelFacts(model_type=fam.model_type, family=kind, num_layers=split.num_layers,
+                      full_attention_layers=split.full_attention, linear_layers=split.linear,
+                      attention_heads=heads, kv_heads=kv_heads, layer_kinds_from=split.source,
+                      dtype=dtype, dtype_from=dtype_from, architectures=tuple(archs or ()),
+                      config_ssm_dtype=ssm, gdn=gdn, short_conv=short_conv)
+
+
+def per_rank(total: int, tp: int, what: str) -> int:
+    """``total / tp``, or :class:`TPSplitError` naming ``what`` when it does not divide."""
+    if tp < 1:
+        raise ConfigError(f"tp must be >= 1, got {tp}")
+    if total % tp:
+        raise TPSplitError(f"{what} ({total}) is not divisible by tp={tp}")
+    return total // tp

@@ -6,7 +6,8 @@ signature rules (:func:`sglang_ascend_hybrid.ops.gdn.dispatch.prefill_static_rea
 conv-kernel limits (:mod:`sglang_ascend_hybrid.ops.conv.contract`), the SSM state dtype rules
 (:mod:`sglang_ascend_hybrid.backends.gdn_state_dtype`) and the launch-default decisions
 (:mod:`sglang_ascend_hybrid.backends.launch_defaults`, which reads what it needs of SGLang from
-its installed source).  Nothing of SGLang or transformers is imported.
+its installed source).  Nothing of SGLang or transformers is imported.  The config is parsed
+once (:func:`sglang_ascend_hybrid.model_families.facts`); every row is computed from those facts.
 
 ``--json`` prints :func:`plan`'s document; its schema is ``docs/plan-json.md``
 (:data:`SCHEMA_VERSION`).
@@ -47,12 +48,12 @@ def kernel_predicate(kernel_heads: Optional[list[int]]) -> Optional[Callable[[in
     return predicate
 
 
-def state_dtype(cfg: dict, override: Optional[str] = None) -> tuple[str, str]:
+def state_dtype(facts: mf.ModelFacts, override: Optional[str] = None) -> tuple[str, str]:
     """The SSM state dtype SGLang will give this model, and where it comes from (the runtime's
     precedence: --mamba-ssm-dtype, SGLANG_MAMBA_SSM_DTYPE, the config, float32)."""
     from sglang_ascend_hybrid.backends.gdn_state_dtype import effective_dtype
 
-    return effective_dtype(override, mf.mamba_ssm_dtype(cfg), os.environ.get("SGLANG_MAMBA_SSM_DTYPE"))
+    return effective_dtype(override, facts.config_ssm_dtype, os.environ.get("SGLANG_MAMBA_SSM_DTYPE"))
 
 
 def _ops() -> dict[str, str]:
@@ -94,15 +95,15 @@ def prefill_entry(lay: mf.GDNLayout, dtype: str, state: str, chunk_states: bool,
             "rungs": rungs}
 
 
-def gdn_entry(cfg: dict, tp: int, predicate=None, ssm_dtype: Optional[str] = None) -> dict[str, Any]:
+def gdn_entry(facts: mf.ModelFacts, tp: int, predicate=None, ssm_dtype: Optional[str] = None) -> dict[str, Any]:
     import torch
 
     from sglang_ascend_hybrid.backends.gdn_state_dtype import plan_state
     from sglang_ascend_hybrid.ops.gdn.dispatch import plan_for_layout
 
-    lay = mf.gdn_layout(cfg, tp)
-    dtype, _ = mf.model_dtype(cfg)
-    state, source = state_dtype(cfg, ssm_dtype)
+    lay = facts.gdn_layout(tp)
+    dtype = facts.dtype
+    state, source = state_dtype(facts, ssm_dtype)
     mega = plan_for_layout(lay.value_heads, lay.key_heads, lay.head_dim, lay.value_head_dim, getattr(torch, dtype),
                            predicate=predicate)
     kernels = plan_state(state, source)  # verify / decode on an A2 / A3
@@ -123,13 +124,13 @@ def gdn_entry(cfg: dict, tp: int, predicate=None, ssm_dtype: Optional[str] = Non
     }
 
 
-def short_conv_entry(cfg: dict, tp: int) -> dict[str, Any]:
+def short_conv_entry(facts: mf.ModelFacts, tp: int) -> dict[str, Any]:
     import torch
 
     from sglang_ascend_hybrid.ops.conv.contract import npu_conv_supports
 
-    lay = mf.short_conv_layout(cfg, tp)
-    dtype, _ = mf.model_dtype(cfg)
+    lay = facts.short_conv_layout(tp)
+    dtype = facts.dtype
     if lay.kind == "zaya_cca":
         kernel = "torch (ZAYA1 CCA conv is pure torch in the model, run on the pool in place)"
     elif npu_conv_supports(lay.width, lay.channels, getattr(torch, dtype)):
@@ -176,24 +177,20 @@ def plan(cfg: dict, tp_sizes=DEFAULT_TP, kernel_heads: Optional[list[int]] = Non
     """The plan document (``docs/plan-json.md``) of ``cfg`` at each TP size."""
     from sglang_ascend_hybrid.backends.launch_defaults import planned_adjustments, planned_prefix_cache
 
-    facts = mf.facts(cfg)
-    # Malformed configs fail as a whole (missing fields show at TP=1 already).
-    mf.gdn_layout(cfg, 1) if facts.family == "gdn" else mf.short_conv_layout(cfg, 1)
-    if facts.family == "gdn":
-        state_dtype(cfg, ssm_dtype)
+    facts = mf.facts(cfg)  # the one parse: a malformed config fails as a whole, before any TP size
     predicate = kernel_predicate(kernel_heads)
-    archs = cfg.get("architectures") or []
+    archs = facts.architectures
     rows = []
     for tp in tp_sizes:
         row: dict[str, Any] = {"tp": tp, "error": None, "attention_heads_per_rank": None, "gdn": None,
                                "short_conv": None, "launch_adjustments": []}
         try:
             if facts.family == "gdn":
-                row["gdn"] = gdn_entry(cfg, tp, predicate, ssm_dtype)
+                row["gdn"] = gdn_entry(facts, tp, predicate, ssm_dtype)
             else:
-                row["short_conv"] = short_conv_entry(cfg, tp)
+                row["short_conv"] = short_conv_entry(facts, tp)
             row["attention_heads_per_rank"] = mf.per_rank(facts.attention_heads, tp, "num_attention_heads")
-            row["launch_adjustments"] = planned_adjustments(cfg, tp)
+            row["launch_adjustments"] = planned_adjustments(facts, tp)
         except mf.TPSplitError as exc:
             row["error"] = str(exc)  # what was computed before the split failed stays (docs/plan-json.md)
         rows.append(row)
@@ -204,7 +201,7 @@ def plan(cfg: dict, tp_sizes=DEFAULT_TP, kernel_heads: Optional[list[int]] = Non
                   "full_attention_layers": facts.full_attention_layers, "linear_layers": facts.linear_layers,
                   "layer_kinds_from": facts.layer_kinds_from, "dtype": facts.dtype, "dtype_from": facts.dtype_from,
                   "attention_heads": facts.attention_heads, "kv_heads": facts.kv_heads,
-                  "prefix_cache": planned_prefix_cache(cfg)},
+                  "prefix_cache": planned_prefix_cache(facts)},
         "assumptions": assumptions(kernel_heads),
         "rows": rows,
     }

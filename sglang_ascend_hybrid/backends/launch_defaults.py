@@ -64,7 +64,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.model_families import (GDN_ARCHS, PLUGIN_SNAPSHOT_ARCHS, RADIX_SNAPSHOTS_BY_ARCH,
-                                                  SHORT_CONV_ARCHS)
+                                                  SHORT_CONV_ARCHS, ModelFacts)
 
 logger = logging.getLogger(__name__)
 
@@ -261,6 +261,11 @@ def decide(f: LaunchFacts) -> Decision:
 # --------------------------------------------------------------------------
 
 
+# What the planner accepts as a model: a config.json dict, file or model directory, or the
+# facts ``plan`` already parsed (model_families.facts), which are not read again.
+ConfigLike = Mapping[str, Any] | str | os.PathLike | ModelFacts
+
+
 def _load_config(config: Mapping[str, Any] | str | os.PathLike) -> dict:
     if isinstance(config, Mapping):
         return dict(config)
@@ -269,6 +274,19 @@ def _load_config(config: Mapping[str, Any] | str | os.PathLike) -> dict:
         p = p / "config.json"
     with open(p, encoding="utf-8") as fh:
         return json.load(fh)
+
+
+def _model(config: ConfigLike) -> ModelFacts | dict:
+    """``config`` read once: the facts as given, else the config dict."""
+    return config if isinstance(config, ModelFacts) else _load_config(config)
+
+
+def _architecture(model: ModelFacts | dict) -> str:
+    """``architectures[0]`` of a :func:`_model`, "" when there is none."""
+    if isinstance(model, ModelFacts):
+        return model.architecture
+    archs = model.get("architectures") or []
+    return archs[0] if archs else ""
 
 
 # Where SGLang lists the architectures that support the extra_buffer strategy (0.5.20 .. 0.5.23).
@@ -300,14 +318,14 @@ def _upstream_extra_buffer_archs() -> Optional[frozenset]:
     return None
 
 
-def planned_adjustments(config: Mapping[str, Any] | str | os.PathLike, tp_size: int = 1, **flags) -> list[str]:
+def planned_adjustments(config: ConfigLike, tp_size: int = 1, **flags) -> list[str]:
     """The adjustments the launch hook would make for this model and flags (the texts of
     :func:`planned_decision`'s adjustments; the same arguments)."""
     return list(planned_decision(config, tp_size, **flags).adjustments)
 
 
 def planned_decision(
-    config: Mapping[str, Any] | str | os.PathLike,
+    config: ConfigLike,
     tp_size: int = 1,
     *,
     page_size: Optional[int] = None,
@@ -319,7 +337,8 @@ def planned_decision(
 ) -> Decision:
     """What the launch hook would decide for this model and flags.
 
-    ``config`` is a config.json dict, file or model directory.  Keyword
+    ``config`` is a config.json dict, file or model directory, or its parsed
+    :class:`~sglang_ascend_hybrid.model_families.ModelFacts` (``plan``).  Keyword
     arguments are the user's flags (defaults = not given).  Pure: reads the
     config and, when SGLang is installed, its extra_buffer architecture list
     from its source (nothing of SGLang is imported); resolves nothing.  ``tp_size`` does not change today's
@@ -332,9 +351,7 @@ def planned_decision(
     """
     if int(tp_size) < 1:
         raise ValueError(f"tp_size must be >= 1, got {tp_size}")
-    cfg = _load_config(config)
-    archs = cfg.get("architectures") or []
-    arch = archs[0] if archs else ""
+    arch = _architecture(_model(config))
     extra_archs = _upstream_extra_buffer_archs()
     if extra_archs is None:  # SGLang not installed: 0.5.23's list for our families
         extra_archs = GDN_ARCHS
@@ -362,14 +379,13 @@ def planned_decision(
     return d
 
 
-def planned_prefix_cache(config: Mapping[str, Any] | str | os.PathLike) -> dict[str, Any]:
+def planned_prefix_cache(config: ConfigLike) -> dict[str, Any]:
     """Prefix caching on NPU at default flags: ``{"on", "strategy", "snapshots"}`` (``snapshots``:
-    who writes the extra_buffer snapshots, the family table's ``radix_snapshots``)."""
-    cfg = _load_config(config)
-    archs = cfg.get("architectures") or []
-    arch = archs[0] if archs else ""
-    off = bool(planned_decision(cfg).declare.get("disable_radix_cache"))
-    writer = snapshot_writer(arch) or None
+    who writes the extra_buffer snapshots, the family table's ``radix_snapshots``).  ``config``: as
+    for :func:`planned_decision`."""
+    model = _model(config)
+    off = bool(planned_decision(model).declare.get("disable_radix_cache"))
+    writer = snapshot_writer(_architecture(model)) or None
     return {"on": not off, "strategy": None if off else "extra_buffer", "snapshots": None if off else writer}
 
 

@@ -33,11 +33,13 @@ classes are built lazily (:func:`backend_classes`), only when needed.
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 
 from sglang_ascend_hybrid.backends import short_conv_track
 from sglang_ascend_hybrid.backends.conv_state_layout import layer_cache_cuda_view
 from sglang_ascend_hybrid.logutil import log_once
+from sglang_ascend_hybrid.model_families import FAMILIES
 
 logger = logging.getLogger(__name__)
 
@@ -50,16 +52,19 @@ SPECULATIVE_UNSUPPORTED = (
 
 
 def short_conv_config_classes() -> tuple:
-    from sglang.srt.configs.lfm2 import Lfm2Config
-    from sglang.srt.configs.lfm2_moe import Lfm2MoeConfig
-    from sglang.srt.configs.lfm2_vl import Lfm2VlConfig
-    from sglang.srt.configs.zaya import ZayaConfig
-
-    return (ZayaConfig, Lfm2Config, Lfm2MoeConfig, Lfm2VlConfig)
+    """SGLang's config classes of the short-conv families (``config_class`` of the
+    ``short_conv`` rows of :data:`~sglang_ascend_hybrid.model_families.FAMILIES`), imported
+    now; every supported release has all of them (an ImportError propagates)."""
+    classes = []
+    for fam in FAMILIES:
+        if fam.kind == "short_conv":
+            module, name = fam.config_class.rsplit(".", 1)
+            classes.append(getattr(importlib.import_module(module), name))
+    return tuple(classes)
 
 
 def short_conv_config(model_config):
-    """The model's mamba2 config if it is one of the four short-conv hybrids, else None
+    """The model's mamba2 config if it is one of the short-conv hybrids (the family table's), else None
     (the same test upstream's short-conv branch makes)."""
     from sglang.srt.configs.hybrid_arch import mamba2_config
 
