@@ -10,13 +10,14 @@ _seen: set[Hashable] = set()
 _lock = threading.Lock()
 
 
-def log_once(logger: logging.Logger, key: Hashable, msg: str, *args, level: int = logging.INFO) -> bool:
-    """Log ``msg`` the first time ``key`` is seen in this process; return whether it logged."""
+def log_once(logger: logging.Logger, key: Hashable, msg, *args, level: int = logging.INFO) -> bool:
+    """Log ``msg`` the first time ``key`` is seen in this process; return whether it logged.
+    ``msg`` may be a callable returning the text: it is called only when the line is logged."""
     with _lock:
         if key in _seen:
             return False
         _seen.add(key)
-    logger.log(level, msg, *args)
+    logger.log(level, msg() if callable(msg) else msg, *args)
     return True
 
 

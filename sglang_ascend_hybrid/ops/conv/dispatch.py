@@ -366,11 +366,12 @@ def _forced_backend(ladder: Ladder) -> str:
 def _dispatch(ladder: Ladder, sig: tuple, call, x: torch.Tensor):
     backend = _forced_backend(ladder)
     if backend == "auto" and device_possible(x) and ladder.choose(sig, call).name == "torch":
-        log_once(logger, ("conv-torch-path", sig),
-                 "sglang-ascend-hybrid: %s %s is outside every installed NPU conv kernel's contract "
-                 "(width 2-4; x, weight and state of one dtype fp16/bf16; torch.ops.npu.causal_conv1d "
-                 "needs a window-major pool without draft rows, causal_conv1d_update_v2 fp16) or no "
-                 "kernel is installed; using the torch path for this shape", ladder.op, sig)
+        def reasons() -> str:  # the predicates' own words, computed only when the line is said
+            why = "; ".join(f"{r.name}: {ladder.why_not(r, sig, call)}" for r in ladder.rungs if r.device)
+            return (f"sglang-ascend-hybrid: {ladder.op} {sig} is outside every installed NPU conv kernel's "
+                    f"contract or no kernel is installed ({why}); using the torch path for this shape")
+
+        log_once(logger, ("conv-torch-path", sig), reasons)
     return ladder(sig, call, backend=backend)
 
 

@@ -117,6 +117,10 @@ def test_out_of_limits_goes_to_torch_and_logs_once(caplog, why, dim, width, dtyp
     torch.testing.assert_close(out, expect)
     lines = [r for r in caplog.records if "outside every installed NPU conv kernel" in r.getMessage()]
     assert len(lines) == 1 and r"update" in lines[0].getMessage()
+    # the line gives every device rung's own reason, from its predicate
+    said = {"width": "npu_aclnn: width 5; the NPU conv kernels take 2-4",
+            "dtype": "npu_aclnn: x, weight and the state are not of one dtype fp16 or bf16"}[why]
+    assert said in lines[0].getMessage() and "npu_update_v2: " in lines[0].getMessage()
 
 
 def test_dim_not_a_multiple_of_16_stays_on_the_npu_kernel():

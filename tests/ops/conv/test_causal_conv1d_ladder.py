@@ -157,7 +157,7 @@ def test_refusal_is_recognised_once_and_the_next_rung_gives_the_oracle_result(ca
             assert_close_to_oracle(out, expect, scale, torch.float16, "after refusal")
             assert torch.equal(view, new_view)
     assert calls == [1]
-    lines = [r for r in caplog.records if "npu_aclnn" in r.getMessage() and r.levelno == level]
+    lines = [r for r in caplog.records if "kernel npu_aclnn" in r.getMessage() and r.levelno == level]
     assert len(lines) == 1 and text.splitlines()[0] in lines[0].getMessage()
 
 
