@@ -119,6 +119,7 @@ REFUSAL_TEXTS = (ERR_X_DIM, ERR_W_DIM, ERR_DTYPE, ERR_W_DTYPE, ERR_S_DTYPE, ERR_
                  ERR_W_CONTIG, ERR_S_CONTIG, ERR_WIDTH, ERR_QSL)
 MAX_CAPTURE_NUM = 1024  # HOST: tiling entries cached per process
 NPU_DTYPES = (torch.float16, torch.bfloat16)  # HOST: "Only BF16 and FP16 are supported"
+WIDTHS = range(2, 5)  # HOST: "Only support width in [2,4]"
 DEVICE_OPS = (OP_FN_V2, OP_UPDATE_V2, OP_ACLNN, OP_UPDATE_V2_MAIN)
 # What an operator sees for each op (kernel reports): its name, and a note on its builds.
 KERNEL_NOTES = {
@@ -132,7 +133,7 @@ KERNEL_NOTES = {
 def npu_conv_supports(width: int, dim: int, dtype: torch.dtype) -> bool:
     """Whether ``torch.ops.npu.causal_conv1d``'s host accepts this width and dtype (it has no
     ``dim`` rule; shared with the ``plan`` CLI)."""
-    return 2 <= width <= 4 and dtype in NPU_DTYPES
+    return width in WIDTHS and dtype in NPU_DTYPES
 
 
 def is_refusal(exc: BaseException) -> bool:

@@ -47,7 +47,7 @@ import torch
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.conv.contract import DEVICE_OPS, MAX_CAPTURE_NUM, NPU_DTYPES, is_refusal
+from sglang_ascend_hybrid.ops.conv.contract import DEVICE_OPS, MAX_CAPTURE_NUM, NPU_DTYPES, WIDTHS, is_refusal
 from sglang_ascend_hybrid.ops.conv.contract import OP_ACLNN, OP_FN_V2, OP_UPDATE_V2, OP_UPDATE_V2_MAIN
 from sglang_ascend_hybrid.ops.conv.inputs import activation_is_silu
 from sglang_ascend_hybrid.ops.conv.torch_impl import causal_conv1d_fn_torch, update_rows_torch
@@ -89,9 +89,18 @@ def _pool_reason(state: Optional[torch.Tensor], width: int, exact: bool) -> Opti
     return None
 
 
-def _one_half_dtype(*tensors) -> bool:
+def _width_refused(width: int) -> str:
+    return f"width {width}; the NPU conv kernels take 2-4"
+
+
+def _device_reason(width: int, *tensors) -> Optional[str]:
+    """The rule every NPU conv rung shares: width 2-4, the tensors of one dtype fp16 or bf16."""
+    if width not in WIDTHS:
+        return _width_refused(width)
     dtypes = {t.dtype for t in tensors if t is not None}
-    return len(dtypes) == 1 and dtypes.pop() in NPU_DTYPES
+    if not (len(dtypes) == 1 and dtypes.pop() in NPU_DTYPES):
+        return "x, weight and the state are not of one dtype fp16 or bf16"
+    return None
 
 
 def device_possible(x: torch.Tensor) -> bool:
@@ -165,11 +174,7 @@ class _FnCall:
 def _fn_device_reason(c: _FnCall) -> Optional[str]:
     if c.conv_states is None:
         return "the call has no conv state pool"
-    if not 2 <= c.width <= 4:
-        return f"width {c.width}; the NPU conv kernels take 2-4"
-    if not _one_half_dtype(c.x, c.weight, c.conv_states):
-        return "x, weight and the state are not of one dtype fp16 or bf16"
-    return None
+    return _device_reason(c.width, c.x, c.weight, c.conv_states)
 
 
 # The capability predicates ask the seam first: off the NPU (no emulator) that answers no at
@@ -267,18 +272,11 @@ class _UpdateCall:
                 int(self.conv_state_indices is not None), 0, 0)
 
 
-def _update_device_reason(c: _UpdateCall) -> Optional[str]:
-    if not 2 <= c.width <= 4:
-        return f"width {c.width}; the NPU conv kernels take 2-4"
-    if not _one_half_dtype(c.x, c.weight, c.conv_state):
-        return "x, weight and the state are not of one dtype fp16 or bf16"
-    return None
-
-
 def _update_v2_ok(c: _UpdateCall) -> Optional[str]:
     if not seam.serves(OP_UPDATE_V2, c.x, c.conv_state):
         return Absent(f"{OP_UPDATE_V2} is not installed for these tensors")
-    return _update_device_reason(c) or _pool_reason(c.conv_state, c.width, exact=True)
+    return (_device_reason(c.width, c.x, c.weight, c.conv_state)
+            or _pool_reason(c.conv_state, c.width, exact=True))
 
 
 def _indices(c: _UpdateCall) -> torch.Tensor:
@@ -297,8 +295,8 @@ def _update_v2(c: _UpdateCall) -> torch.Tensor:
 def _update_aclnn_ok(c: _UpdateCall) -> Optional[str]:
     if not seam.serves(OP_ACLNN, c.x, c.conv_state):
         return Absent(f"torch.ops.npu.{OP_ACLNN} is not installed for these tensors")
-    return (_update_device_reason(c) or _pool_reason(c.conv_state, c.width, exact=False)
-            or _tiling_reason(c.aclnn_key(), c.x.dtype))
+    return (_device_reason(c.width, c.x, c.weight, c.conv_state)
+            or _pool_reason(c.conv_state, c.width, exact=False) or _tiling_reason(c.aclnn_key(), c.x.dtype))
 
 
 def _update_aclnn(c: _UpdateCall) -> torch.Tensor:
@@ -316,8 +314,8 @@ def _update_aclnn(c: _UpdateCall) -> torch.Tensor:
 def _update_v2_main_ok(c: _UpdateCall) -> Optional[str]:
     if not seam.serves(OP_UPDATE_V2_MAIN, c.x, c.conv_state):
         return Absent(f"{OP_UPDATE_V2_MAIN} is not installed for these tensors")
-    if not 2 <= c.width <= 4:
-        return f"width {c.width}; the NPU conv kernels take 2-4"
+    if c.width not in WIDTHS:
+        return _width_refused(c.width)
     if not (c.x.dtype == torch.float16 and c.conv_state.dtype == torch.float16):
         return "it casts to fp16 inside: it takes fp16 x and state only"
     if not is_window_major(c.conv_state):
