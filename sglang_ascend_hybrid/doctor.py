@@ -23,8 +23,6 @@ from sglang_ascend_hybrid.patches.releases import installed_version, sglang_vers
 
 DIFFUSION_LOADER = "sglang.multimodal_gen.runtime.platforms.plugins.load_plugins"
 
-# Device ops the plugin can use, by the seam name it looks them up under.
-
 
 def cann_version() -> str | None:
     for var in ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH"):

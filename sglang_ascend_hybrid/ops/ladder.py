@@ -121,7 +121,16 @@ class Rung:
         return "error"
 
 
-_NO_REASON = "its capability check declined the call"
+# What a predicate's bare False means.
+_DECLINED = Absent("its capability check declined the call")
+
+
+def _reason(r: Rung, signature: Hashable, *args, **kwargs) -> Optional[str]:
+    """``r``'s predicate's answer as None (it can serve) or a non-empty reason."""
+    answer = r.supports(signature, *args, **kwargs)
+    if answer is None or answer is True:
+        return None
+    return answer if isinstance(answer, str) and answer else _DECLINED
 
 
 class Ladder:
@@ -140,11 +149,6 @@ class Ladder:
         self.log = log or logger
         self._refused: set[tuple[str, Hashable]] = set()
         self._lock = threading.Lock()
-
-    @property
-    def ops(self) -> tuple[str, ...]:
-        """Every seam op a rung of this ladder may call, fastest rung first."""
-        return tuple(dict.fromkeys(op for r in self.rungs for op in r.ops))
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -173,15 +177,11 @@ class Ladder:
         """None when ``r`` may serve the call, else the reason it cannot (its predicate's, said once)."""
         if self.refused(r.name, signature):
             return Absent(f"it refused {signature} earlier in this process")
-        answer = r.supports(signature, *args, **kwargs)
-        if answer is None or answer is True:
-            return None
-        if answer is False or not answer:
-            return Absent(_NO_REASON)
-        if self.rejection is not None and not isinstance(answer, Absent):
+        reason = _reason(r, signature, *args, **kwargs)
+        if reason is not None and self.rejection is not None and not isinstance(reason, Absent):
             log_once(self.log, (self.op, r.name, signature, "rejected"), "%s",
-                     self.rejection(r.name, signature, answer))
-        return answer
+                     self.rejection(r.name, signature, reason))
+        return reason
 
     def _serves(self, r: Rung, signature: Hashable, *args, **kwargs) -> bool:
         return self.why_not(r, signature, *args, **kwargs) is None
@@ -206,9 +206,9 @@ class Ladder:
     def forced(self, name: str, signature: Hashable, *args, **kwargs) -> Rung:
         """The rung ``name`` when it can serve the call, else :class:`ForcedRungUnavailable`."""
         r = self.rung(name)
-        answer = r.supports(signature, *args, **kwargs)
-        if answer is not None and answer is not True:
-            why = f": {answer}" if answer and answer is not False and answer != _NO_REASON else ""
+        reason = _reason(r, signature, *args, **kwargs)
+        if reason is not None:
+            why = "" if reason is _DECLINED else f": {reason}"
             need = f" (it needs {r.needs})" if r.needs else ""
             raise ForcedRungUnavailable(
                 f"{self.op}: the forced kernel {name!r} is unavailable for {signature}{why}{need}; "

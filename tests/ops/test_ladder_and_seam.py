@@ -218,12 +218,3 @@ def test_a_refused_rung_is_not_asked_again_and_says_why():
     assert ladder("s") == "torch" and ladder("s") == "torch"
     assert asked == ["s"]
     assert "refused s earlier" in ladder.why_not(ladder.rung("fast"), "s")
-
-
-def test_a_ladder_lists_the_seam_ops_of_its_rungs_once_fastest_first():
-    ladder = Ladder("ops_op", [
-        Rung("a", lambda sig: None, lambda: None, ops=("x", "y")),
-        Rung("b", lambda sig: None, lambda: None, ops=("y", "z")),
-        Rung("torch", lambda sig: None, lambda: None),
-    ])
-    assert ladder.ops == ("x", "y", "z")
