@@ -65,7 +65,7 @@ def _call_op(q, k, v, q_ends, k_ends, scale, want_lse):
         return out, None
     if lse.shape != (q.shape[0], q.shape[1], 1):
         raise DeviceResultError("Unexpected Ascend TND softmax LSE shape: "
-                           f"expected {(q.shape[0], q.shape[1], 1)}, got {tuple(lse.shape)}")
+                                f"expected {(q.shape[0], q.shape[1], 1)}, got {tuple(lse.shape)}")
     return out, lse.squeeze(-1).transpose(0, 1).contiguous()
 
 

@@ -31,7 +31,8 @@ from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn import decode_contract as dc
 from sglang_ascend_hybrid.ops.gdn import decode_probe
-from sglang_ascend_hybrid.ops.gdn.dispatch import OP_NPU_RECURRENT, GdnSignature
+from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
+from sglang_ascend_hybrid.ops.gdn.dispatch import GdnSignature, rejection_line
 from sglang_ascend_hybrid.ops.gdn.pool_step import step_on_pool
 from sglang_ascend_hybrid.ops.gdn.recurrent_rows import recurrent_on_rows
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
@@ -174,8 +175,7 @@ SERVING_DECODE = Ladder("gdn_serving_decode", [
          needs="sgl-kernel-npu's torch.ops.npu.recurrent_gated_delta_rule, bf16 q/k/v/b and a bf16 pool, "
                "head dims within its on-chip memory"),
     Rung("torch", lambda sig, call: None, _torch_run),
-], rejection=lambda rung, sig, reason: f"sglang-ascend-hybrid: GDN decode {sig} cannot use the {rung} kernel: {reason}",
-   log=logger)
+], rejection=rejection_line("decode"), log=logger)
 
 
 def serving_rungs() -> tuple[str, ...]:

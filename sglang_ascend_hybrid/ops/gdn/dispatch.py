@@ -157,7 +157,7 @@ def _logged(op: str, rung: str, sig: GdnSignature, detail: str = "") -> None:
              "sglang-ascend-hybrid: GDN %s %s runs on the %s kernel%s", op, sig, rung, detail)
 
 
-def _rejection(op: str):
+def rejection_line(op: str):
     """The line a GDN ladder says once per rung and signature its predicate turns down."""
     return lambda rung, sig, reason: f"sglang-ascend-hybrid: GDN {op} {sig} cannot use the {rung} kernel: {reason}"
 
@@ -471,7 +471,7 @@ PREFILL = Ladder("gdn_prefill", [
          needs="sgl-kernel-npu's Triton chunk entry, fp16/bf16 inputs and head dims <= 128; when the entry "
                "runs the mega kernel (GDN_USE_MEGA_GDN=1), the mega kernel's contract"),
     Rung("torch", lambda sig, call: None, _torch_run),
-], rejection=_rejection("prefill"), log=logger)
+], rejection=rejection_line("prefill"), log=logger)
 
 
 # ---------------------------------------------------------------- decode rungs
@@ -529,7 +529,7 @@ DECODE = Ladder("gdn_decode", [
          needs="sgl-kernel-npu's torch.ops.npu.recurrent_gated_delta_rule, bf16 q/k/v and a bf16 state pool, "
                "use_qk_l2norm=True, head dims within its on-chip memory"),
     Rung("torch", lambda sig, call: None, _torch_step_run),
-], rejection=_rejection("decode"), log=logger)
+], rejection=rejection_line("decode"), log=logger)
 
 
 def prefill_rungs() -> tuple[str, ...]:
