@@ -127,7 +127,7 @@ def _apply(patch: patches.Patch) -> None:
 def install(patch: patches.Patch) -> str:
     """Put one verified patch in place and return its state: the one path every hook takes into
     SGLang (registration, and tools that put a registry patch in place themselves, e.g.
-    ``launch_defaults.register_launch_hooks``).  Idempotent."""
+    ``testing.launch_check.register_launch_hooks``).  Idempotent."""
     hook = patch.load_hook()
     if patch.kind == "hook":
         _register_hook(patch, hook)

@@ -52,14 +52,13 @@ The decision is a pure function (:func:`decide`) shared by the resolution hook
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.logutil import log_once
@@ -126,7 +125,7 @@ def supports_extra_buffer_around(original, view, model, *args, **kwargs):
     architecture name before 0.5.21, the HF config since): on NPU the architectures whose
     snapshots the plugin writes (:data:`PLUGIN_SNAPSHOT_ARCHS`) support the extra_buffer
     strategy; everything else is SGLang's answer.  It is part of the launch decisions: while
-    the launch hooks are suspended (:func:`launch_hooks_suspended`, SGLang's own behaviour) it
+    the launch hooks are suspended (``testing.launch_check.launch_hooks_suspended``, SGLang's own behaviour) it
     gives SGLang's answer too."""
     if original(view, model, *args, **kwargs):
         return True
@@ -565,35 +564,3 @@ def verify_upstream() -> list[str]:
 
     problem = patches.verify(patches.by_name(LAUNCH_PATCH))
     return [problem] if problem else []
-
-
-def register_launch_hooks() -> list[str]:
-    """Register the launch hooks with SGLang's resolution pipeline (idempotent).
-
-    Returns the names of the steps hooked.  Raises ``ValueError`` if SGLang no
-    longer offers the step as overridable.
-    """
-    from sglang_ascend_hybrid import patches, plugin
-
-    patch = patches.by_name(LAUNCH_PATCH)
-    plugin.install(patch)  # the path registration takes
-    return [patch.target]
-
-
-@contextlib.contextmanager
-def launch_hooks_suspended() -> Iterator[None]:
-    """Temporarily take the launch hooks out of SGLang's registry (tests, plan --upstream)."""
-    from sglang.srt.arg_groups import resolution_hooks
-
-    removed: list[tuple[str, int, Callable]] = []
-    for step, fn in _launch_hooks():
-        chain = resolution_hooks._HOOKS.get(step, [])
-        while fn in chain:
-            i = chain.index(fn)
-            chain.pop(i)
-            removed.append((step, i, fn))
-    try:
-        yield
-    finally:
-        for step, i, fn in reversed(removed):
-            resolution_hooks._HOOKS.setdefault(step, []).insert(i, fn)

@@ -44,7 +44,7 @@ import traceback
 import types
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from sglang_ascend_hybrid.envs import temporary_env
 
@@ -295,16 +295,51 @@ def _preserve_root_logging() -> Iterator[None]:
         root.setLevel(level)
 
 
+def register_launch_hooks() -> list[str]:
+    """Register the plugin's launch hook with SGLang's resolution pipeline (idempotent), through
+    the path plugin registration takes.
+
+    Returns the names of the steps hooked.  Raises ``ValueError`` if SGLang no
+    longer offers the step as overridable.
+    """
+    from sglang_ascend_hybrid import patches, plugin
+    from sglang_ascend_hybrid.backends.launch_defaults import LAUNCH_PATCH
+
+    patch = patches.by_name(LAUNCH_PATCH)
+    plugin.install(patch)  # the path registration takes
+    return [patch.target]
+
+
+@contextlib.contextmanager
+def launch_hooks_suspended() -> Iterator[None]:
+    """Temporarily take the launch hooks out of SGLang's registry (SGLang's own resolution)."""
+    from sglang.srt.arg_groups import resolution_hooks
+
+    from sglang_ascend_hybrid.backends.launch_defaults import _launch_hooks
+
+    removed: list[tuple[str, int, Callable]] = []
+    for step, fn in _launch_hooks():
+        chain = resolution_hooks._HOOKS.get(step, [])
+        while fn in chain:
+            i = chain.index(fn)
+            chain.pop(i)
+            removed.append((step, i, fn))
+    try:
+        yield
+    finally:
+        for step, i, fn in reversed(removed):
+            resolution_hooks._HOOKS.setdefault(step, []).insert(i, fn)
+
+
 @contextlib.contextmanager
 def _hooks_state(register_hooks: bool) -> Iterator[None]:
     """Register the plugin's launch hooks, or hide them, for one resolution."""
-    from sglang_ascend_hybrid.backends import launch_defaults
 
     if register_hooks:
-        launch_defaults.register_launch_hooks()
+        register_launch_hooks()
         yield
     else:
-        with launch_defaults.launch_hooks_suspended():
+        with launch_hooks_suspended():
             yield
 
 

@@ -17,7 +17,7 @@ def _table_order(item: tuple[str, dict]) -> tuple[int, str]:
     test_launch_resolution resolves every request in one process in this order, and the short-conv
     requests without ``load_plugins`` get the plugin's extra_buffer gate (patch
     short-conv-extra-buffer) only from an earlier ``load_plugins`` request of a GDN family
-    (``launch_defaults.register_launch_hooks`` installs the launch-defaults hook alone)."""
+    (``testing.launch_check.register_launch_hooks`` installs the launch-defaults hook alone)."""
     mt = item[1].get("model_type")
     index = next((i for i, f in enumerate(TABLE) if f.model_type == mt), len(TABLE))
     return index, item[0]

@@ -15,6 +15,7 @@ import pytest
 
 from sglang_ascend_hybrid.backends import launch_defaults
 from sglang_ascend_hybrid.backends.launch_defaults import LaunchConfigError, planned_adjustments
+from sglang_ascend_hybrid.testing import launch_check
 from sglang_ascend_hybrid.testing.launch_check import resolve_isolated
 
 from ._families import EXAMPLE_CONFIGS, FAMILIES, SHORT_CONV_FAMILIES, config_dir
@@ -284,10 +285,10 @@ def test_register_launch_hooks_is_idempotent_and_suspendable():
     chain = resolution_hooks._HOOKS.setdefault(step, [])
     before = list(chain)
     try:
-        assert launch_defaults.register_launch_hooks() == [step]
-        assert launch_defaults.register_launch_hooks() == [step]
+        assert launch_check.register_launch_hooks() == [step]
+        assert launch_check.register_launch_hooks() == [step]
         assert chain.count(launch_defaults.launch_defaults_hook) == 1
-        with launch_defaults.launch_hooks_suspended():
+        with launch_check.launch_hooks_suspended():
             assert launch_defaults.launch_defaults_hook not in chain
         assert chain.count(launch_defaults.launch_defaults_hook) == 1
     finally:
@@ -403,6 +404,6 @@ def test_launch_hooks_take_the_registration_path(monkeypatch):
     seen = []
     monkeypatch.setattr(plugin, "install", lambda patch: seen.append(patch.name) or "applied")
     patch = patches.by_name(launch_defaults.LAUNCH_PATCH)
-    assert launch_defaults.register_launch_hooks() == [patch.target]
+    assert launch_check.register_launch_hooks() == [patch.target]
     assert seen == [patch.name] and patch.kind == "resolution"
     assert launch_defaults._launch_hooks() == ((patch.target, launch_defaults.launch_defaults_hook),)
