@@ -511,23 +511,3 @@ def emulators(mega_predicate=None, npu_chunk_refuse=None, *, chip: Optional[str]
                 missing_torch_op("mega_chunk_gdn") if mega_variant is not None else None)
         ops[OP_TRITON] = make_triton_chunk_emulator(mega=mega, version=version, environ=environ)
     return ops
-
-
-def emulate_move_intermediate_cache(ssm_states, intermediate_state_cache, dst_indices_tensor, src_indices_tensor,
-                                    last_steps_tensor, h_block_size=2):
-    """sgl-kernel-npu ``mamba/mamba_state_update_triton.py`` ``move_intermediate_cache`` (f425bdf1):
-    for every i with ``last_steps[i] >= 0``, every layer l:
-    ``ssm_states[l, dst[i]] = intermediate_state_cache[l, src[i], last_steps[i]]`` (a plain copy,
-    the store casting to the destination's dtype); entries with a negative step are skipped.
-    ``intermediate_state_cache`` is ``[L, size, draft, H, V, K]``."""
-    if len(dst_indices_tensor) != len(last_steps_tensor):
-        raise AssertionError("Destination indices lengths must match")
-    if len(src_indices_tensor) != len(last_steps_tensor):
-        raise AssertionError("Source indices lengths must match")
-    for dst, src, step in zip(dst_indices_tensor.tolist(), src_indices_tensor.tolist(), last_steps_tensor.tolist()):
-        if step < 0:
-            continue
-        if not (0 <= dst < ssm_states.shape[1] and 0 <= src < intermediate_state_cache.shape[1]
-                and step < intermediate_state_cache.shape[2]):
-            _violation("move_intermediate_cache", f"index out of bounds (dst={dst}, src={src}, step={step})")
-        ssm_states[:, dst] = intermediate_state_cache[:, src, step].to(ssm_states.dtype)

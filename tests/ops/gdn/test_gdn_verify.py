@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from sglang_ascend_hybrid.backends import gdn_hooks
 from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 from sglang_ascend_hybrid.emulators import gdn as emu
+from sglang_ascend_hybrid.emulators.mamba_state_update import emulate_move_intermediate_cache
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import verify as gv
 from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable
@@ -265,7 +266,7 @@ def _verify_backend(mod, c, graph_mode):
 def _commit(pool, inter_flat, cache, accepted_last_steps, S):
     """Upstream's commit (update_mamba_state_after_mtp_verify -> move_intermediate_cache), one layer."""
     B = cache.shape[0]
-    emu.emulate_move_intermediate_cache(pool[None], inter_flat.view(1, -1, S, *pool.shape[1:]),
+    emulate_move_intermediate_cache(pool[None], inter_flat.view(1, -1, S, *pool.shape[1:]),
                                         cache.long(), torch.arange(B), accepted_last_steps.long())
 
 
