@@ -49,6 +49,14 @@ chunk_gated_delta_rule_npu``, older SGLang releases' prefill entry)
     reaches it on any supported release (``triton_gdn_extend``); it guards other callers.
 
 No hook writes the caller's state tensors: the ladder returns new ones.
+
+Pool layout: every hook reads and writes the SSM pool through
+:func:`sglang_ascend_hybrid.ops.gdn.pool_layout.value_first`, the view whose logical order is the
+pool's physical (value-first) order, and returns states SGLang assigns through its own view in that
+view's order (:func:`~sglang_ascend_hybrid.ops.gdn.pool_layout.in_view_order`).  SGLang 0.5.20 with
+speculative decoding hands the layers a ``transpose(-1, -2)`` view of the pool; the NPU ops and its
+commit (``move_intermediate_cache``) address the bytes, so the pool's bytes stay value first whatever
+view arrives.  The decision comes from strides, not from the release.
 """
 
 from __future__ import annotations
@@ -62,7 +70,7 @@ import torch
 
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.logutil import log_once
-from sglang_ascend_hybrid.ops.gdn import decode_contract, dispatch, entries
+from sglang_ascend_hybrid.ops.gdn import decode_contract, dispatch, entries, pool_layout
 from sglang_ascend_hybrid.ops.gdn.api import _backend as api_backend
 from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states
 
@@ -143,20 +151,32 @@ def _serve_extend(metadata, q, k, v, g, beta, initial_state, cu_seqlens):
     return o, final, None if h is None else h.to(state_dtype)
 
 
+def backend_pool_layout(backend) -> str:
+    """The layout of the SSM pool a GDN backend serves (``req_to_token_pool.mamba_pool.mamba_cache.
+    temporal``), decided from its strides; value first when the backend names no pool."""
+    cache = getattr(getattr(getattr(backend, "req_to_token_pool", None), "mamba_pool", None), "mamba_cache", None)
+    temporal = getattr(cache, "temporal", None)
+    if not isinstance(temporal, torch.Tensor):
+        return pool_layout.VALUE_FIRST
+    return pool_layout.layout_of(temporal, "mamba pool temporal state")
+
+
 def ascend_chunk_gdn(original, self, q, k, v, g, beta, initial_state, cu_seqlens):
     """AROUND hook of ``AscendGDNAttnBackend.chunk_gdn`` (see module docstring); ``original``
-    is not called."""
+    is not called.  ``initial_state`` is SGLang's gathered copy ``ssm_states[cache_indices]`` in the
+    order of its view of the pool; final and h go back in that order."""
     del original
     T, Hk, K = q.shape
     Hv, V = v.shape[-2], v.shape[-1]
+    layout = backend_pool_layout(self)
     o, final, h = _serve_extend(getattr(self, "forward_metadata", None), q.reshape(1, T, Hk, K),
                                 k.reshape(1, T, Hk, K), v.reshape(1, T, Hv, V), g.reshape(1, T, Hv),
-                                beta.reshape(1, T, Hv), initial_state, cu_seqlens)
+                                beta.reshape(1, T, Hv), pool_layout.in_view_order(initial_state, layout), cu_seqlens)
     if h is None:  # nobody reads it (no radix-cache tracking): upstream's shape, zeros
         num_chunks = dispatch.ChunkCall(q, k, v, g, beta, cu_seqlens, None, 1.0).num_chunks()
         state_dtype = initial_state.dtype if initial_state is not None else k.dtype
         h = k.new_zeros(num_chunks, Hv, V, K, dtype=state_dtype)
-    return o.reshape(T, Hv, V), final, h
+    return o.reshape(T, Hv, V), pool_layout.in_view_order(final, layout), pool_layout.in_view_order(h, layout)
 
 
 # ------------------------------------------------- SGLang 0.5.20: GDNKernelDispatcher.extend route
@@ -187,7 +207,11 @@ def triton_gdn_extend(original, self, q, k, v, g, beta, *, ssm_states, cache_ind
     if metadata is None or kwargs or not inplace_update:
         return original(self, q, k, v, g, beta, ssm_states=ssm_states, cache_indices=cache_indices,
                         query_start_loc=query_start_loc, inplace_update=inplace_update, **kwargs)
-    o, final, h = _serve_extend(metadata, q, k, v, g, beta, ssm_states[cache_indices], query_start_loc)
+    layout = pool_layout.layout_of(ssm_states)
+    o, final, h = _serve_extend(metadata, q, k, v, g, beta, pool_layout.value_first(ssm_states)[cache_indices],
+                                query_start_loc)
+    # forward_extend assigns both through its own view of the pool: give them in that view's order
+    final, h = pool_layout.in_view_order(final, layout), pool_layout.in_view_order(h, layout)
     return o, final, None if h is None else h.unsqueeze(0)
 
 
@@ -199,9 +223,16 @@ def ascend_verify_update(original, self, mix_qkv, num_heads, num_value_heads, he
     from sglang_ascend_hybrid.ops.gdn.verify import VerifyCall, recurrent_verify
 
     batch_size, seq_len = mix_qkv.shape[0], mix_qkv.shape[1]
-    head_v = recurrent_state.shape[2]  # the pool is value-first [slots, nv, dv, dk]
+    recurrent_state = pool_layout.value_first(recurrent_state, "recurrent_state")  # bytes [slots, nv, dv, dk]
+    head_v = recurrent_state.shape[2]
     if intermediate_state is not None:
-        intermediate_state = intermediate_state.reshape(-1, num_value_heads, head_v, head_k_dim)
+        # the scratch is contiguous (the op writes it and SGLang's commit reads it by raw offsets): its
+        # rows are value first whatever shape SGLang gave it
+        if not intermediate_state.is_contiguous():
+            raise pool_layout.PoolLayoutError(
+                f"intermediate_state: shape {tuple(intermediate_state.shape)} strides "
+                f"{tuple(intermediate_state.stride())} is not contiguous; SGLang's commit reads it by raw offsets")
+        intermediate_state = intermediate_state.view(-1, num_value_heads, head_v, head_k_dim)
     if getattr(self, "graph_mode", False):
         device = cache_indices.device
         num_accepted = torch.ones(batch_size, dtype=torch.int32, device=device)
@@ -224,7 +255,8 @@ def ascend_gdn_decode(original, self, q, k, v, a, b, *, A_log, dt_bias, ssm_stat
     del original, self, kwargs
     from sglang_ascend_hybrid.ops.gdn import decode
 
-    call = decode.GatedDecodeCall(q, k, v, a, b, A_log, dt_bias, ssm_states, cache_indices, query_start_loc,
+    call = decode.GatedDecodeCall(q, k, v, a, b, A_log, dt_bias, pool_layout.value_first(ssm_states), cache_indices,
+                                  query_start_loc,
                                   entry=decode_contract.installed_decode_entry())
     return decode.run_serving_decode(call, backend=api_backend("auto", decode.serving_rungs(), "decode"))
 
@@ -237,7 +269,16 @@ def probe_gdn_backend(runner, backend) -> None:
     linear = getattr(backend, "linear_attn_backend", None)
     if not any(c.__name__ == "AscendGDNAttnBackend" for c in type(linear).__mro__):
         return
-    layer = runner.req_to_token_pool.mamba_pool.mamba_cache.temporal  # [layers, slots, Hv, V, K]
+    cache = runner.req_to_token_pool.mamba_pool.mamba_cache
+    V_cfg, K_cfg = _head_dims(runner)
+    layout = pool_layout.check_pool(cache.temporal, value_dim=V_cfg, key_dim=K_cfg,
+                                    intermediate=getattr(cache, "intermediate_ssm", None))
+    if layout != pool_layout.VALUE_FIRST:
+        log_once(logger, ("gdn-pool-layout", layout),
+                 "sglang-ascend-hybrid: SGLang hands the GDN layers a transposed view of the SSM pool "
+                 "(speculative decoding on this release); the plugin reads and writes its bytes value first, "
+                 "as the NPU ops and SGLang's commit do")
+    layer = pool_layout.value_first(cache.temporal)  # [layers, slots, Hv, V, K] in memory
     V, K = layer.shape[-2:]
     decode.probe_before_serving(decode_contract.installed_decode_entry(), runner.dtype, layer.dtype, K, V,
                                 layer.device)
@@ -246,11 +287,22 @@ def probe_gdn_backend(runner, backend) -> None:
         dispatch.probe_triton_entry_before_serving(layer.shape[-3], key_heads, K, V, runner.dtype, layer.device)
 
 
+def _text_config(runner):
+    mc = getattr(runner, "model_config", None)
+    return getattr(mc, "hf_text_config", None) or getattr(mc, "hf_config", None)
+
+
+def _head_dims(runner):
+    """The config's GDN (value, key) head dims, None where it does not say."""
+    cfg = _text_config(runner)
+    dims = (getattr(cfg, "linear_value_head_dim", None), getattr(cfg, "linear_key_head_dim", None))
+    return tuple(d if isinstance(d, int) and d > 0 else None for d in dims)
+
+
 def _per_rank_key_heads(runner, value_heads: int):
     """This rank's GDN key heads: its value heads (the pool's) times the config's key / value ratio
     (None when the config does not say)."""
-    mc = getattr(runner, "model_config", None)
-    cfg = getattr(mc, "hf_text_config", None) or getattr(mc, "hf_config", None)
+    cfg = _text_config(runner)
     hv, hk = getattr(cfg, "linear_num_value_heads", None), getattr(cfg, "linear_num_key_heads", None)
     if not (isinstance(hv, int) and isinstance(hk, int) and hv > 0 and hk > 0 and (value_heads * hk) % hv == 0):
         return None
