@@ -153,10 +153,17 @@ def _run(dtype):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_prefill_verify_commit_decode_on_the_0_5_20_speculative_pool_match_the_fp64_recurrence(dtype):
-    emulators = {emu.OP_NPU_RECURRENT: emu.make_npu_recurrent_emulator()}  # serves bf16 verify, as on A2 / A3
-    with seam.install_emulators(emulators):
+    op, calls = emu.make_npu_recurrent_emulator(), []
+
+    def counted(*args, **kwargs):
+        calls.append(args[1].dtype)
+        return op(*args, **kwargs)
+
+    with seam.install_emulators({emu.OP_NPU_RECURRENT: counted}):
         errors = _run(dtype)
     assert max(errors.values()) < 2e-2, errors
+    # the NPU op stays usable on the transposed view where its contract allows (bf16 only): two verifies, a decode
+    assert calls == ([torch.bfloat16] * 3 if dtype == torch.bfloat16 else []), calls
 
 
 def test_reading_the_view_logically_fails_after_the_first_commit(monkeypatch):
