@@ -309,26 +309,67 @@ def _per_rank_key_heads(runner, value_heads: int):
     return value_heads * hk // hv
 
 
+# Keyword arguments of the Triton entry the hook serves on its ladder: sgl-kernel-npu PR #744 (open,
+# "[NPU] Optimize GDN indexed state pool I/O") adds an indexed state pool to chunk_gated_delta_rule_npu:
+# ``initial_state`` becomes the pool, sequence i reads slot ``initial_state_indices[i]`` (a negative or
+# out-of-range slot starts from zeros and is never written back) and ``inplace_final_state`` writes the
+# final states back into those slots (PR description; its code is not readable here).
+POOL_KWARGS = ("initial_state_indices", "inplace_final_state")
+
+
+def _pool_rows(pool, indices):
+    """(valid mask, the rows ``pool[indices]`` with zeros where a slot is negative or out of range)."""
+    idx = indices.reshape(-1).long()
+    valid = (idx >= 0) & (idx < pool.shape[0])
+    rows = pool[idx.clamp(0, pool.shape[0] - 1)]
+    return valid, torch.where(valid.view(-1, *([1] * (rows.dim() - 1))), rows, torch.zeros_like(rows))
+
+
 def sgl_chunk_gated_delta_rule_npu(original, q, k, v, g, beta, scale=None, initial_state=None,
                                    output_final_state=True, cu_seqlens=None, head_first=False,
                                    use_qk_l2norm_in_kernel=False, **kwargs):
-    """AROUND hook of sgl-kernel-npu's ``chunk_gated_delta_rule_npu`` (see module docstring)."""
+    """AROUND hook of sgl-kernel-npu's ``chunk_gated_delta_rule_npu`` (see module docstring).  A call
+    with the indexed-pool keywords of :data:`POOL_KWARGS` goes down the ladder like any other (the pool's
+    rows are gathered, served, and written back when asked); a keyword the hook does not know reaches
+    the entry as given, and if the entry then refuses the shape the error names that keyword."""
     args = dict(scale=scale, initial_state=initial_state, output_final_state=output_final_state,
                 cu_seqlens=cu_seqlens, head_first=head_first, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
                 **kwargs)
-    if entries.IN_LADDER.get() or head_first or kwargs:
+    if entries.IN_LADDER.get() or head_first:
         return original(q, k, v, g, beta, **args)
+    unknown = sorted(set(kwargs) - set(POOL_KWARGS))
     B, T, Hk, K = q.shape
     Hv, V = v.shape[-2], v.shape[-1]
     sig = dispatch.GdnSignature(Hv, Hk, K, V, q.dtype, True)
-    if not dispatch.PREFILL.refused("triton", sig):
+    if unknown or not dispatch.PREFILL.refused("triton", sig):
         try:
             return original(q, k, v, g, beta, **args)
         except Exception as exc:
             if not (dispatch._mega_refusal(exc) or dispatch._triton_refusal(exc)):
                 raise
+            if unknown:
+                raise RuntimeError(
+                    f"chunk_gated_delta_rule_npu refused {sig} ({str(exc).splitlines()[0] if str(exc) else exc!r}) "
+                    f"and the plugin's GDN ladder cannot serve the call in its place: it does not know the keyword "
+                    f"argument(s) {', '.join(unknown)}") from exc
             dispatch.PREFILL.mark_refused("triton", sig)
             _log_refusal(sig, "chunk_gated_delta_rule_npu (sgl-kernel-npu)", exc, "the GDN ladder")
+    indices = kwargs.get("initial_state_indices")
+    inplace = kwargs.get("inplace_final_state")
+    if inplace is not None and indices is None:
+        raise ValueError("chunk_gated_delta_rule_npu: inplace_final_state given without initial_state_indices "
+                         "(the pool's slots); expected both or neither")
+    if indices is not None and initial_state is None:
+        raise ValueError("chunk_gated_delta_rule_npu: initial_state_indices given without initial_state "
+                         "(the state pool [slots, H, K, V]); expected the pool")
+    pool, valid = None, None
+    if indices is not None:
+        if inplace is None:
+            raise ValueError("chunk_gated_delta_rule_npu: initial_state_indices without inplace_final_state: "
+                             "whether the final states go back into the pool is not readable from the entry's "
+                             "source here; pass inplace_final_state=True or False")
+        pool = initial_state
+        valid, initial_state = _pool_rows(pool, indices)
     if B != 1 and cu_seqlens is None:  # equal-length batch: pack it
         cu_seqlens = torch.arange(0, (B + 1) * T, T, device=q.device)
         q, k, v, g, beta = (x.reshape(1, B * T, *x.shape[2:]) for x in (q, k, v, g, beta))
@@ -339,6 +380,8 @@ def sgl_chunk_gated_delta_rule_npu(original, q, k, v, g, beta, scale=None, initi
                                     scale=scale, use_qk_l2norm=use_qk_l2norm_in_kernel, chunk_states=True,
                                     skip=("npu_chunk", "triton"))
     o = o.reshape(B, T, Hv, V)
-    final = final.transpose(-1, -2).contiguous() if output_final_state else None
+    final = final.transpose(-1, -2).contiguous()
+    if pool is not None and inplace:  # valid slots only: a negative / out-of-range slot is never written
+        pool[indices.reshape(-1).long()[valid]] = final[valid].to(pool.dtype)
     h = h.transpose(-1, -2).unsqueeze(0).to(k.dtype)
-    return o, final, h
+    return o, (final if output_final_state else None), h

@@ -1,0 +1,64 @@
+"""The Triton entry hook serves sgl-kernel-npu PR #744's indexed-pool keywords on its ladder when the
+entry refuses the heads (failure B), instead of handing them past the ladder to the refusing entry."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sglang_ascend_hybrid.backends import gdn_hooks
+from tests.backends.test_gdn_hooks_edges import MEGA_REFUSAL, _fla_inputs
+from tests.ops.gdn.gdn_oracles import fla
+
+K = V = 16
+
+
+def _refusing(calls):
+    def original(q, k, v, g, beta, **kwargs):
+        calls.append(kwargs)
+        raise RuntimeError(MEGA_REFUSAL)
+
+    return original
+
+
+@pytest.mark.parametrize("inplace", [True, False])
+def test_pool_keywords_are_served_by_the_ladder_with_the_entrys_pool_semantics(inplace):
+    q, k, v, g, beta, cu, _ = _fla_inputs([20, 7, 9], 2, 6, K, V, seed=5)
+    pool = torch.randn(5, 6, K, V, generator=torch.Generator().manual_seed(9)) * 0.3  # key first, the entry's
+    before = pool.clone()
+    indices = torch.tensor([3, -1, 1])  # a negative slot: zero initial state, never written back
+    calls = []
+    o, final, h = gdn_hooks.sgl_chunk_gated_delta_rule_npu(
+        _refusing(calls), q, k, v, g, beta, initial_state=pool, cu_seqlens=cu, use_qk_l2norm_in_kernel=True,
+        initial_state_indices=indices, inplace_final_state=inplace)
+    assert len(calls) == 1 and calls[0]["initial_state_indices"] is indices  # the entry was tried first, as given
+    h0 = torch.stack([before[3], torch.zeros(6, K, V), before[1]])
+    ref_o, ref_final, _ = fla(q, k, v, g, beta, cu, h0.transpose(-1, -2), K ** -0.5, l2=True)
+    torch.testing.assert_close(o.float(), ref_o, atol=3e-3, rtol=3e-3)
+    torch.testing.assert_close(final, ref_final.transpose(-1, -2), atol=3e-3, rtol=3e-3)
+    untouched = [0, 2, 4] if inplace else [0, 1, 2, 3, 4]
+    assert torch.equal(pool[untouched], before[untouched])
+    if inplace:
+        torch.testing.assert_close(pool[3], final[0])
+        torch.testing.assert_close(pool[1], final[2])
+        assert not torch.equal(pool[3], before[3])
+
+
+def test_an_unknown_keyword_reaches_the_entry_and_a_refusal_then_names_it():
+    q, k, v, g, beta, cu, h0 = _fla_inputs([5, 3], 1, 2, K, V, seed=6)
+    calls = []
+    with pytest.raises(RuntimeError, match="does not know the keyword argument.*chunk_size"):
+        gdn_hooks.sgl_chunk_gated_delta_rule_npu(_refusing(calls), q, k, v, g, beta, initial_state=h0, cu_seqlens=cu,
+                                                 chunk_size=64)
+    assert calls[0]["chunk_size"] == 64
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(inplace_final_state=True), "inplace_final_state given without initial_state_indices"),
+    (dict(initial_state_indices=torch.tensor([0, 1])), "without inplace_final_state"),
+])
+def test_incomplete_pool_keywords_are_refused_naming_the_argument(kwargs, match):
+    q, k, v, g, beta, cu, h0 = _fla_inputs([5, 3], 1, 2, K, V, seed=7)
+    with pytest.raises(ValueError, match=match):
+        gdn_hooks.sgl_chunk_gated_delta_rule_npu(_refusing([]), q, k, v, g, beta, initial_state=h0, cu_seqlens=cu,
+                                                 **kwargs)
