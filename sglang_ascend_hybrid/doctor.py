@@ -24,6 +24,14 @@ from sglang_ascend_hybrid.patches.releases import installed_version, sglang_vers
 DIFFUSION_LOADER = "sglang.multimodal_gen.runtime.platforms.plugins.load_plugins"
 
 
+def qualified_op(op: str) -> str:
+    """The name doctor shows for seam op ``op``: a Python entry as its seam name ``module:attr``
+    (sgl-kernel-npu defines ``chunk_gated_delta_rule_npu`` in both ``fla.chunk`` and
+    ``fla.chunk_gated_delta_rule_npu``: a bare attribute would not say which), a torch op as
+    ``torch.ops.npu.<name>``."""
+    return op if ":" in op else f"torch.ops.npu.{op}"
+
+
 def cann_version() -> str | None:
     for var in ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH"):
         home = os.environ.get(var)
@@ -95,15 +103,22 @@ def collect_pairing() -> dict:
         report = pairing.check()
     except Exception as exc:  # never crash doctor
         return {"error": f"{type(exc).__name__}: {exc}"}
+    skipped = [{"file": s.file, "reason": s.reason} for s in report.skipped]
     if not report.installed:
         return {"installed": False, "imports": len(report.imports),
-                "files": len({i.file for i in report.imports})}
+                "files": len({i.file for i in report.imports}), "skipped": skipped}
     text = pairing.message_of_each(report.records)
+    # "import" is always module-qualified (``module:attr``): sgl-kernel-npu defines one name in two modules
     rows = [{"state": r.state, "import": r.imp.what, "file": r.imp.file, "line": r.imp.line,
              "families": list(pairing.families_needing(r.imp.file)), "lazy": r.imp.lazy,
              "guarded": r.imp.guarded, "detail": r.detail, "path": r.path, "message": text.get(r, "")}
             for r in report.records]
-    return {"installed": True, "origin": report.kernel_origin, "rows": rows}
+    return {"installed": True, "origin": report.kernel_origin, "rows": rows, "skipped": skipped}
+
+
+def _render_skipped(data: dict, w) -> None:
+    for s in data.get("skipped", []):
+        w(f"  {'skipped':14s} {s['file']}: {s['reason']} (its sgl_kernel_npu imports are not checked)\n")
 
 
 def render_pairing(data: dict, w) -> None:
@@ -116,11 +131,15 @@ def render_pairing(data: dict, w) -> None:
     if not data.get("installed"):
         w(f"  {NOT_INSTALLED} (SGLang imports it {data.get('imports', 0)} times in "
           f"{data.get('files', 0)} files)\n")
+        _render_skipped(data, w)
         return
     rows = data["rows"]
     counts = {s: sum(1 for r in rows if r["state"] == s) for s in dict.fromkeys(r["state"] for r in rows)}
+    skipped = data.get("skipped", [])
     w(f"  sgl_kernel_npu at {data['origin']}: {len(rows)} imports, "
-      + ", ".join(f"{n} {s}" for s, n in counts.items()) + "\n")
+      + ", ".join(f"{n} {s}" for s, n in counts.items())
+      + (f"; {len(skipped)} SGLang files skipped" if skipped else "") + "\n")
+    _render_skipped(data, w)
     last = ""
     for r in rows:
         notes = [f"needed by {'/'.join(r['families'])}"] if r["families"] else []
@@ -234,7 +253,7 @@ def render(info: dict, out: TextIO | None = None) -> None:
         w(f"  {name:22s} {ver or 'not found'}\n")
     w("\nDevice ops (through the plugin's seam)\n")
     for name, ok in info["device_ops"].items():
-        w(f"  {name:58s} {'present' if ok else 'absent'}\n")
+        w(f"  {qualified_op(name):58s} {'present' if ok else 'absent'}\n")
     from sglang_ascend_hybrid import kernel_report
 
     kernels = info.get("kernels") or {}

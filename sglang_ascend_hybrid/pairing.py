@@ -13,6 +13,16 @@ sources are parsed (never imported beyond locating the top ``sglang`` package),
 ``from sgl_kernel_npu.X import Y`` / ``import sgl_kernel_npu.X`` is checked against
 the file that would define it.  Parses are cached by (path, size, mtime).
 
+A scanned SGLang file that cannot be read (a dangling or looping symlink, no permission)
+or parsed (a syntax error, an expression nested too deeply for Python's parser) is
+skipped and listed in :attr:`PairingReport.skipped` with the reason; the rest of the
+report stands.  Names bound only under ``if TYPE_CHECKING:`` in an sgl_kernel_npu file
+count as absent (they are not there at runtime).  Records name what they check and
+where they found it by module-qualified name (``module:attr``): sgl-kernel-npu has two
+``chunk_gated_delta_rule_npu`` (``fla.chunk``'s Triton entry, which the plugin hooks,
+and ``fla.chunk_gated_delta_rule_npu``'s wrapper of ``torch.ops.npu.chunk_gated_delta_rule``
+from sgl-kernel-npu PR #747), and a bare name would not say which.
+
 :data:`FAMILY_FILES` says which SGLang files' imports each model family needs
 when SGLang builds its attention backend on NPU; :func:`enforce_for_model` (called
 from the ``attn_backend_wrapper`` hook) stops strict (``ascend_hybrid``) startup on
@@ -27,7 +37,8 @@ import functools
 import importlib.util
 import logging
 import os
-from dataclasses import dataclass
+import stat
+from dataclasses import dataclass, field
 from importlib.machinery import BYTECODE_SUFFIXES, EXTENSION_SUFFIXES, PathFinder
 from typing import Callable, Iterable
 
@@ -169,11 +180,20 @@ class PairingRecord:
 
 
 @dataclass(frozen=True)
+class SkippedFile:
+    """A scanned SGLang file (or directory) whose imports could not be read."""
+
+    file: str  # relative to the directory holding the sglang package, like KernelImport.file
+    reason: str  # why: "a symlink to ... that cannot be followed (...)", "SyntaxError: ... (line 3)", ...
+
+
+@dataclass(frozen=True)
 class PairingReport:
     sglang_dir: str | None  # the sglang package directory scanned (None: sglang not found)
     kernel_origin: str | None  # sgl_kernel_npu's __init__.py / directory (None: not installed)
     records: tuple[PairingRecord, ...] = ()  # empty when sgl_kernel_npu is not installed
     imports: tuple[KernelImport, ...] = ()  # every import scanned
+    skipped: tuple[SkippedFile, ...] = ()  # scanned files that could not be read or parsed
 
     @property
     def installed(self) -> bool:
@@ -206,12 +226,37 @@ def _read(path: str) -> bytes:
         return fh.read()
 
 
-def _parse(path: str, source: bytes | None = None) -> ast.Module | None:
+class _Unreadable(Exception):
+    """A file whose source cannot be read or parsed; ``reason`` says why."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _os_reason(path: str, exc: OSError) -> str:
+    why = f"{type(exc).__name__}: {exc.strerror or exc}"
+    if os.path.islink(path):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "an unreadable target"
+        return f"a symlink to {target} that cannot be followed ({why})"
+    return f"cannot be read ({why})"
+
+
+def _parse(path: str, source: bytes | None = None) -> ast.Module:
+    """The AST of ``path`` (of ``source`` when given); :class:`_Unreadable` when it cannot be had."""
     try:
         return ast.parse(_read(path) if source is None else source, filename=path)
-    except (SyntaxError, ValueError, OSError) as exc:
-        logger.debug("sglang-ascend-hybrid: cannot parse %s: %s", path, exc)
-        return None
+    except OSError as exc:
+        raise _Unreadable(_os_reason(path, exc)) from None
+    except SyntaxError as exc:
+        raise _Unreadable(f"{type(exc).__name__}: {exc.msg} (line {exc.lineno})") from None
+    except ValueError as exc:  # null bytes in the source
+        raise _Unreadable(f"ValueError: {exc}") from None
+    except (RecursionError, MemoryError) as exc:  # the parser's stack: an expression nested too deeply
+        raise _Unreadable(f"nested too deeply for Python's parser ({type(exc).__name__})") from None
 
 
 def _catches_import_error(node: ast.Try) -> bool:
@@ -225,14 +270,23 @@ def _catches_import_error(node: ast.Try) -> bool:
     return False
 
 
-def _imports_in(path: str, rel: str, release: str) -> tuple[KernelImport, ...]:
+def _imports_in(path: str, rel: str, release: str) -> tuple[tuple[KernelImport, ...], str | None]:
+    """The sgl_kernel_npu imports of ``path`` in source order, and None; or (), and why the
+    file cannot be read or parsed (:class:`OSError` of the ``open`` itself propagates)."""
     source = _read(path)
-    tree = _parse(path, source) if KERNEL_PACKAGE.encode() in source else None
-    if tree is None:
-        return ()
+    if KERNEL_PACKAGE.encode() not in source:
+        return (), None
+    try:
+        tree = _parse(path, source)
+    except _Unreadable as exc:
+        logger.debug("sglang-ascend-hybrid: cannot parse %s: %s", path, exc.reason)
+        return (), exc.reason
     found: list[KernelImport] = []
-
-    def visit(node: ast.AST, lazy: bool, guarded: bool) -> None:
+    # Depth first in source order, on an explicit stack: a deeply nested expression that
+    # parses must not exhaust Python's recursion limit here.
+    stack: list[tuple[ast.AST, bool, bool]] = [(tree, False, False)]
+    while stack:
+        node, lazy, guarded = stack.pop()
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and (
                 node.module == KERNEL_PACKAGE or node.module.startswith(KERNEL_PACKAGE + ".")):
             found.extend(KernelImport(rel, node.lineno, node.module, a.name, lazy, guarded, release)
@@ -241,18 +295,15 @@ def _imports_in(path: str, rel: str, release: str) -> tuple[KernelImport, ...]:
             found.extend(KernelImport(rel, node.lineno, a.name, None, lazy, guarded, release) for a in node.names
                          if a.name == KERNEL_PACKAGE or a.name.startswith(KERNEL_PACKAGE + "."))
         if isinstance(node, ast.Try):
-            for child in node.body:
-                visit(child, lazy, guarded or _catches_import_error(node))
-            rest = [*node.orelse, *node.finalbody, *(s for h in node.handlers for s in h.body)]
-            for child in rest:
-                visit(child, lazy, guarded)
-            return
-        inner = lazy or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-        for child in ast.iter_child_nodes(node):
-            visit(child, inner, guarded)
-
-    visit(tree, False, False)
-    return tuple(found)
+            body = guarded or _catches_import_error(node)
+            children = [(c, lazy, body) for c in node.body]
+            children += [(c, lazy, guarded) for c in
+                         (*node.orelse, *node.finalbody, *(s for h in node.handlers for s in h.body))]
+        else:
+            inner = lazy or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            children = [(c, inner, guarded) for c in ast.iter_child_nodes(node)]
+        stack.extend(reversed(children))
+    return tuple(found), None
 
 
 def sglang_dir() -> str | None:
@@ -264,37 +315,67 @@ def sglang_dir() -> str | None:
     return str(locations[0]) if locations else None
 
 
-def _sglang_sources(root: str, files: Iterable[str] | None) -> Iterable[tuple[str, str]]:
+def _sglang_sources(root: str, files: Iterable[str] | None,
+                    skipped: list[SkippedFile]) -> Iterable[tuple[str, str]]:
     """(path, path relative to the directory holding the package) of the sources to scan:
     ``files`` (relative paths such as :data:`FAMILY_FILES` holds; absent ones are
-    skipped), or every ``.py`` in the :data:`SCANNED_SUBTREES`."""
+    skipped, a dangling symlink is not absent), or every ``.py`` in the
+    :data:`SCANNED_SUBTREES`.  A directory that cannot be listed goes to ``skipped``."""
     base = os.path.dirname(os.path.abspath(root))
+
+    def rel_of(path: str) -> str:
+        return os.path.relpath(path, base).replace(os.sep, "/")
+
     if files is not None:
         for rel in files:
             path = os.path.join(base, *rel.split("/"))
-            if os.path.isfile(path):
+            if os.path.lexists(path):
                 yield path, rel
         return
     for sub in SCANNED_SUBTREES:
-        for dirpath, dirnames, filenames in os.walk(os.path.join(root, sub)):
+        top = os.path.join(root, sub)
+
+        def unlisted(exc: OSError, top: str = top) -> None:
+            if exc.filename == top and isinstance(exc, FileNotFoundError):
+                return  # a subtree this release does not have
+            where = exc.filename or top
+            skipped.append(SkippedFile(rel_of(where), f"directory {_os_reason(where, exc)}"))
+
+        for dirpath, dirnames, filenames in os.walk(top, onerror=unlisted):
             dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
             for name in sorted(filenames):
                 if name.endswith(".py"):
                     path = os.path.join(dirpath, name)
-                    yield path, os.path.relpath(path, base).replace(os.sep, "/")
+                    yield path, rel_of(path)
+
+
+def _scan(root: str | None, files: Iterable[str] | None) -> tuple[tuple[KernelImport, ...], tuple[SkippedFile, ...]]:
+    root = root or sglang_dir()
+    if root is None:
+        return (), ()
+    release = release_label(root)
+    out: list[KernelImport] = []
+    skipped: list[SkippedFile] = []
+    for path, rel in _sglang_sources(root, files, skipped):
+        try:
+            if not stat.S_ISREG(os.stat(path).st_mode):  # a directory, a FIFO (reading would block)
+                skipped.append(SkippedFile(rel, "not a regular file"))
+                continue
+            found, why = _cached(path, f"imports as {rel} of {release}",
+                                 lambda p, rel=rel: _imports_in(p, rel, release))
+        except OSError as exc:  # a dangling or looping symlink, no permission: this file only
+            found, why = (), _os_reason(path, exc)
+        if why is not None:
+            skipped.append(SkippedFile(rel, why))
+        out.extend(found)
+    return tuple(out), tuple(skipped)
 
 
 def scan_sglang(root: str | None = None, files: Iterable[str] | None = None) -> tuple[KernelImport, ...]:
     """Every sgl_kernel_npu import in the sglang package at ``root`` (default: the
-    installed one): in ``files`` only, or in all of its :data:`SCANNED_SUBTREES`."""
-    root = root or sglang_dir()
-    if root is None:
-        return ()
-    release = release_label(root)
-    out: list[KernelImport] = []
-    for path, rel in _sglang_sources(root, files):
-        out.extend(_cached(path, f"imports as {rel} of {release}", lambda p, rel=rel: _imports_in(p, rel, release)))
-    return tuple(out)
+    installed one): in ``files`` only, or in all of its :data:`SCANNED_SUBTREES`.
+    Files that cannot be read or parsed are left out (:func:`check` lists them)."""
+    return _scan(root, files)[0]
 
 
 @functools.lru_cache(maxsize=None)
@@ -303,8 +384,12 @@ def release_label(root: str) -> str:
     from importlib import metadata
 
     base = os.path.dirname(os.path.abspath(root))
-    for dist in metadata.distributions(name="sglang", path=[base]):
-        return f"SGLang {dist.version}"
+    try:
+        for dist in metadata.distributions(name="sglang", path=[base]):
+            if dist.version:
+                return f"SGLang {dist.version}"
+    except OSError as exc:  # a dangling or looping symlink in the dist-info: the label only
+        logger.debug("sglang-ascend-hybrid: cannot read SGLang's version beside %s: %s", root, exc)
     return "SGLang"
 
 
@@ -363,14 +448,31 @@ def _child(name: str, dirs: tuple[str, ...]) -> _Located | None:
     return _Located("namespace", portions[0], tuple(portions)) if portions else None
 
 
-def _module_level(body: list[ast.stmt]) -> Iterable[ast.stmt]:
-    """The statements run at import: ``body`` and the blocks of its if / try / with / for."""
+def _type_checking(test: ast.expr) -> bool | None:
+    """True for ``TYPE_CHECKING`` / ``typing.TYPE_CHECKING`` (and ``typing_extensions.``), False
+    for ``not`` of one, None for any other test."""
+    negated = False
+    while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):  # a loop: any depth of ``not``
+        negated, test = not negated, test.operand
+    if isinstance(test, ast.Name) and test.id == "TYPE_CHECKING" or \
+            isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING" and isinstance(test.value, ast.Name):
+        return not negated
+    return None
+
+
+def _module_level(body: list[ast.stmt], runtime: bool = True) -> Iterable[tuple[ast.stmt, bool]]:
+    """(statement, whether it runs at import) for the statements at module level: ``body`` and
+    the blocks of its if / try / with / for; the block an ``if TYPE_CHECKING:`` runs only for
+    type checkers (False), its ``else`` at runtime."""
     for node in body:
-        yield node
-        if isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+        yield node, runtime
+        if isinstance(node, ast.If) and (checking := _type_checking(node.test)) is not None:
+            yield from _module_level(node.body, runtime and not checking)
+            yield from _module_level(node.orelse, runtime and checking)
+        elif isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
             inner = [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", [])]
             inner += [s for h in getattr(node, "handlers", []) for s in h.body]
-            yield from _module_level(inner)
+            yield from _module_level(inner, runtime)
 
 
 def _bound(target: ast.AST) -> Iterable[str]:
@@ -383,48 +485,89 @@ def _bound(target: ast.AST) -> Iterable[str]:
         yield from _bound(target.value)
 
 
+# Where a module-level name comes from: ("def", None, None) for a def / class / assignment
+# in the module itself; ("from", level, (module, attr)) for ``from <level dots><module> import
+# attr``; ("import", 0, (module, None)) for ``import module [as name]``.
+_Origin = tuple
+
+
 @dataclass(frozen=True)
 class _Names:
-    names: frozenset[str]  # bound at module level, or listed in __all__
+    names: frozenset[str]  # bound at module level when it runs, or listed in __all__
     dynamic: str | None  # why the names are open-ended (star import, __getattr__), or None
+    type_only: frozenset[str] = frozenset()  # bound only under ``if TYPE_CHECKING:``
+    origins: dict[str, _Origin] = field(default_factory=dict)  # the runtime binding of each name (the first)
 
 
 def _names_of(path: str) -> _Names:
-    tree = _parse(path)
-    if tree is None:
-        return _Names(frozenset(), "its source does not parse")
+    try:
+        tree = _parse(path)
+    except _Unreadable as exc:
+        return _Names(frozenset(), f"its source cannot be read ({exc.reason})")
     names: set[str] = set()
+    typing_names: set[str] = set()
+    listed: set[str] = set()
+    origins: dict[str, _Origin] = {}
     dynamic = None
-    for node in _module_level(tree.body):
+    for node, runtime in _module_level(tree.body):
+        bound: list[tuple[str, _Origin]] = []
+        local = ("def", None, None)
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.append((node.name, local))
+        elif isinstance(node, ast.ImportFrom):
             for a in node.names:
                 if a.name == "*":
-                    dynamic = dynamic or f"it star-imports from {'.' * getattr(node, 'level', 0)}{node.module or ''}"
+                    if runtime:
+                        dynamic = dynamic or f"it star-imports from {'.' * node.level}{node.module or ''}"
                 else:
-                    names.add(a.asname or a.name.split(".")[0])
+                    bound.append((a.asname or a.name, ("from", node.level, (node.module, a.name))))
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                bound.append((a.asname or a.name.split(".")[0],
+                              ("import", 0, (a.name if a.asname else a.name.split(".")[0], None))))
         elif isinstance(node, ast.Assign):
             for t in node.targets:
-                names.update(_bound(t))
-            if any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets) \
+                bound.extend((n, local) for n in _bound(t))
+            if runtime and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets) \
                     and isinstance(node.value, (ast.List, ast.Tuple)):
-                names.update(e.value for e in node.value.elts
-                             if isinstance(e, ast.Constant) and isinstance(e.value, str))
+                listed.update(e.value for e in node.value.elts
+                              if isinstance(e, ast.Constant) and isinstance(e.value, str))
         elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
-            names.update(_bound(node.target))
+            if not (isinstance(node, ast.AnnAssign) and node.value is None):  # ``x: int`` binds nothing
+                bound.extend((n, local) for n in _bound(node.target))
         elif isinstance(node, ast.For):
-            names.update(_bound(node.target))
+            bound.extend((n, local) for n in _bound(node.target))
         elif isinstance(node, ast.With):
             for item in node.items:
                 if item.optional_vars is not None:
-                    names.update(_bound(item.optional_vars))
+                    bound.extend((n, local) for n in _bound(item.optional_vars))
+        for name, origin in bound:
+            if runtime:
+                names.add(name)
+                origins.setdefault(name, origin)
+            else:
+                typing_names.add(name)
+    type_only = typing_names - names
+    names |= listed - type_only  # __all__ vouches for a name, but not for one only a type checker sees
     if dynamic is None and "__getattr__" in names:
         dynamic = "it defines a module __getattr__"
-    return _Names(frozenset(names), dynamic)
+    return _Names(frozenset(names), dynamic, frozenset(type_only), origins)
+
+
+def _qualified(origin: _Origin, module: str, package: bool) -> str:
+    """``module:attr`` (or ``module`` for a plain import) of a binding's ``origin`` found in
+    ``module`` (a package's ``__init__`` when ``package``), relative imports resolved."""
+    how, level, (source, attr) = origin
+    if how == "from" and level:
+        parts = module.split(".") if package else module.split(".")[:-1]
+        parts = parts[:len(parts) - (level - 1)] if level > 1 else parts
+        source = ".".join([*parts, *([source] if source else [])])
+    return f"{source}:{attr}" if attr is not None else source
 
 
 def _check_one(imp: KernelImport, top: _Located) -> PairingRecord:
+    """The state of one import.  Every name in the detail is module-qualified: a symbol
+    ``imp.module:imp.symbol``, a binding's source ``module:attr``, a submodule ``module.sub``."""
     where = _locate(imp.module, top)
     if where is None:
         return PairingRecord(imp, MISSING_MODULE, f"no file for {imp.module} in {top.path}")
@@ -432,20 +575,41 @@ def _check_one(imp: KernelImport, top: _Located) -> PairingRecord:
     def rec(state: str, detail: str) -> PairingRecord:
         return PairingRecord(imp, state, detail, where.path)
 
+    what = imp.what
     if imp.symbol is None:
-        return rec(OK, "module present")
-    if where.dirs and _child(imp.symbol, where.dirs) is not None:
-        return rec(OK, f"{imp.symbol} is a submodule")
+        return rec(OK, f"module {imp.module} present")
+    # ``from M import S`` takes M's attribute S (what M's code binds) first, the submodule M.S only
+    # when M binds no S; importing M.S anywhere rebinds M's S to that module.
+    sub = _child(imp.symbol, where.dirs) if where.dirs else None
+    submodule = f"{imp.module}.{imp.symbol}"
     if where.kind == "compiled":
-        return rec(UNVERIFIABLE, "compiled module: present, names unverifiable")
+        return rec(UNVERIFIABLE, f"{imp.module} is a compiled module: present, {what} unverifiable")
     if where.kind == "namespace":
-        return rec(MISSING_SYMBOL, f"a namespace package without {imp.symbol}")
-    found = _cached(where.path, "names", _names_of)
+        if sub is not None:
+            return rec(OK, f"{what} is the submodule {submodule}")
+        return rec(MISSING_SYMBOL, f"{imp.module} is a namespace package without {what}")
+    try:
+        found = _cached(where.path, "names", _names_of)
+    except OSError as exc:
+        found = _Names(frozenset(), f"its source cannot be read ({_os_reason(where.path, exc)})")
     if imp.symbol in found.names:
-        return rec(OK, f"{imp.symbol} defined")
+        origin = found.origins.get(imp.symbol)
+        if origin is None or origin[0] == "def":
+            detail = f"{what} defined in {imp.module}"
+        else:
+            detail = f"{what} bound from {_qualified(origin, imp.module, where.kind == 'package')}"
+        if sub is not None:
+            detail += (f"; the submodule {submodule} has the same name (importing it rebinds {what} "
+                       f"to that module)")
+        return rec(OK, detail)
+    if sub is not None:
+        return rec(OK, f"{what} is the submodule {submodule}")
     if found.dynamic is not None:
-        return rec(UNVERIFIABLE, f"{found.dynamic}: {imp.symbol} may be provided at import")
-    return rec(MISSING_SYMBOL, f"does not define {imp.symbol}")
+        return rec(UNVERIFIABLE, f"{found.dynamic}: {what} may be provided at import")
+    if imp.symbol in found.type_only:
+        return rec(MISSING_SYMBOL, f"{imp.module} binds {imp.symbol} only under `if TYPE_CHECKING:`, "
+                                   f"so {what} is absent at runtime")
+    return rec(MISSING_SYMBOL, f"{imp.module} does not define {what}")
 
 
 def check(sglang_root: str | None = None, kernel_path: list[str] | None = None,
@@ -453,12 +617,13 @@ def check(sglang_root: str | None = None, kernel_path: list[str] | None = None,
     """Check the sgl_kernel_npu imports of the sglang package at ``sglang_root``
     (default: the installed one; only those in ``files`` when given) against the
     sgl_kernel_npu found on ``kernel_path`` (default: :data:`KERNEL_PATH`, else
-    sys.path).  Without sgl_kernel_npu the report has no records."""
+    sys.path).  Without sgl_kernel_npu the report has no records.  SGLang files that
+    cannot be read or parsed are left out and listed in the report's ``skipped``."""
     root = sglang_root or sglang_dir()
-    imports = scan_sglang(root, files)
+    imports, skipped = _scan(root, files)
     top = kernel_location(kernel_path)
     records = tuple(_check_one(imp, top) for imp in imports) if top is not None else ()
-    return PairingReport(root, top.path if top is not None else None, records, imports)
+    return PairingReport(root, top.path if top is not None else None, records, imports, skipped)
 
 
 # ------------------------------------------------------------ messages

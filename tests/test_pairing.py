@@ -13,6 +13,7 @@ import io
 import logging
 import os
 import re
+import sys
 from pathlib import Path
 from types import SimpleNamespace as NS
 
@@ -190,6 +191,8 @@ def test_scan_of_a_fake_sglang_tree_finds_every_form(tmp_path):
         (rel, 9, "sgl_kernel_npu.opt", "o", False, True),
         (rel, 17, "sgl_kernel_npu.deep", "d", True, False),
     ]
+    assert pairing.check(str(tmp_path / "sglang"), [str(tmp_path)]).skipped == (
+        pairing.SkippedFile("sglang/kernels/broken.py", "SyntaxError: '(' was never closed (line 1)"),)
 
 
 def test_parses_are_cached_by_size_and_mtime(tmp_path, monkeypatch):
@@ -281,6 +284,20 @@ def test_module_present_but_symbol_missing(tmp_path):
     ("def helper():\n    {sym} = 1\n", pairing.MISSING_SYMBOL),  # a local, not a module name
     ("class Box:\n    {sym} = 1\n", pairing.MISSING_SYMBOL),
     ("this is not python (\n", pairing.UNVERIFIABLE),
+    # only a type checker sees these: absent when SGLang imports the module
+    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ._impl import {sym}\n", pairing.MISSING_SYMBOL),
+    ("import typing\nif typing.TYPE_CHECKING:\n    {sym} = 1\n", pairing.MISSING_SYMBOL),
+    ("if TYPE_CHECKING:\n    from x import {sym}\n__all__ = ['{sym}']\n", pairing.MISSING_SYMBOL),
+    ("if not not TYPE_CHECKING:\n    def {sym}():\n        pass\n", pairing.MISSING_SYMBOL),
+    ("{sym}: int\n", pairing.MISSING_SYMBOL),  # an annotation binds nothing
+    ("if TYPE_CHECKING:\n    pass\nelse:\n    {sym} = 1\n", pairing.OK),
+    ("if not TYPE_CHECKING:\n    {sym} = 1\n", pairing.OK),
+    ("if TYPE_CHECKING:\n    from x import {sym}\n{sym} = 1\n", pairing.OK),
+    ("{sym}: int = 1\n", pairing.OK),
+    ("if TYPE_CHECKING:\n    from ._impl import {sym}\ndef __getattr__(name):\n    pass\n", pairing.UNVERIFIABLE),
+    # too deep for Python's parser (RecursionError / MemoryError from ast.parse): unverifiable, not a crash
+    ("x = " + "1 + " * 20000 + "1\n{sym} = 1\n", pairing.UNVERIFIABLE),
+    ("x = " + "-" * 20000 + "1\n{sym} = 1\n", pairing.UNVERIFIABLE),
 ])
 def test_what_counts_as_defined(tmp_path, body, state):
     imp = decode_kernel_import()
@@ -289,6 +306,23 @@ def test_what_counts_as_defined(tmp_path, body, state):
     root.joinpath(*parts[:-1], parts[-1] + ".py").write_text(body.format(sym=imp.symbol))
     report = pairing.check(kernel_path=[str(root)], files=[imp.file])
     assert states(report)[(imp.module, imp.symbol)] == state
+
+
+def test_a_name_bound_only_for_type_checkers_is_missing_and_says_why(tmp_path):
+    imp = decode_kernel_import()
+    root = write_kernel_tree(tmp_path, family_imports("gdn"), drop_modules={imp.module})
+    parts = imp.module.split(".")
+    path = root.joinpath(*parts[:-1], parts[-1] + ".py")
+    path.write_text(f"from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ._impl import {imp.symbol}\n")
+    report = pairing.check(kernel_path=[str(root)], files=[imp.file])
+    rec = next(r for r in report.records if r.imp == imp)
+    assert (rec.state, rec.detail) == (pairing.MISSING_SYMBOL, f"{imp.module} binds {imp.symbol} only under "
+                                       f"`if TYPE_CHECKING:`, so {imp.what} is absent at runtime")
+    assert pairing.family_problems("gdn", report) == [
+        f"sgl-kernel-npu pairing: SGLang {installed_version('sglang')}'s {imp.file}:{imp.line} imports {imp.symbol} "
+        f"from {imp.module}, but the installed {imp.module} ({path}) does not define {imp.symbol}: install an "
+        f"sgl-kernel-npu build whose {imp.module} defines {imp.symbol}"
+        + (f" ({pairing.KNOWN[imp.module].provided_by})" if imp.module in pairing.KNOWN else "") + INSTALL_TAIL]
 
 
 def test_compiled_extension_is_present_but_unverifiable(tmp_path):
@@ -359,6 +393,170 @@ def test_one_message_per_statement_lists_its_names(tmp_path):
     group = [i for i in imports if (i.file, i.line) == (multi.file, multi.line)]
     mine = [m for m in pairing.family_problems("gdn", report) if f"{multi.file}:{multi.line} " in m]
     assert mine == [expected_missing_module(multi, ", ".join(i.symbol for i in group))]
+
+
+# --------------------------------------------------------------------------- bad files in the SGLang tree
+
+
+def fake_sglang(tmp_path: Path, files: dict[str, str]) -> Path:
+    """A fake sglang package under ``tmp_path / 'sg'`` holding ``files`` (path below the package -> text)."""
+    sg = tmp_path / "sg" / "sglang"
+    for rel, text in files.items():
+        (sg / rel).parent.mkdir(parents=True, exist_ok=True)
+        (sg / rel).write_text(text)
+    return sg
+
+
+def one_kernel(tmp_path: Path) -> Path:
+    return write_kernel_tree(tmp_path / "k", [], extra={"sgl_kernel_npu/fla/chunk.py": "a = 1\nb = 2\n"})
+
+
+def test_a_dangling_or_looping_symlink_is_skipped_and_reported(tmp_path):
+    sg = fake_sglang(tmp_path, {"srt/a.py": "from sgl_kernel_npu.fla.chunk import a\n",
+                                "srt/z/b.py": "from sgl_kernel_npu.fla.chunk import b\n"})
+    (sg / "srt" / "dangling.py").symlink_to(tmp_path / "nowhere.py")
+    (sg / "srt" / "loop.py").symlink_to("loop.py")
+    report = pairing.check(str(sg), [str(one_kernel(tmp_path))])
+    assert [(r.imp.file, r.imp.what, r.state) for r in report.records] == [
+        ("sglang/srt/a.py", "sgl_kernel_npu.fla.chunk:a", pairing.OK),
+        ("sglang/srt/z/b.py", "sgl_kernel_npu.fla.chunk:b", pairing.OK)]
+    assert [s.file for s in report.skipped] == ["sglang/srt/dangling.py", "sglang/srt/loop.py"]
+    dangling, loop = (s.reason for s in report.skipped)
+    assert dangling.startswith(f"a symlink to {tmp_path / 'nowhere.py'} that cannot be followed (FileNotFoundError: ")
+    assert loop.startswith("a symlink to loop.py that cannot be followed (OSError: ")
+    # the startup check's form (named files): a dangling file is reported, an absent one is not there to check
+    named = pairing.check(str(sg), [str(one_kernel(tmp_path))],
+                          files=["sglang/srt/a.py", "sglang/srt/dangling.py", "sglang/srt/absent.py"])
+    assert [r.imp.file for r in named.records] == ["sglang/srt/a.py"]
+    assert [(s.file, s.reason) for s in named.skipped] == [("sglang/srt/dangling.py", dangling)]
+
+
+def test_a_file_that_is_not_regular_and_an_unreadable_dist_info_are_no_crash(tmp_path):
+    sg = fake_sglang(tmp_path, {"srt/a.py": "from sgl_kernel_npu.fla.chunk import a\n"})
+    os.mkfifo(sg / "srt" / "pipe.py")  # reading it would block forever
+    (sg.parent / "sglang-9.9.dist-info").mkdir()
+    (sg.parent / "sglang-9.9.dist-info" / "METADATA").symlink_to("METADATA")  # its version cannot be read
+    report = pairing.check(str(sg), [str(one_kernel(tmp_path))])
+    assert [(r.imp.what, r.imp.release, r.state) for r in report.records] == [
+        ("sgl_kernel_npu.fla.chunk:a", "SGLang", pairing.OK)]
+    assert report.skipped == (pairing.SkippedFile("sglang/srt/pipe.py", "not a regular file"),)
+
+
+def test_an_unlistable_directory_is_reported(tmp_path, monkeypatch):
+    sg = fake_sglang(tmp_path, {"srt/a.py": "from sgl_kernel_npu.fla.chunk import a\n",
+                                "srt/sub/b.py": "from sgl_kernel_npu.fla.chunk import b\n"})
+    real = os.scandir
+    denied = str(sg / "srt" / "sub")
+
+    def scandir(path="."):  # what os.walk meets on a directory it may not list (chmod is moot as root)
+        if os.fspath(path) == denied:
+            raise PermissionError(13, "Permission denied", denied)
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    report = pairing.check(str(sg), [str(one_kernel(tmp_path))])
+    assert [r.imp.what for r in report.records] == ["sgl_kernel_npu.fla.chunk:a"]
+    assert report.skipped == (pairing.SkippedFile(
+        "sglang/srt/sub", "directory cannot be read (PermissionError: Permission denied)"),)
+
+
+def test_a_too_deep_expression_skips_that_file_only(tmp_path):
+    sg = fake_sglang(tmp_path, {
+        "srt/a.py": "from sgl_kernel_npu.fla.chunk import a\n",
+        # parses, but deeper than Python's recursion limit for a recursive walk: still scanned
+        "srt/deep.py": "x = " + "1 + " * (sys.getrecursionlimit() + 500) + "1\n"
+                       "from sgl_kernel_npu.fla.chunk import b\n",
+        # deeper than the parser itself takes (RecursionError from ast.parse): skipped, reported
+        "srt/deeper.py": "from sgl_kernel_npu.fla.chunk import c\nx = " + "1 + " * 100_000 + "1\n",
+    })
+    report = pairing.check(str(sg), [str(one_kernel(tmp_path))])
+    assert [(r.imp.file, r.imp.line, r.imp.what, r.state) for r in report.records] == [
+        ("sglang/srt/a.py", 1, "sgl_kernel_npu.fla.chunk:a", pairing.OK),
+        ("sglang/srt/deep.py", 2, "sgl_kernel_npu.fla.chunk:b", pairing.OK)]
+    assert report.skipped == (pairing.SkippedFile("sglang/srt/deeper.py",
+                                                  "nested too deeply for Python's parser (RecursionError)"),)
+
+
+def test_doctor_lists_the_skipped_files(tmp_path, monkeypatch, kernel_path):
+    sg = fake_sglang(tmp_path, {"srt/a.py": "from sgl_kernel_npu.fla.chunk import a\n"})
+    (sg / "srt" / "dangling.py").symlink_to(tmp_path / "nowhere.py")
+    monkeypatch.setattr(pairing, "SGLANG_DIR", str(sg))
+    reason = pairing.check().skipped[0].reason
+    skipped_line = f"  skipped        sglang/srt/dangling.py: {reason} (its sgl_kernel_npu imports are not checked)"
+    kernel_path(tmp_path / "none")
+    assert render_pairing().splitlines()[2:] == [
+        f"  {pairing.NOT_INSTALLED} (SGLang imports it 1 times in 1 files)", skipped_line]
+    kernel_path(root := one_kernel(tmp_path))
+    assert render_pairing().splitlines()[2:] == [
+        f"  sgl_kernel_npu at {root / 'sgl_kernel_npu' / '__init__.py'}: 1 imports, 1 ok; 1 SGLang files skipped",
+        skipped_line, "  ok             sgl_kernel_npu.fla.chunk:a  <- sglang/srt/a.py:1"]
+
+
+# --------------------------------------------------------------------------- one name in two modules
+
+CLASH = "chunk_gated_delta_rule_npu"
+CHUNK, WRAPPER = "sgl_kernel_npu.fla.chunk", "sgl_kernel_npu.fla.chunk_gated_delta_rule_npu"  # SKN PR #747: WRAPPER
+
+
+def clash_trees(tmp_path: Path, init: str = "", chunk: str = f"def {CLASH}():\n    pass\n"):
+    """A fake SGLang importing the name from each module and from their package, and a fake
+    sgl_kernel_npu holding both modules (``fla/__init__.py`` is ``init``, ``fla/chunk.py`` ``chunk``)."""
+    sg = fake_sglang(tmp_path, {"srt/gdn.py": f"from {CHUNK} import {CLASH}\n"
+                                              f"from {WRAPPER} import {CLASH} as wrapper\n"
+                                              f"from sgl_kernel_npu.fla import {CLASH} as from_package\n"})
+    root = write_kernel_tree(tmp_path / "k", [], extra={
+        "sgl_kernel_npu/fla/__init__.py": init,
+        "sgl_kernel_npu/fla/chunk.py": chunk,
+        f"sgl_kernel_npu/fla/{CLASH}.py": f"import torch\n\ndef {CLASH}(*args):\n"
+                                          "    return torch.ops.npu.chunk_gated_delta_rule(*args)\n"})
+    return sg, root
+
+
+def test_the_two_chunk_gated_delta_rule_npu_are_told_apart(tmp_path):
+    sg, root = clash_trees(tmp_path, init=f"from .chunk import {CLASH}\n")
+    fla = root / "sgl_kernel_npu" / "fla"
+    report = pairing.check(str(sg), [str(root)])
+    assert [(r.imp.what, r.state, r.detail, r.path) for r in report.records] == [
+        (f"{CHUNK}:{CLASH}", pairing.OK, f"{CHUNK}:{CLASH} defined in {CHUNK}", str(fla / "chunk.py")),
+        (f"{WRAPPER}:{CLASH}", pairing.OK, f"{WRAPPER}:{CLASH} defined in {WRAPPER}", str(fla / f"{CLASH}.py")),
+        # the package's own binding wins over its same-name submodule, as in Python's from-import
+        (f"sgl_kernel_npu.fla:{CLASH}", pairing.OK, f"sgl_kernel_npu.fla:{CLASH} bound from {CHUNK}:{CLASH}; the "
+         f"submodule {WRAPPER} has the same name (importing it rebinds sgl_kernel_npu.fla:{CLASH} to that module)",
+         str(fla / "__init__.py"))]
+
+
+def test_the_package_name_without_a_binding_is_the_wrapper_module(tmp_path):
+    sg, root = clash_trees(tmp_path)
+    rec = pairing.check(str(sg), [str(root)]).records[2]
+    assert (rec.state, rec.detail) == (pairing.OK, f"sgl_kernel_npu.fla:{CLASH} is the submodule {WRAPPER}")
+
+
+def test_a_build_without_the_hooked_entry_names_fla_chunk_not_the_wrapper(tmp_path, monkeypatch, kernel_path):
+    sg, root = clash_trees(tmp_path, chunk="def other():\n    pass\n")  # PR #747's wrapper only
+    report = pairing.check(str(sg), [str(root)])
+    assert [(r.imp.what, r.state) for r in report.records] == [
+        (f"{CHUNK}:{CLASH}", pairing.MISSING_SYMBOL), (f"{WRAPPER}:{CLASH}", pairing.OK),
+        (f"sgl_kernel_npu.fla:{CLASH}", pairing.OK)]
+    assert report.records[0].detail == f"{CHUNK} does not define {CHUNK}:{CLASH}"
+    assert pairing.messages(report.records) == [
+        f"sgl-kernel-npu pairing: SGLang's sglang/srt/gdn.py:1 imports {CLASH} from {CHUNK}, but the installed "
+        f"{CHUNK} ({root / 'sgl_kernel_npu' / 'fla' / 'chunk.py'}) does not define {CLASH}: install an "
+        f"sgl-kernel-npu build whose {CHUNK} defines {CLASH}{INSTALL_TAIL}"]
+    monkeypatch.setattr(pairing, "SGLANG_DIR", str(sg))
+    kernel_path(root)
+    rows = doctor.collect_pairing()["rows"]
+    assert [(r["import"], r["state"]) for r in rows] == [(r.imp.what, r.state) for r in report.records]
+    text = render_pairing()
+    assert f"  missing symbol {CHUNK}:{CLASH}  <- sglang/srt/gdn.py:1\n" in text
+    assert f"  ok             {WRAPPER}:{CLASH}  <- sglang/srt/gdn.py:2\n" in text
+
+
+def test_unverifiable_rows_name_the_symbol_by_module(tmp_path, monkeypatch, kernel_path):
+    sg, root = clash_trees(tmp_path, chunk="from ._impl import *\n")
+    monkeypatch.setattr(pairing, "SGLANG_DIR", str(sg))
+    kernel_path(root)
+    assert (f"      {root / 'sgl_kernel_npu' / 'fla' / 'chunk.py'}: it star-imports from ._impl: {CHUNK}:{CLASH} "
+            "may be provided at import\n") in render_pairing()
 
 
 # --------------------------------------------------------------------------- families
