@@ -40,8 +40,28 @@ def _table(w, header: tuple, rows) -> None:
         w("| " + " | ".join(_cell(v) for v in row) + " |\n")
 
 
+def model_name(model_path: str) -> str:
+    """What the report shows of ``model_path``: its last component (of the absolute path, so
+    ``.`` reads as the directory's name)."""
+    return os.path.basename(os.path.normpath(os.path.abspath(model_path))) or os.path.normpath(model_path)
+
+
+def _hide_model_path(text: str, model_path: str) -> str:
+    """``text`` with every spelling of ``model_path`` (as given, normalised, absolute, resolved)
+    replaced by :func:`model_name`: an error about a missing or unreadable config names the
+    directory by its last component, as the rest of the report does."""
+    name = model_name(model_path)
+    given = model_path.rstrip("/" + os.sep) or model_path  # "dir/" + "config.json" reads "dir/config.json"
+    forms = {given, os.path.normpath(model_path), os.path.abspath(model_path), os.path.realpath(model_path)}
+    for form in sorted(forms, key=len, reverse=True):  # the longest first: one may contain another
+        if len(form) > len(name):
+            text = text.replace(form, name)
+    return text
+
+
 def plan_text(model_path: str, tp: int) -> str:
-    """The ``plan`` rows of the model at ``model_path`` for one TP size (or its one-line error)."""
+    """The ``plan`` rows of the model at ``model_path`` for one TP size, or its one-line error
+    (naming the model directory by its last component only)."""
     from sglang_ascend_hybrid import model_families as mf
     from sglang_ascend_hybrid import plan
 
@@ -50,7 +70,7 @@ def plan_text(model_path: str, tp: int) -> str:
         mf.family(cfg)
         rows = plan.plan(cfg, (tp,))
     except (mf.ConfigError, ValueError) as exc:
-        return f"plan: error: {exc}\n"
+        return _hide_model_path(f"plan: error: {exc}", model_path).replace("\n", " ") + "\n"
     out = io.StringIO()
     plan.render(rows, out)
     return out.getvalue()
@@ -82,8 +102,11 @@ def render_report(info: dict, write, model_path: Optional[str] = None, tp: int =
         _table(w, ("kernel", "present", "variant", "rungs"),
                [(k["kernel"], "yes" if k["present"] else "no", k["variant"], ", ".join(k.get("used_by", ())))
                 for k in kernels.get("kernels", [])])
+    from sglang_ascend_hybrid.doctor import qualified_op
+
+    # module-qualified: sgl-kernel-npu has a chunk_gated_delta_rule_npu in two modules
     w("\n**Device ops through the seam**: " + ", ".join(
-        f"`{name.rsplit(':', 1)[-1]}` {'present' if ok else 'absent'}" for name, ok in info["device_ops"].items())
+        f"`{qualified_op(name)}` {'present' if ok else 'absent'}" for name, ok in info["device_ops"].items())
       + "\n")
     probes = info.get("probes") or {}
     w("\n**Probe verdicts**\n\n")
@@ -109,8 +132,7 @@ def render_report(info: dict, write, model_path: Optional[str] = None, tp: int =
     if problems:
         w("\n**Problems**\n\n" + "".join(f"- {p}\n" for p in problems))
     if model_path is not None:
-        name = os.path.basename(os.path.normpath(model_path))
-        w(f"\n**Plan** of `{name}` at TP={tp}\n\n{FENCE}\n{plan_text(model_path, tp)}{FENCE}\n")
+        w(f"\n**Plan** of `{model_name(model_path)}` at TP={tp}\n\n{FENCE}\n{plan_text(model_path, tp)}{FENCE}\n")
 
 
 def _variant(kernels: dict) -> str:
@@ -123,12 +145,15 @@ def _variant(kernels: dict) -> str:
 def _pairing_line(data: dict) -> str:
     if "error" in data:
         return f"could not be checked ({data['error']})"
+    # SGLang files (relative to site-packages) that could not be read; their reasons may hold paths
+    skipped = [s["file"] for s in data.get("skipped", [])]
+    unread = f"; {len(skipped)} SGLang files skipped (unreadable): {', '.join(skipped[:8])}" if skipped else ""
     if not data.get("installed"):
-        return f"sgl_kernel_npu not installed (SGLang imports it {data.get('imports', 0)} times)"
+        return f"sgl_kernel_npu not installed (SGLang imports it {data.get('imports', 0)} times){unread}"
     rows = data.get("rows", [])
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["state"]] = counts.get(r["state"], 0) + 1
-    missing = [r["import"] for r in rows if r["state"].startswith("missing")][:8]
+    missing = [r["import"] for r in rows if r["state"].startswith("missing")][:8]  # module:attr each
     return (f"{len(rows)} imports: " + ", ".join(f"{n} {s}" for s, n in counts.items())
-            + (f"; not found: {', '.join(missing)}" if missing else ""))
+            + (f"; not found: {', '.join(missing)}" if missing else "") + unread)

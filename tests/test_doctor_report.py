@@ -83,3 +83,85 @@ def test_report_options_are_checked_before_anything_runs():
     assert last == "sglang-ascend-hybrid doctor: error: --tp 0: expected a positive integer"
     alone = run_cli("doctor", "--model-path", str(CONFIG))
     assert alone.returncode == 2 and alone.stdout == "" and "expected --report" in alone.stderr
+
+
+# ------------------------------------------------------------------ a bad --model-path: its last component only
+
+
+def unreadable_config(tmp_path: Path) -> Path:
+    """A model directory whose config.json cannot be read: chmod 000 where that stops the reader
+    (not as root, which CI runs as), else a config.json that is not JSON."""
+    model = tmp_path / "private-dir" / "unreadable-model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text('{"model_type": "qwen3_5",')
+    if os.geteuid() != 0:
+        (model / "config.json").write_text('{"model_type": "qwen3_5"}')
+        (model / "config.json").chmod(0)
+    return model
+
+
+def test_a_missing_model_dir_is_named_by_its_last_component(tmp_path):
+    missing = tmp_path / "private-dir" / "no-such-model"
+    proc = run_cli("doctor", "--report", "--model-path", str(missing))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    plan_block = proc.stdout.split("**Plan** of `no-such-model` at TP=1\n\n```\n", 1)[1].split("```", 1)[0]
+    assert plan_block == "plan: error: no config.json at no-such-model\n"
+    assert str(tmp_path) not in proc.stdout and "private-dir" not in proc.stdout
+
+
+@pytest.mark.parametrize("make, expected", [
+    (unreadable_config, ("plan: error: cannot read unreadable-model/config.json: Permission denied\n"
+                         if os.geteuid() != 0 else
+                         "plan: error: unreadable-model/config.json is not valid JSON: Expecting property name "
+                         "enclosed in double quotes: line 1 column 26 (char 25)\n")),
+    # config.json that is a directory: no file to read
+    (lambda tmp: (tmp / "private-dir" / "unreadable-model" / "config.json").mkdir(parents=True)
+     or tmp / "private-dir" / "unreadable-model", "plan: error: no config.json at unreadable-model\n"),
+])
+def test_an_unreadable_config_is_named_by_the_model_dirs_last_component(tmp_path, monkeypatch, make, expected):
+    model = make(tmp_path)
+    info = dict(versions={"sglang-ascend-hybrid": "x"}, release="r", summary="s", patches=[], kernels={},
+                device_ops={}, probes={}, pairing={}, settings={}, load_errors=[], setting_problems=[])
+    for given in (str(model), os.path.relpath(model), str(model) + "/", str(model / "config.json")):
+        out = io.StringIO()
+        doctor_report.render_report(info, out.write, given, 2)
+        text = out.getvalue()
+        assert str(tmp_path) not in text and "private-dir" not in text, given
+        if not given.endswith(("config.json", "/")):  # as given: "dir/" reads "unreadable-model/"
+            assert text.endswith(f"**Plan** of `unreadable-model` at TP=2\n\n```\n{expected}```\n"), given
+    monkeypatch.chdir(model)  # "." is the directory's name too
+    out = io.StringIO()
+    doctor_report.render_report(info, out.write, ".", 2)
+    assert "**Plan** of `unreadable-model` at TP=2" in out.getvalue() and str(tmp_path) not in out.getvalue()
+
+
+def test_device_ops_are_reported_by_module_qualified_name():
+    """sgl-kernel-npu has a chunk_gated_delta_rule_npu in fla.chunk (the entry the plugin hooks) and, since its
+    PR #747, in fla.chunk_gated_delta_rule_npu (a wrapper of torch.ops.npu.chunk_gated_delta_rule)."""
+    from sglang_ascend_hybrid import doctor
+
+    ops = {"sgl_kernel_npu.fla.chunk:chunk_gated_delta_rule_npu": True,
+           "sgl_kernel_npu.fla.chunk_gated_delta_rule_npu:chunk_gated_delta_rule_npu": False,
+           "chunk_gated_delta_rule": False}
+    info = dict(versions={"sglang-ascend-hybrid": "x"}, release="r", summary="s", patches=[], kernels={},
+                device_ops=ops, probes={}, pairing={}, settings={}, load_errors=[], setting_problems=[])
+    out = io.StringIO()
+    doctor_report.render_report(info, out.write)
+    assert ("**Device ops through the seam**: `sgl_kernel_npu.fla.chunk:chunk_gated_delta_rule_npu` present, "
+            "`sgl_kernel_npu.fla.chunk_gated_delta_rule_npu:chunk_gated_delta_rule_npu` absent, "
+            "`torch.ops.npu.chunk_gated_delta_rule` absent\n") in out.getvalue()
+    out = io.StringIO()
+    doctor.render(info, out)
+    lines = [ln.split() for ln in out.getvalue().split("Device ops (through the plugin's seam)\n", 1)[1]
+             .split("\n\n", 1)[0].splitlines()]
+    assert lines == [["sgl_kernel_npu.fla.chunk:chunk_gated_delta_rule_npu", "present"],
+                     ["sgl_kernel_npu.fla.chunk_gated_delta_rule_npu:chunk_gated_delta_rule_npu", "absent"],
+                     ["torch.ops.npu.chunk_gated_delta_rule", "absent"]]
+
+
+def test_the_pairing_line_lists_skipped_files_without_their_reasons():
+    line = doctor_report._pairing_line({"installed": True, "rows": [
+        {"state": "missing symbol", "import": "sgl_kernel_npu.fla.chunk:chunk_gated_delta_rule_npu"}],
+        "skipped": [{"file": "sglang/srt/x.py", "reason": "a symlink to /home/op/secret that cannot be followed"}]})
+    assert line == ("1 imports: 1 missing symbol; not found: sgl_kernel_npu.fla.chunk:chunk_gated_delta_rule_npu; "
+                    "1 SGLang files skipped (unreadable): sglang/srt/x.py")
