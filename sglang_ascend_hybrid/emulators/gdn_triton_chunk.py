@@ -19,6 +19,29 @@ def _violation(op: str, what: str) -> None:
     raise EmulatorContractViolation(f"{op}: {what} (undefined behaviour on the real op, which does not check it)")
 
 
+def empty_sequence_before_tokens(bounds) -> Optional[tuple[int, int]]:
+    """``(i, j)``, an empty sequence ``i`` and a later non-empty sequence ``j``, or None: the
+    cu_seqlens the Triton path attributes chunks wrongly for.
+
+    SKN f425bdf1 ``python/sgl_kernel_npu/sgl_kernel_npu/fla/utils.py`` ~155-164
+    ``prepare_chunk_indices``: ``indices = cat([arange(cdiv(len_n, chunk)) for n])`` has no entry for
+    an empty sequence, and ``indices.eq(0).cumsum(0) - 1`` then numbers every chunk by how many
+    non-empty sequences start up to it, not by its sequence.  The chunk-indexed stages read
+    ``bos, eos = cu_seqlens[i_n], cu_seqlens[i_n + 1]`` of that wrong number: ``chunk_local_cumsum``
+    (``fla/cumsum.py`` ~114), ``chunk_scaled_dot_kkt_fwd`` (``chunk_scaled_dot_kkt.py`` ~140),
+    ``solve_tril`` (``solve_tril.py`` ~647, ~675), ``recompute_w_u_fwd`` (``wy_fast.py`` ~117); so the
+    cumulative gates, A, w and u of the sequences after the empty one stay ``torch.empty``, and
+    ``chunk_gated_delta_rule_fwd_h`` / ``chunk_fwd_o`` (per sequence through ``prepare_chunk_offsets``,
+    ``chunk_delta_h.py`` ~238, ``chunk_o.py`` ~154) compute their h, final state and o from those
+    unwritten buffers.  Empty sequences only at the end leave every number right."""
+    lengths = [b - a for a, b in zip(bounds, bounds[1:])]
+    first_empty = next((i for i, n in enumerate(lengths) if n == 0), None)
+    if first_empty is None:
+        return None
+    later = next((j for j in range(first_empty + 1, len(lengths)) if lengths[j] > 0), None)
+    return None if later is None else (first_empty, later)
+
+
 def make_triton_chunk_emulator(*, mega: Optional[Callable] = None, version: Optional[str] = None,
                                environ=None) -> Callable:
     """An emulator of sgl-kernel-npu's Triton prefill entry ``fla.chunk.chunk_gated_delta_rule_npu``,
@@ -44,6 +67,8 @@ def make_triton_chunk_emulator(*, mega: Optional[Callable] = None, version: Opti
     Final state fp32 ``[N, H, K, V]`` (None unless ``output_final_state``); o in q's dtype.  Head
     dims above 128 are silently cut off by the fixed ``[128, 64]`` tiles: contract violation.
     An initial state that is not ``[N, H, K, V]`` would be read out of bounds: contract violation.
+    An empty sequence followed by a non-empty one (Triton mode, cu_seqlens given): contract violation
+    (:func:`empty_sequence_before_tokens`).
     """
     import os
 
@@ -91,6 +116,12 @@ def make_triton_chunk_emulator(*, mega: Optional[Callable] = None, version: Opti
             cu = cu_seqlens
         bounds = [int(x) for x in cu.tolist()]
         n = len(bounds) - 1
+        late = empty_sequence_before_tokens(bounds) if cu_seqlens is not None else None
+        if late is not None:
+            _violation(name, f"cu_seqlens {bounds if n <= 16 else '...'}: sequence {late[0]} is empty and sequence "
+                             f"{late[1]} after it is not; prepare_chunk_indices numbers chunks by the non-empty "
+                             "sequences before them, so the chunk-indexed stages never compute the later "
+                             "sequences and their o / final state / h come from unwritten buffers")
         if initial_state is not None and tuple(initial_state.shape) != (n, Hv, K, V):
             _violation(name, f"initial_state {tuple(initial_state.shape)} is not [N, H, K, V] = {(n, Hv, K, V)}")
         rnd = k.dtype  # h and the chunk matmuls' operands

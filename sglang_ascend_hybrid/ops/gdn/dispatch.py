@@ -24,6 +24,10 @@ only on Ascend 950) and the mega kernel fp16 states, so an fp32 pool's prefill r
 on triton / torch there; the recurrent op is bf16-only, so decode of a non-bf16 pool
 runs on torch.
 
+The mega and triton rungs are handed the call's non-empty sequences only and the empty ones'
+results are put back (:func:`without_empty_sequences`: both kernels mishandle an empty sequence);
+the npu_chunk op refuses empty sequences itself.
+
 Every rung takes already l2-normalised q / k, never writes its inputs (the
 initial states handed to a kernel are fresh copies) and returns new tensors;
 the public ops copy final states into a pool only after a rung succeeded, so a
@@ -143,6 +147,50 @@ class ChunkCall:
                      if t is not None and t.numel()]
             self._max_abs = float(torch.stack(parts).max()) if parts else 0.0
         return self._max_abs
+
+
+def without_empty_sequences(run):
+    """``run`` (a rung's runner) on the call's non-empty sequences only, the empty ones' results put back:
+    o and the per-chunk states are untouched (an empty sequence has no token and no chunk), the final
+    state of an empty sequence is its initial state (zeros without one), as the torch rung returns it.
+
+    For the rungs fed by cu_seqlens whose kernels mishandle empty sequences: sgl-kernel-npu's Triton
+    entry numbers chunks by the non-empty sequences before them (``prepare_chunk_indices``, SKN
+    f425bdf1 ``fla/utils.py`` ~155-164), so every sequence after an empty one is computed from
+    unwritten buffers (:func:`sglang_ascend_hybrid.emulators.gdn_triton_chunk.empty_sequence_before_tokens`);
+    the mega kernel's ``chunk_h`` (SKN f425bdf1 ``csrc/mega_chunk_gdn/op_kernel/chunk_h.cpp`` ~519-560)
+    stores an empty sequence's initial state into the ``h`` row of the next sequence's first chunk (past
+    the end of ``h`` when it is the last) and signals a cross-core flag its cube side never waits for.
+    The lengths are on the host already (prefill reads the offsets there)."""
+
+    def without_empty(call: ChunkCall):
+        keep = [i for i, n in enumerate(call.lengths) if n > 0]
+        if len(keep) == call.num_sequences:
+            return run(call)
+        dev = call.q.device
+        if keep:
+            kept = [call.lengths[i] for i in keep]
+            cu = torch.tensor([0, *itertools.accumulate(kept)], dtype=call.cu_seqlens.dtype, device=dev)
+            rows = torch.tensor(keep, dtype=torch.long, device=dev)
+            renumber = {old: new for new, old in enumerate(keep)}
+            exact = (None if call.exact_chunks is None
+                     else tuple((renumber[i], c) for i, c in call.exact_chunks))  # only non-empty ones have chunks
+            sub = ChunkCall(call.q, call.k, call.v, call.g, call.beta, cu,
+                            None if call.initial_state is None else call.initial_state.index_select(0, rows),
+                            call.scale, call.chunk_states, exact, _lengths=kept, _max_abs=call._max_abs)
+            o, final_kept, h = run(sub)
+        Hv, V, K = call.v.shape[2], call.v.shape[3], call.q.shape[3]
+        final = (torch.zeros(call.num_sequences, Hv, V, K, dtype=torch.float32, device=dev)
+                 if call.initial_state is None else call.initial_state.float().clone())
+        if not keep:  # no token at all: nothing for a kernel to do
+            o = call.q.new_empty(1, 0, Hv, V)
+            h = call.q.new_empty(0, Hv, V, K, dtype=torch.float32) if call.chunk_states else None
+            return o, final, h
+        final[rows] = final_kept.float()
+        return o, final, h
+
+    without_empty.__name__ = getattr(run, "__name__", "run")
+    return without_empty
 
 
 # ---------------------------------------------------------------- refusals (texts: contract)
@@ -463,11 +511,12 @@ PREFILL = Ladder("gdn_prefill", [
          device=True, ops=(OP_NPU_CHUNK,),
          needs="sgl-kernel-npu's torch.ops.npu.chunk_gated_delta_rule, bf16 q/k/v, <= 64 heads, "
                "head dims <= 128, a bf16 state (fp32 only on Ascend 950), no empty sequence"),
-    Rung("mega", lambda sig, call: _mega_supports(sig, call), _mega_run, _mega_refusal, device=True, ops=(OP_MEGA,),
+    Rung("mega", lambda sig, call: _mega_supports(sig, call), without_empty_sequences(_mega_run), _mega_refusal,
+         device=True, ops=(OP_MEGA,),
          needs="sgl-kernel-npu's mega kernel, head dim 128, a head plan within the overhead limit, "
                "a 16-bit state, no 64-token chunk states, inputs and state within fp16's range"),
-    Rung("triton", lambda sig, call: _triton_supports(sig, call), _triton_run, _triton_refusal, device=True,
-         ops=(OP_TRITON,),
+    Rung("triton", lambda sig, call: _triton_supports(sig, call), without_empty_sequences(_triton_run), _triton_refusal,
+         device=True, ops=(OP_TRITON,),
          needs="sgl-kernel-npu's Triton chunk entry, fp16/bf16 inputs and head dims <= 128; when the entry "
                "runs the mega kernel (GDN_USE_MEGA_GDN=1), the mega kernel's contract"),
     Rung("torch", lambda sig, call: None, _torch_run),
