@@ -20,7 +20,14 @@ Rules, each from the sources above:
   ``optimized``: token i of a sequence reads and writes ``p_h0 + i*HV*K*V``, another slot's memory
   for i > 0: violation for sequences longer than one token;
 - output ``[1, B, HV, V]`` (generic) or ``[N, HV, V]`` (optimized) in q's dtype; the state is
-  computed in fp32 and stored in the pool's dtype.
+  computed in fp32 and stored in the pool's dtype;
+- both address the output row of a token by its position in q, not by its sequence (generic
+  ``p_o = o + ((i_k * all + bos) * HV + i_hv) * V``, 001e1888; optimized
+  ``p_o = o + (bos * HV + i_hv) * V + o_v`` ~123 and ``+ i * HV * V`` ~171, 5300df95).  The optimized
+  wrapper allocates one row per *sequence* (``o = q.new_empty(N, HV, V)`` ~238): with an empty
+  sequence before a live one (``cu = [0, 1, 1, 2]``) row 1 holds sequence 2's token and the last
+  row stays unwritten (NaN here).  (With at most one token per sequence a token's row is below N.)
+  Tokens past q's rows (``cu[-1]`` beyond them) are out-of-bounds reads: violation.
 """
 
 from __future__ import annotations
@@ -74,7 +81,11 @@ def make_triton_decode_emulator(entry: str = "optimized", *, layout: str = "key_
         bf = b.reshape(-1, HV).float()
         decay_rate = A_log.float().exp()
         dtb = dt_bias.float()
-        out = torch.full((qf.shape[0], HV, V), float("nan"), dtype=torch.float32)
+        tokens = qf.shape[0]
+        if bounds[-1] > tokens:
+            _violation(f"cu_seqlens ends at {bounds[-1]}, past q's {tokens} tokens (reads out of bounds)")
+        out_rows = N if entry == "optimized" else tokens  # o = q.new_empty(N, HV, V) / new_empty(NK, *v.shape)
+        out = torch.full((out_rows, HV, V), float("nan"), dtype=torch.float32)
         heads = HV if entry == "optimized" else (HV // dc.GENERIC_HEADS_PER_PROGRAM) * dc.GENERIC_HEADS_PER_PROGRAM
         flat = None if pool is None else pool.view(-1)
         slots = 0 if pool is None else pool.numel() // max(HV * K * V, 1)
@@ -112,7 +123,7 @@ def make_triton_decode_emulator(entry: str = "optimized", *, layout: str = "key_
                         stored = state if layout == "key_first" else state.t()
                         flat[base:base + K * V] = stored.reshape(-1).to(pool.dtype)
         o = out.to(q.dtype)
-        return o.reshape(1, -1, HV, V) if entry == "generic" else o.reshape(N, HV, V)
+        return o.reshape(1, -1, HV, V) if entry == "generic" else o
 
     kernel.layout = layout
     kernel.entry = entry
