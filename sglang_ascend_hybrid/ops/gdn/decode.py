@@ -16,6 +16,11 @@ A request is live when its slot is ``>= 0`` and its ``query_start_loc`` length i
 graph replay gives padded requests slot 0 and length 0): only live requests' slots change, and
 padded requests' output rows are 0.  Everything is capture-safe: no host sync, static shapes, the
 rung decided from shapes, dtypes and recorded probe verdicts (never from tensor values).
+
+Inputs: shapes and dtypes are checked on every call (:func:`check_serving_inputs`, metadata only);
+slot ranges, duplicate live slots and the offsets (:func:`check_serving_values`, read on the host)
+only with ``SGLANG_ASCEND_HYBRID_DEBUG_CHECKS=1`` or ``check_values=True``, since decode runs under
+NPU graph capture.  Both raise ``ValueError`` naming the argument, its value and what was expected.
 """
 
 from __future__ import annotations
@@ -26,11 +31,14 @@ from typing import Optional
 
 import torch
 
+from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops import seam
+from sglang_ascend_hybrid.ops.host import host_list
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn import decode_contract as dc
 from sglang_ascend_hybrid.ops.gdn import decode_probe
+from sglang_ascend_hybrid.ops.gdn.api import _fail as _api_fail
 from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 from sglang_ascend_hybrid.ops.gdn.dispatch import GdnSignature, rejection_line
 from sglang_ascend_hybrid.ops.gdn.pool_step import step_on_pool
@@ -99,6 +107,86 @@ class GatedDecodeCall:
 
 
 
+# ---------------------------------------------------------------- input checks
+
+
+def _fail(name: str, value, expected: str):
+    _api_fail(f"GDN decode: {name}", value, expected)
+
+
+def _desc(t) -> str:
+    return f"shape {tuple(t.shape)} {str(t.dtype).replace('torch.', '')}" if isinstance(t, torch.Tensor) else repr(t)
+
+
+def check_serving_inputs(call: GatedDecodeCall) -> None:
+    """Shapes and dtypes (tensor metadata only: no host sync; run on every call, also in a capture)."""
+    for name in ("q", "k", "v", "a", "b", "A_log", "dt_bias", "pool", "cache_indices"):
+        if not isinstance(getattr(call, name), torch.Tensor):
+            _fail(name, repr(getattr(call, name)), "a torch.Tensor")
+    q, k, v, pool = call.q, call.k, call.v, call.pool
+    for name in ("q", "k", "v", "a", "b", "A_log", "dt_bias"):
+        t = getattr(call, name)
+        if not t.dtype.is_floating_point:
+            _fail(f"{name}.dtype", t.dtype, "a floating-point dtype")
+    if q.dim() != 4 or q.shape[0] != 1:
+        _fail("q", _desc(q), "[1, B, Hk, K] (one token per request)")
+    if k.shape != q.shape:
+        _fail("k", _desc(k), f"the shape of q {tuple(q.shape)}")
+    B, Hk, K = q.shape[1], q.shape[2], q.shape[3]
+    if v.dim() != 4 or tuple(v.shape[:2]) != (1, B):
+        _fail("v", _desc(v), f"[1, {B}, Hv, V]")
+    Hv, V = v.shape[2], v.shape[3]
+    if Hk == 0 or Hv % Hk:
+        _fail("v", _desc(v), f"a value-head count that is a multiple of the {Hk} key heads")
+    for name in ("a", "b"):
+        t = getattr(call, name)
+        if t.numel() != B * Hv:
+            _fail(name, _desc(t), f"{B} x {Hv} = {B * Hv} entries (one per request and value head)")
+    for name in ("A_log", "dt_bias"):
+        t = getattr(call, name)
+        if t.numel() != Hv:
+            _fail(name, _desc(t), f"{Hv} entries (one per value head)")
+    if pool.dim() != 4 or tuple(pool.shape[1:]) != (Hv, V, K):
+        _fail("pool (ssm_states)", _desc(pool), f"[slots, {Hv}, {V}, {K}] (value-first, the heads of v)")
+    if not pool.dtype.is_floating_point:
+        _fail("pool (ssm_states).dtype", pool.dtype,
+              "a floating-point dtype (the state is stored in the pool's dtype: an integer pool truncates it)")
+    for name, t, n in (("cache_indices", call.cache_indices, B), ("query_start_loc", call.query_start_loc, B + 1)):
+        if t is None:
+            continue
+        problem = index_dtype_problem(name, t)
+        if problem:
+            raise ValueError(f"GDN decode: {problem}")
+        if t.dim() != 1 or t.numel() != n:
+            _fail(name, _desc(t), f"[{n}] ({'one slot per request' if n == B else 'B + 1 offsets'}, B = {B})")
+
+
+def check_serving_values(call: GatedDecodeCall) -> None:
+    """Value checks, read on the host (``SGLANG_ASCEND_HYBRID_DEBUG_CHECKS=1`` or ``check_values=True``
+    only: a device-to-host sync, which breaks NPU graph capture).  Offsets: at most one token per
+    request, request n's token in q row n (so length-0 padding only after the last live request, as
+    SGLang's graph replay pads); slots: ``-1`` or in ``[0, slots)``, each live slot once."""
+    B, slots = call.batch, call.pool.shape[0]
+    lengths = [1] * B
+    if call.query_start_loc is not None:
+        offsets = host_list(call.query_start_loc)
+        lengths = [b - a for a, b in zip(offsets, offsets[1:])]
+        if any(n not in (0, 1) for n in lengths) or any(
+                n == 1 and offsets[i] != i for i, n in enumerate(lengths)):
+            _fail("query_start_loc", offsets if B <= 16 else f"{offsets[:8]}...",
+                  "offsets from 0 with lengths 0 or 1, request n's token in q row n (padding of length 0 "
+                  "only after the last live request)")
+    idx = host_list(call.cache_indices)
+    shown = idx if B <= 16 else f"{idx[:8]}..."
+    bad = [x for x in idx if not (x == -1 or 0 <= x < slots)]
+    if bad:
+        _fail("cache_indices", shown, f"slots in [0, {slots}) or -1 (padding); out of range: {bad[:4]}")
+    live = [x for x, n in zip(idx, lengths) if x >= 0 and n > 0]
+    if len(set(live)) != len(live):
+        dup = sorted({x for x in live if live.count(x) > 1})
+        _fail("cache_indices", shown, f"each live request's slot once per step (repeated: {dup[:8]}; they would race)")
+
+
 def _ran(rung: str, sig) -> None:
     log_once(logger, ("gdn-serving-decode", rung, sig), "sglang-ascend-hybrid: GDN decode %s runs on the %s kernel",
              sig, rung)
@@ -125,10 +213,13 @@ def _triton_supports(sig, call: GatedDecodeCall) -> Optional[str]:
 
 def _triton_run(call: GatedDecodeCall) -> torch.Tensor:
     _, _, Hv, V = call.heads
+    cu = call.query_start_loc
+    if cu is None:  # one token per request; without offsets the kernels take the batch as one sequence
+        cu = torch.arange(call.batch + 1, dtype=torch.int32, device=call.q.device)
     o = seam.call(dc.DECODE_ENTRIES[call.entry], A_log=call.A_log, a=call.a, dt_bias=call.dt_bias,
                   softplus_beta=SOFTPLUS_BETA, softplus_threshold=SOFTPLUS_THRESHOLD, q=call.q, k=call.k, v=call.v,
                   b=call.b, initial_state_source=call.pool, initial_state_indices=call.cache_indices,
-                  cu_seqlens=call.query_start_loc, use_qk_l2norm_in_kernel=True)
+                  cu_seqlens=cu, use_qk_l2norm_in_kernel=True)
     _ran("triton_decode", call.signature())
     return o.reshape(call.batch, Hv, V)
 
@@ -182,13 +273,15 @@ def serving_rungs() -> tuple[str, ...]:
     return SERVING_DECODE.names
 
 
-def run_serving_decode(call: GatedDecodeCall, backend: str = "auto") -> torch.Tensor:
+def run_serving_decode(call: GatedDecodeCall, backend: str = "auto", *,
+                       check_values: Optional[bool] = None) -> torch.Tensor:
     """Advance the live requests' pool rows by one token; return ``o [1, B, Hv, V]`` in q's dtype
-    (padded requests' rows 0).  Index dtypes are checked (metadata only: no host sync)."""
-    for name, t in (("cache_indices", call.cache_indices), ("query_start_loc", call.query_start_loc)):
-        problem = None if t is None else index_dtype_problem(name, t)
-        if problem:
-            raise ValueError(f"GDN decode: {problem}")
+    (padded requests' rows 0).  Shapes and dtypes are checked (metadata only: no host sync);
+    ``check_values`` (None: ``SGLANG_ASCEND_HYBRID_DEBUG_CHECKS``) also reads the offsets and slots
+    on the host first (:func:`check_serving_values`)."""
+    check_serving_inputs(call)
+    if ENV.DEBUG_CHECKS.get() if check_values is None else check_values:
+        check_serving_values(call)
     o = SERVING_DECODE(call.signature(), call, backend=backend)
     _, live = call.slots_and_live()
     B = call.batch
