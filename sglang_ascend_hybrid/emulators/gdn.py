@@ -2,8 +2,8 @@
 
 Every rule below cites its source (abbreviations as in :mod:`sglang_ascend_hybrid.ops.gdn.contract`: SKN = sgl-project/
 sgl-kernel-npu f425bdf1, SKN-462 = ff984786, SKN-517 = 12f136d3, SKN-533 = 3558cea0,
-SKN-747 = PR #747 host ``csrc/chunk_gated_delta_rule/op_host/chunk_gated_delta_rule.cpp`` at
-b878a61a (sgl-project/sgl-kernel-npu) and c811ba3f (the PR branch, zhaozx-cn/sgl-kernel-npu)).
+SKN-747 = PR #747 as merged, read at b878a61a (sgl-project/sgl-kernel-npu) and 0a96db2f
+(zhaozx-cn/sgl-kernel-npu, branch add_chunkgdn_0820)).
 Memory the real op leaves unwritten is filled with NaN here; calls the real op would take and
 compute wrongly without an error (a dtype it reinterprets, an index it reads out of bounds)
 raise :class:`~sglang_ascend_hybrid.ops.errors.EmulatorContractViolation`.
@@ -23,12 +23,14 @@ raise :class:`~sglang_ascend_hybrid.ops.errors.EmulatorContractViolation`.
     ``(out [T, Nv, Dv] bf16, final [B, Nv, Dv, Dk] in the state's dtype)``; q and k are used as given
     (the caller normalises); beta post-sigmoid; g log-space; chunk_state receives the entering
     state of every 64-token chunk, sequence-major (rows past those are left unwritten: NaN).
-    Host checks in SKN-747 (c811ba3f) order with its texts; the chip generation decides whether
-    an fp32 state is accepted (OPP and the host: fp32 states only on Ascend 950).  beta and g must
-    be 2-D ``(T, Nv)`` (every stored host checks it; whether the shipped wheel accepts SGLang's 3-D
-    ``[1, T, Nv]`` is not known without a device, so the emulator is strict).  The host copies
-    ``actual_seq_lengths`` to the CPU: a device-to-host sync per call (prefill only).  A bf16 state
-    is rounded to bf16 at every 64-token chunk boundary (stage 2 ``CalGCumExp``, ``CAST_RINT``).
+    Host checks of the merged head (b878a61a / 0a96db2f) in order with their texts; the chip
+    generation decides whether an fp32 state is accepted (OPP and the host: fp32 states only on
+    Ascend 950).  beta and g must be 2-D ``(T, Nv)`` (every stored host checks it; whether the
+    merged head accepts SGLang's 3-D ``[1, T, Nv]`` is not known, so the emulator is strict).  The
+    host reads no value (no sync); lengths and the chunk_state size are unchecked, so what the
+    kernel would do out of bounds is a contract violation and what it leaves unwritten is NaN.
+    A bf16 state is rounded to bf16 at every 64-token chunk boundary (stage 2 ``CalGCumExp``,
+    ``CAST_RINT``).
 ``sgl_kernel_npu.fla.chunk:chunk_gated_delta_rule_npu`` (:func:`make_triton_chunk_emulator`; SKN
 ``python/sgl_kernel_npu/sgl_kernel_npu/fla/chunk.py``)
     The Triton entry; runs the mega kernel instead when its release and the environment say so
@@ -157,17 +159,22 @@ def make_npu_chunk_emulator(refuse: Optional[Callable[[int, int], bool]] = None,
     """An emulator of ``torch.ops.npu.chunk_gated_delta_rule`` on ``chip`` (``"A2"``, ``"A3"`` or
     ``"950"``); ``refuse(Nv, Nk)`` makes it refuse more head pairs with the heads text.
 
-    Host checks, texts and their order: SKN-747 host ``chunk_gated_delta_rule.cpp`` at c811ba3f (the
-    PR branch zhaozx-cn/sgl-kernel-npu; b878a61a in sgl-project/sgl-kernel-npu lacks the length and
-    chunk_state-size checks): presence, ranks, dtypes (g's rank with its dtype), shapes, ``dims must
-    be positive``, heads / dims / ratio, g's shape, lengths (``actual_seq_lengths->cpu()``: the real
-    op's host copies them to the CPU, one device-to-host sync per call -- prefill only), the fp32
-    rule, chunk_state.  beta, g and chunk_state must be what the stored hosts check (2-D beta / g;
-    whether the shipped wheel takes SGLang's 3-D ``[1, T, Nv]`` is not known without a device, so
-    the emulator is strict).  The host makes every input contiguous; a non-contiguous chunk_state
-    would be written into that copy and lost (contract violation).
+    Host checks, texts and their order: SKN-747 host ``chunk_gated_delta_rule.cpp`` as merged (read
+    at b878a61a in sgl-project/sgl-kernel-npu and 0a96db2f in zhaozx-cn/sgl-kernel-npu; the pre-merge
+    heads with length checks are in no release): presence, ranks, dtypes (g's rank with its dtype),
+    shapes, ``dims must be positive``, heads / dims / ratio, g's shape, the fp32 rule, chunk_state.
+    The host reads no value (no device-to-host sync); the lengths are the kernel's (arch22
+    ``Process``), which checks none of them: a negative length, lengths summing past T, or a
+    chunk_state with fewer rows than the ``sum(ceil(len / 64))`` the kernel writes are read / written
+    out of bounds (contract violations); an empty sequence's final state and the outputs of tokens
+    past the lengths' sum are left unwritten (NaN).  (This emulator reads the lengths on the host:
+    it is a CPU model, not the op.)  beta, g and chunk_state must be what the stored hosts check
+    (2-D beta / g; whether the merged head takes SGLang's 3-D ``[1, T, Nv]`` is not known without
+    the merge commit or a device, so the emulator is strict).  The host makes every input
+    contiguous; a non-contiguous chunk_state would be written into that copy and lost (contract
+    violation).
 
-    Arithmetic (kernel ``op_kernel/arch22/chunk_gated_delta_rule.h`` / ``_stage2.h`` at 3d5a9eef):
+    Arithmetic (kernel ``op_kernel/arch22/chunk_gated_delta_rule.h`` / ``_stage2.h`` at 3d5a9eef and 0a96db2f):
     64-token chunks; fp32 within a chunk.  With a bf16 state the state lives in the bf16
     ``finalState`` buffer between chunks: stage 2 (``CalGCumExp``) reads the entering state, stores
     it to chunk_state, scales it by ``exp(sum of the chunk's g)`` in fp32 and rounds that to bf16
@@ -214,14 +221,9 @@ def make_npu_chunk_emulator(refuse: Optional[Callable[[int, int], bool]] = None,
         check(Nv % Nk == 0, "ratio")
         if g is not None:
             check(tuple(g.shape) == (T, Nv), "g_shape")
-        lens = actual_seq_lengths.tolist()  # the host's actual_seq_lengths->cpu()
-        check(all(x > 0 for x in lens), "lengths")
-        check(sum(lens) == T, "lengths_sum")
         check(initial_state.dtype in caps.npu_chunk_state_dtypes(chip), "fp32_state")
         if chunk_state is not None:
-            need = caps.npu_chunk_min_chunk_states(T, B)
             check(chunk_state.dim() == 4, "chunk_state_4d")
-            check(chunk_state.shape[0] >= need, "chunk_state_size", str(need))
             check(tuple(chunk_state.shape[1:]) == (Nv, Dv, Dk), "chunk_state_shape")
             check(chunk_state.dtype == initial_state.dtype, "chunk_state_dtype")
             check(chunk_state.device == q.device, "chunk_state_device")
@@ -230,15 +232,26 @@ def make_npu_chunk_emulator(refuse: Optional[Callable[[int, int], bool]] = None,
                                  "(chunk_state->contiguous()), the caller's tensor is never updated")
         if refuse is not None and refuse(Nv, Nk):
             raise RuntimeError(texts["heads"])
+        # --- what the kernel reads without a check (the real op reads the lengths on the device)
+        lens = actual_seq_lengths.tolist()
+        if any(x < 0 for x in lens):
+            _violation(name, f"actual_seq_lengths={lens} has a negative length (the kernel's offsets run backwards)")
+        if sum(lens) > T:
+            _violation(name, f"sum(actual_seq_lengths)={sum(lens)} > T={T}: tokens read and written past the end")
+        if chunk_state is not None and chunk_state.shape[0] < caps.npu_chunk_rows_written(lens):
+            _violation(name, f"chunk_state has {chunk_state.shape[0]} rows, the kernel writes "
+                             f"{caps.npu_chunk_rows_written(lens)} (sum of ceil(len / 64)): written past its end")
         scale = 1.0 if scale is None else float(scale)  # the host's default
         gates = torch.zeros(T, Nv) if g is None else g.float()  # no g: no gating
         bf16_state = initial_state.dtype == torch.bfloat16
         if chunk_state is not None:
             chunk_state.fill_(float("nan"))  # rows the op does not write stay undefined
-        out = torch.empty(T, Nv, Dv, dtype=torch.float32)
-        final = torch.empty(B, Nv, Dv, Dk, dtype=initial_state.dtype)
+        out = torch.full((T, Nv, Dv), float("nan"), dtype=torch.float32)  # at::empty: tokens past the lengths
+        final = torch.full((B, Nv, Dv, Dk), float("nan"), dtype=initial_state.dtype)  # empty sequences: unwritten
         row, start = 0, 0
         for s, length in enumerate(lens):
+            if length == 0:
+                continue  # Process: no chunk group, finalState[s] never written
             state = initial_state[s].clone()  # in the state's dtype, as the kernel's state buffer holds it
             for c0 in range(start, start + length, caps.NPU_CHUNK_CHUNK):
                 c1 = min(c0 + caps.NPU_CHUNK_CHUNK, start + length)
@@ -286,7 +299,16 @@ def _recurrent_check(ok: bool, text: str) -> None:
 
 
 def make_npu_recurrent_emulator(*, ub_bytes: int = caps.UB_BYTES) -> Callable:
-    """An emulator of ``torch.ops.npu.recurrent_gated_delta_rule`` (decode and speculative verify)."""
+    """An emulator of ``torch.ops.npu.recurrent_gated_delta_rule`` (decode and speculative verify).
+
+    Rows shared between requests: the kernel splits its ``(request, value head)`` work items over
+    the AI cores in contiguous ranges with no order between cores (SKN ``op_kernel/
+    recurrent_gated_delta_rule_kernel.cpp`` ``Process``: ``workIdx`` from ``blockIdx * avgload``), and
+    every item reads its initial state before it stores its tokens' states (``ProcessHead``:
+    ``CopyInState``, then ``Compute`` per token, ``CopyOutState`` to ``ssm_state_indices[seq_i]``).
+    So a row two requests store has no defined value (NaN here), and a request whose initial state is
+    a row another request stores in the same call reads no defined value (its state and outputs NaN).
+    A request re-reading or re-writing its own rows is ordered (one work item per head)."""
     name = "recurrent_gated_delta_rule"
 
     def recurrent_gated_delta_rule(mix_qkv, recurrent_state, beta, scale, actual_seq_lengths, ssm_state_indices,
@@ -339,11 +361,18 @@ def make_npu_recurrent_emulator(*, ub_bytes: int = caps.UB_BYTES) -> Callable:
         betas = torch.sigmoid(beta.float())
         gates = None if g is None else g.float().reshape(B, S, nv)
         out = torch.full((B, S, nv, dv), float("nan"), dtype=torch.float32)
+        writers: dict[int, set] = {}  # row -> the requests that store it in this call
+        for b in range(B):
+            if not 0 <= lens[b] <= S:
+                _violation(name, f"actual_seq_lengths[{b}]={lens[b]} outside [0, S={S}]")
+            for t in range(lens[b]):
+                dst = idx[b][t]
+                if not 0 <= dst < rows_out:
+                    _violation(name, f"ssm_state_indices[{b}, {t}]={dst} outside [0, {rows_out}) (no pad skip)")
+                writers.setdefault(dst, set()).add(b)
         writes = []
         for b in range(B):
             length = lens[b]
-            if not 0 <= length <= S:
-                _violation(name, f"actual_seq_lengths[{b}]={length} outside [0, S={S}]")
             pos = 0 if nat is None else nat[b] - 1
             if not 0 <= pos < S:
                 _violation(name, f"num_accepted_tokens[{b}]={pos + 1} outside [1, S={S}]")
@@ -357,10 +386,10 @@ def make_npu_recurrent_emulator(*, ub_bytes: int = caps.UB_BYTES) -> Callable:
             if not 0 <= row < src.shape[0]:
                 _violation(name, f"initial state row {row} of batch {b} outside [0, {src.shape[0]})")
             state = src[row].float().clone()  # [nv, dv, dk]
+            if src is states_out and writers.get(row, set()) - {b}:
+                state.fill_(float("nan"))  # another request stores this row: no order between the cores
             for t in range(length):
                 dst = idx[b][t]
-                if not 0 <= dst < rows_out:
-                    _violation(name, f"ssm_state_indices[{b}, {t}]={dst} outside [0, {rows_out}) (no pad skip)")
                 tok = mix_qkv[b, t].float()
                 q, k, v = torch.split(tok, [nk * dk, nk * dk, nv * dv])
                 q, k, v = q.view(nk, dk), k.view(nk, dk), v.view(nv, dv)
@@ -374,7 +403,7 @@ def make_npu_recurrent_emulator(*, ub_bytes: int = caps.UB_BYTES) -> Callable:
                 out[b, t] = torch.einsum("hvk,hk->hv", state, q)
                 writes.append((dst, state.to(torch.bfloat16)))
         for dst, value in writes:  # the real op writes per token as it goes
-            states_out[dst] = value
+            states_out[dst] = value if len(writers[dst]) == 1 else float("nan")  # two requests: undefined
         return out.to(torch.bfloat16)
 
     return recurrent_gated_delta_rule

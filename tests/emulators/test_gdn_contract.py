@@ -4,6 +4,7 @@ predicates are checked against the same emulators in tests/ops/gdn/test_gdn_ladd
 
 from __future__ import annotations
 
+import logging
 import math
 
 import pytest
@@ -50,7 +51,7 @@ def test_chunk_op_semantics_out_final_and_entering_chunk_states():
     h = kw["chunk_state"]
     # sequence-major entering states: seq 0 chunk 0, seq 1 chunk 0 (their initial states)
     assert torch.equal(h[0], kw["initial_state"][0]) and torch.equal(h[1], kw["initial_state"][1])
-    assert h.shape[0] == math.ceil(70 / 64) + 2  # the size the host asks for
+    assert h.shape[0] == math.ceil(70 / 64) + 2  # the kernel's view of the buffer (the rung allocates it)
     assert not torch.isnan(h[:2]).any() and torch.isnan(h[2:]).all()  # 2 chunks (30, 40 tokens): rest unwritten
 
 
@@ -91,22 +92,23 @@ def test_chunk_op_argument_rules():
     (q, k, v), kw = _chunk_args()
     for bad, key in ((dict(beta=kw["beta"].float()), "beta_dtype"), (dict(beta=kw["beta"][None]), "beta_2d"),
                      (dict(g=kw["g"][None]), "g_2d"),
-                     (dict(chunk_state=kw["chunk_state"].float()), "chunk_state_dtype"),
-                     (dict(actual_seq_lengths=torch.tensor([0, 70], dtype=torch.int32)), "lengths"),
-                     (dict(chunk_state=kw["chunk_state"][:2]), "chunk_state_size")):
+                     (dict(chunk_state=kw["chunk_state"].float()), "chunk_state_dtype")):
         with pytest.raises(RuntimeError) as err:
             op(q, k, v, **{**kw, **bad})
         assert str(err.value).startswith(TEXTS[key]), (key, str(err.value))
-    for bad, key in ((dict(actual_seq_lengths=torch.tensor([30, 30], dtype=torch.int32)), "lengths_sum"),
-                     (dict(g=kw["g"].bfloat16()), "g_dtype"),
+    for bad, key in ((dict(g=kw["g"].bfloat16()), "g_dtype"),
                      (dict(actual_seq_lengths=kw["actual_seq_lengths"].long()), "lengths_dtype"),
                      (dict(initial_state=kw["initial_state"].half()), "state_dtype"),
                      (dict(beta=None), "beta_provided"), (dict(initial_state=None), "state_provided")):
-        with pytest.raises(RuntimeError) as err:  # host TORCH_CHECKs now (SKN-747 c811ba3f), no violation
+        with pytest.raises(RuntimeError) as err:  # host TORCH_CHECKs (SKN-747 b878a61a / 0a96db2f), no violation
             op(q, k, v, **{**kw, **bad})
         assert str(err.value) == TEXTS[key], (key, str(err.value))
         assert caps.is_npu_chunk_refusal(err.value)
     assert "161002" not in "".join(TEXTS.values())  # a direct launch: no aclnn error codes
+    # the merged head checks neither lengths nor the chunk_state size on the host (no host copy)
+    assert not {"lengths", "lengths_sum", "chunk_state_size"} & set(TEXTS)
+    assert "FP32" in caps.KERNEL_NOTES[caps.OP_NPU_CHUNK][1] or "fp32" in caps.KERNEL_NOTES[caps.OP_NPU_CHUNK][1]
+    assert emu.OP_NPU_CHUNK in emu.emulators(chip="950")  # registered outside SGL_KERNEL_ENABLE_A3_ONLY_OPS
 
 
 def test_chunk_op_does_not_normalise_q_and_k():
@@ -173,12 +175,59 @@ def test_mega_wrapper_casts_and_keeps_an_fp16_state():
     assert not caps.MEGA_POST3.hint and caps.MEGA_CURRENT.hint
 
 
-@pytest.mark.parametrize("version,variant", [
-    ("2026.05.01", caps.MEGA_POST3), ("2026.6.0", caps.MEGA_CURRENT), ("2026.6.1", caps.MEGA_CURRENT),
-    (None, caps.MEGA_CURRENT),
-])
-def test_mega_variant_from_the_wheel_version(version, variant):
-    assert caps.mega_variant(version) is variant if version else caps.mega_variant("2027.1.0") is variant
+# The version tables (mega head sets, the Triton entry's mega mode): a known old, the newest known, an unknown
+# newer (SGLang's CI pairs 0.5.23 with these) and an unparseable version; no version (no metadata) stays current.
+VERSIONS = [
+    ("2026.05.01", caps.MEGA_POST3, "supported", False),   # known old (tags 2026.05.01 .. .post3)
+    ("2026.5.1", caps.MEGA_POST3, "supported", False),     # the same, as the metadata normalises it
+    ("2026.6.0", caps.MEGA_CURRENT, "default", False),
+    ("2026.6.1", caps.MEGA_CURRENT, "opt_in", False),      # the newest known (tags 2026.6.1 .. 2026.08.21)
+    ("2026.9.0.post4", caps.MEGA_STRICT, "unknown", True),  # unknown newer
+    ("2026.9.0.post5", caps.MEGA_STRICT, "unknown", True),
+    ("2026.6.2", caps.MEGA_STRICT, "unknown", True),        # no config.ini ever said it
+    ("2026.6.1+local", caps.MEGA_STRICT, "unknown", True),  # a local build
+    ("not a version", caps.MEGA_STRICT, "unknown", True),   # unparseable
+    ("", caps.MEGA_STRICT, "unknown", True),
+    (None, caps.MEGA_CURRENT, "opt_in", False),
+]
+
+
+@pytest.mark.parametrize("version,variant,mode,assumed", VERSIONS, ids=[repr(v[0]) for v in VERSIONS])
+def test_version_tables_take_the_strictest_contract_for_unknown_versions(version, variant, mode, assumed, caplog):
+    from sglang_ascend_hybrid.ops import seam
+
+    with seam.install_device_facts(sgl_kernel_npu_version=version), caplog.at_level(logging.INFO):
+        for _ in range(3):
+            assert caps.mega_variant() is variant
+            assert caps.triton_mega_mode(mega_present=True) == mode
+    lines = [r.getMessage() for r in caplog.records if "not a version the GDN contracts know" in r.getMessage()]
+    assert len(lines) == (2 if assumed else 0)  # once per table, whatever the number of calls
+    if assumed:
+        assert any("strictest known set" in x for x in lines) and any("mode 'unknown'" in x for x in lines)
+        assert all(r.levelno == logging.WARNING for r in caplog.records if "GDN contracts know" in r.getMessage())
+
+
+def test_the_strictest_head_set_is_what_every_known_variant_accepts():
+    pairs = {(hv, hk) for hv in range(1, 65) for hk in range(1, 65)
+             if all(v.supports(hv, hk) for v in caps.MEGA_VARIANTS)}
+    assert caps.MEGA_STRICT.pairs == pairs == caps.MEGA_POST3.pairs
+    assert not caps.MEGA_STRICT.supports(8, 2) and caps.MEGA_CURRENT.supports(8, 2)  # newest-only pairs: not assumed
+
+
+def test_an_unknown_version_is_taken_to_run_the_mega_kernel_whatever_the_settings():
+    """Mode "unknown": every call is taken to go through the mega kernel, so the Triton rung only serves
+    what both of the entry's paths compute rightly (no 64-token chunk states, 16-bit states, head dim 128)."""
+    from sglang_ascend_hybrid.ops import seam
+    from sglang_ascend_hybrid.ops.gdn import dispatch
+
+    for env in ({}, {caps.TRITON_BACKEND_ENV: "1"}, {caps.TRITON_MEGA_ENV: "0"}):
+        assert caps.triton_runs_mega("unknown", env, 32, 16, 128, 128)
+    sig = dispatch.GdnSignature(32, 16, 128, 128, torch.bfloat16, chunk_states=True, state_dtype=torch.bfloat16)
+    with seam.install_device_facts(sgl_kernel_npu_version="2026.9.0.post4"):
+        assert dispatch.triton_runs_mega(sig, environ={}, mega_present=True)
+        assert "64-token chunk states" in dispatch.triton_reason(sig, True, True)
+    with seam.install_device_facts(sgl_kernel_npu_version="2026.6.1"):
+        assert not dispatch.triton_runs_mega(sig, environ={}, mega_present=True)
 
 
 def test_emulator_sets_by_chip():

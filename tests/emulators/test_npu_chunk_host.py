@@ -1,9 +1,11 @@
-"""``torch.ops.npu.chunk_gated_delta_rule`` emulator against the PR #747 host as read
-(``csrc/chunk_gated_delta_rule/op_host/chunk_gated_delta_rule.cpp``: sgl-project/sgl-kernel-npu
-b878a61a, and the PR branch's newer c811ba3f in zhaozx-cn/sgl-kernel-npu): the host's check order and
-texts, the capability predicate predicting the same first failure, and the bf16 state rounded to bf16
-at every 64-token chunk boundary (``op_kernel/arch22/chunk_gated_delta_rule_stage2.h`` at 3d5a9eef,
-``CalGCumExp``: ``Cast(stateOut, ..., RoundMode::CAST_RINT)``)."""
+"""``torch.ops.npu.chunk_gated_delta_rule`` emulator against PR #747 as merged, read at its last
+readable heads (``csrc/chunk_gated_delta_rule/op_host/chunk_gated_delta_rule.cpp``: sgl-project/
+sgl-kernel-npu b878a61a and zhaozx-cn/sgl-kernel-npu 0a96db2f, which no longer copy
+``actual_seq_lengths`` to the CPU nor check lengths or the chunk_state size): the host's check order
+and texts, the capability predicate predicting the same first failure, what the kernel does with
+lengths it does not check (arch22 ``chunk_gated_delta_rule.h`` ``Process`` at 0a96db2f), and the bf16
+state rounded to bf16 at every 64-token chunk boundary (``op_kernel/arch22/chunk_gated_delta_rule_stage2.h``
+at 3d5a9eef / 0a96db2f, ``CalGCumExp``: ``Cast(stateOut, ..., RoundMode::CAST_RINT)``)."""
 
 from __future__ import annotations
 
@@ -59,10 +61,10 @@ ORDER = [
     ("dk 129 and ratio", "dims"),
     ("ratio and zero length", "ratio"),
     ("g shape and zero length", "g_shape"),
-    ("zero length and fp32 state on A3", "lengths"),
-    ("sum and fp32 state on A3", "lengths_sum"),
+    ("zero length and fp32 state on A3", "fp32_state"),     # lengths: not the host's (no host copy)
+    ("sum and fp32 state on A3", "fp32_state"),
     ("fp32 state on A3 and chunk_state small", "fp32_state"),
-    ("chunk_state small and chunk_state dtype", "chunk_state_size"),
+    ("chunk_state small and chunk_state dtype", "chunk_state_dtype"),  # its size: not checked
     ("chunk_state 3-D and its dtype", "chunk_state_4d"),
     ("chunk_state shape and its dtype", "chunk_state_shape"),
     ("no beta and no state", "beta_provided"),
@@ -128,8 +130,7 @@ def _broken(what):
 def test_the_host_reports_its_first_failing_check(what, key):
     qkv, kw = _broken(what)
     text = _first_text(emu.make_npu_chunk_emulator(chip="A3"), qkv, kw)
-    expected = TEXTS[key] + (str(caps.npu_chunk_min_chunk_states(70, 2)) if key == "chunk_state_size" else "")
-    assert text == expected
+    assert text == TEXTS[key]
     assert caps.is_npu_chunk_refusal(RuntimeError(text))
 
 
@@ -141,7 +142,9 @@ def test_the_host_reports_its_first_failing_check(what, key):
     (65, 1, 129, 16, torch.bfloat16, torch.bfloat16, "A3", [0, 5], "heads"),
     (4, 2, 129, 16, torch.bfloat16, torch.bfloat16, "A3", [0, 5], "dims"),
     (4, 3, 32, 16, torch.bfloat16, torch.float32, "A3", [0, 5], "ratio"),
-    (4, 2, 32, 16, torch.bfloat16, torch.float32, "A2", [0, 5], "lengths"),
+    (4, 2, 32, 16, torch.bfloat16, torch.float32, "A2", [0, 5], "fp32_state"),
+    (4, 2, 32, 16, torch.bfloat16, torch.bfloat16, "A2", [0, 5], "empty"),    # taken, computed wrongly
+    (4, 2, 32, 16, torch.bfloat16, torch.float32, "950", [5, 0], "empty"),
     (4, 2, 32, 16, torch.bfloat16, torch.float32, "A2", [3, 5], "fp32_state"),
     (4, 2, 32, 16, torch.bfloat16, torch.float32, "950", [3, 5], None),
     (4, 2, 32, 16, torch.bfloat16, torch.bfloat16, None, [3, 5], None),
@@ -154,7 +157,34 @@ def test_the_host_reports_its_first_failing_check(what, key):
 ])
 def test_the_predicate_predicts_the_hosts_first_failure(nv, nk, dk, dv, dtype, state, chip, lengths, key):
     reason = caps.npu_chunk_refusal_reason(nv, nk, dk, dv, dtype, state, chip, lengths)
-    assert reason == (None if key is None else TEXTS[key])
+    expected = {None: None, "empty": caps.NPU_CHUNK_EMPTY_SEQUENCE}.get(key, TEXTS.get(key))
+    assert reason == expected
+    assert not caps.is_npu_chunk_refusal(RuntimeError(caps.NPU_CHUNK_EMPTY_SEQUENCE))  # never raised by the op
+
+
+def test_the_host_checks_no_length_and_no_chunk_state_size():
+    """The merged head reads no value on the host (no ``actual_seq_lengths->cpu()``): what the kernel
+    then does with lengths it does not check.  An empty sequence: its final state is never written
+    (``Process`` walks no chunk group for it; ``finalState`` is ``at::empty``), the others are right.
+    Lengths summing below T: the tokens past them are never written.  Lengths summing past T, a
+    negative length, or a chunk_state shorter than the ``sum(ceil(len / 64))`` rows the kernel writes:
+    out of bounds (contract violations, not refusals)."""
+    op = emu.make_npu_chunk_emulator(chip="A3")
+    (q, k, v), kw = _args(T=70, lens=(30, 40))
+    out, final = op(q, k, v, **{**kw, "chunk_state": kw["chunk_state"].clone()})
+    out0, final0 = op(q, k, v, **{**kw, "actual_seq_lengths": torch.tensor([0, 30, 40], dtype=torch.int32),
+                                 "initial_state": torch.cat([kw["initial_state"][:1], kw["initial_state"]])})
+    assert torch.isnan(final0[0].float()).all()
+    assert torch.equal(final0[1:], final) and torch.equal(out0, out)
+    short, _ = op(q, k, v, **{**kw, "actual_seq_lengths": torch.tensor([30, 30], dtype=torch.int32)})
+    assert torch.equal(short[:60], out[:60]) and torch.isnan(short[60:].float()).all()  # causal: same first 60
+    for lens, what in (([30, 41], "past the end"), ([-1, 71], "negative")):
+        with pytest.raises(EmulatorContractViolation, match=what):
+            op(q, k, v, **{**kw, "actual_seq_lengths": torch.tensor(lens, dtype=torch.int32)})
+    assert caps.npu_chunk_rows_written([30, 40]) == 2 and caps.npu_chunk_rows_written([65, 64, 0]) == 3
+    op(q, k, v, **{**kw, "chunk_state": kw["chunk_state"][:2].clone()})  # exactly the rows it writes: fine
+    with pytest.raises(EmulatorContractViolation, match="chunk_state has 1 rows, the kernel writes 2"):
+        op(q, k, v, **{**kw, "chunk_state": kw["chunk_state"][:1].clone()})
 
 
 def test_optional_arguments_as_the_host_treats_them():

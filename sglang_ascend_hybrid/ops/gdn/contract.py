@@ -8,23 +8,51 @@ SKN      sgl-project/sgl-kernel-npu ``main`` f425bdf1 (tag ``2026.08.21``, wheel
 SKN-462  sgl-kernel-npu ff984786 (PR #462, 2026-05-20, first tag ``2026.05.01.post3``)
 SKN-517  sgl-kernel-npu 12f136d3 (PR #517, 2026-05-28, in no tag alone)
 SKN-533  sgl-kernel-npu 3558cea0 (PR #533, 2026-06-03, tags ``2026.6.0`` .. ``2026.08.21``)
-SKN-747  sgl-kernel-npu PR #747 host ``csrc/chunk_gated_delta_rule/op_host/chunk_gated_delta_rule.cpp``:
-         read at sgl-project/sgl-kernel-npu b878a61a and at the PR branch's newer c811ba3f
-         (zhaozx-cn/sgl-kernel-npu, which adds the length checks, their host copy of
-         ``actual_seq_lengths`` -- a device-to-host sync on every prefill call -- and the
-         chunk_state size check); kernel ``op_kernel/arch22/chunk_gated_delta_rule_stage2.h`` at
-         3d5a9eef.  The op's registration (schema) is in no stored version.
+SKN-747  sgl-kernel-npu PR #747 ("add chunk gdn kernel ...", merged after 2026-08-24).  Its merge
+         commit is in no stored version (the mirror's ``main`` ends at f425bdf1, 2026-08-21), so the
+         op is read at the PR's last readable heads, which have what the merged head is described
+         to have (no host copy of ``actual_seq_lengths``, no chunk_state size check, registration
+         outside ``SGL_KERNEL_ENABLE_A3_ONLY_OPS``):
+         host ``csrc/chunk_gated_delta_rule/op_host/chunk_gated_delta_rule.cpp`` at sgl-project/
+         sgl-kernel-npu b878a61a and at zhaozx-cn/sgl-kernel-npu 0a96db2f (branch ``add_chunkgdn_0820``,
+         "remove to cpu", 2026-08-21; the same checks, b878a61a only reformatted); schema and
+         registration ``csrc/pytorch_extensions.cpp`` ~155-158 and ~205 (outside the A3-only
+         blocks), build ``csrc/CMakeLists.txt`` ~43 (host in the common list) and ~128-138 (arch22
+         kernel, or arch35 for ``ascend950*``), all at 0a96db2f; kernel ``op_kernel/arch22/
+         chunk_gated_delta_rule.h`` (``Process`` ~212-243, chunk_state view ~163-166), ``_stage1.h``
+         (``gCumSum``: the kernel sums g itself) and ``_stage2.h`` (``CalGCumExp`` ~145-177) at
+         0a96db2f; wrapper ``python/.../fla/chunk_gated_delta_rule_npu.py`` at e26fe891.
+         Not modelled: the older PR heads c811ba3f / feedb89 (host copies ``actual_seq_lengths``
+         to the CPU, checks every length > 0 and their sum, chunk_state >= ceil(T/64) + B) and
+         dccae703 (the same, chunk_state >= sum ceil(len/64)): no sgl-kernel-npu tag up to
+         2026.08.21 / 20260821 has ``csrc/chunk_gated_delta_rule`` at all, so no released wheel
+         can contain a pre-merge head.
 OPP      Ascend/op-plugin 517f2e7d ``docs/zh/custom_APIs/torch_npu/*.md``
 
-``torch.ops.npu.chunk_gated_delta_rule`` (SKN-747), :class:`NpuChunkContract`
-    q, k, v bf16 only; beta bf16 ``(T, Nv)`` post-sigmoid; g fp32 ``(T, Nv)``;
-    initial_state ``[B, Nv, Dv, Dk]`` bf16 on A2/A3, fp32 only on Ascend 950 (OPP);
-    chunk_state of the initial state's dtype with ``size(0) >= ceil(T/64) + B``;
-    every ``actual_seq_lengths`` entry > 0, summing to T; ``0 < Nk, Nv <= 64``, ``Nv % Nk == 0``,
-    ``0 < Dk, Dv <= 128``.  Plain ``TORCH_CHECK`` texts in the host's order (:data:`NPU_CHUNK_TEXTS`).
-    The host copies ``actual_seq_lengths`` to the CPU (``actual_seq_lengths->cpu()``): one
-    device-to-host sync per call, on the prefill path only (the plugin's prefill reads the
-    sequence offsets on the host anyway).
+``torch.ops.npu.chunk_gated_delta_rule`` (SKN-747 merged head, as read)
+    Schema ``chunk_gated_delta_rule(Tensor query, Tensor key, Tensor value, *, Tensor? beta=None,
+    Tensor? initial_state=None, Tensor? actual_seq_lengths=None, float? scale=None, Tensor? g=None,
+    Tensor(c!)? chunk_state=None) -> (Tensor, Tensor)``, registered in every build (A2, A3 and
+    Ascend 950).  q, k, v bf16 only; beta bf16 ``(T, Nv)`` post-sigmoid; g fp32 ``(T, Nv)``
+    per-token log decay; initial_state ``[B, Nv, Dv, Dk]`` bf16 on A2/A3, fp32 only on Ascend
+    950 (OPP and the host); chunk_state of the initial state's dtype, ``[rows, Nv, Dv, Dk]``;
+    ``0 < Nk, Nv <= 64``, ``Nv % Nk == 0``, ``0 < Dk, Dv <= 128``, ``T > 0``, ``B > 0``.  Plain
+    ``TORCH_CHECK`` texts in the host's order (:data:`NPU_CHUNK_TEXTS`).  The host reads no
+    tensor value (no device-to-host sync): ``actual_seq_lengths`` is read by the kernel, which
+    walks the sequences with it (arch22 ``Process``) and checks nothing -- an empty sequence
+    leaves its final state unwritten (``at::empty``), lengths summing past T read and write past
+    the tokens -- and chunk_state's size is not checked: the kernel writes the entering state of
+    every 64-token chunk, ``sum(ceil(len / 64))`` rows sequence-major (its view of the buffer is
+    ``ceil(T/64) + B`` rows, :func:`npu_chunk_min_chunk_states`).  The plugin hands over no empty
+    sequence (:func:`npu_chunk_refusal_reason` with the lengths) and a chunk_state of
+    ``max(chunks, ceil(T/64) + B)`` rows.
+    Unknown (no device, merge commit unreadable): whether the merged head's host is exactly the
+    heads read (there, 3-D beta / g -- SGLang's ``[1, T, Nv]`` -- are refused: "beta must be 2D
+    (T, Nv)", "g must be 2D (T, Nv)"; the emulator is strict); whether the arch35 (Ascend 950)
+    kernel treats lengths and chunk states as the arch22 one does; what a released wheel's version
+    string is for the first release with the op (no readable tag has it).  The wrapper's docstring
+    says scale defaults to ``1/sqrt(Dk)`` while the host's default is 1.0 (the plugin always
+    passes scale), and calls g "cumulative" while the kernel sums it itself (stage 1).
 ``torch.ops.npu.recurrent_gated_delta_rule`` (SKN ``csrc/recurrent_gated_delta_rule/op_host/
 recurrent_gated_delta_rule.cpp``, ``op_kernel/recurrent_gated_delta_rule_kernel.cpp``)
     bf16 only with no dtype check (the kernel is instantiated ``RGDR<bfloat16_t,
@@ -39,20 +67,28 @@ mega_chunk_gdn.cpp`` ``check_shape``), :data:`MEGA_VARIANTS`
     the op it wraps, ``torch.ops.npu.mega_chunk_gdn``, is A3-only (not in Ascend 950
     builds: SKN csrc/CMakeLists.txt ~61 and ~171-175); accepted head pairs depend
     on the installed release (post3 set without the ``GDN_ATTN_BACKEND_TRITON``
-    hint; later sets with it).
+    hint; later sets with it); a version the contracts do not know (:data:`KNOWN_WHEEL_VERSIONS`)
+    gets the pairs every known variant accepts (:data:`MEGA_STRICT`), never the newest set.
 ``sgl_kernel_npu.fla.chunk:chunk_gated_delta_rule_npu`` (Triton; SKN ``fla/chunk.py``)
     asserts q is not fp32 and beta is 3-D; h per 64 tokens.  Depending on the release and the
     environment (``GDN_USE_MEGA_GDN=1`` from #542; by default before it) it runs the mega kernel
-    instead, with the mega kernel's contract (:func:`triton_mega_mode`, :func:`triton_runs_mega`).
+    instead, with the mega kernel's contract (:func:`triton_mega_mode`, :func:`triton_runs_mega`);
+    a version the contracts do not know is taken to run it always (mode ``"unknown"``).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 import torch
+from packaging.version import InvalidVersion, Version
+
+from sglang_ascend_hybrid.logutil import log_once
+
+logger = logging.getLogger(__name__)
 
 # The device ops' seam names (sgl-kernel-npu registers the torch.ops.npu ones on import).
 OP_NPU_CHUNK = "chunk_gated_delta_rule"                                 # torch.ops.npu
@@ -61,7 +97,8 @@ OP_MEGA = "sgl_kernel_npu.fla.mega_chunk_gdn:run_mega_chunk_gdn"        # Python
 OP_TRITON = "sgl_kernel_npu.fla.chunk:chunk_gated_delta_rule_npu"       # Python entry (Triton)
 # What an operator sees for each op (kernel reports): its name, and a note on its builds.
 KERNEL_NOTES = {
-    OP_NPU_CHUNK: ("torch.ops.npu.chunk_gated_delta_rule", "sgl-kernel-npu (PR #747); fp32 states only on Ascend 950"),
+    OP_NPU_CHUNK: ("torch.ops.npu.chunk_gated_delta_rule",
+                   "sgl-kernel-npu (PR #747), every build; fp32 states only on Ascend 950"),
     OP_NPU_RECURRENT: ("torch.ops.npu.recurrent_gated_delta_rule",
                        "sgl-kernel-npu, bf16 only (not built for Ascend 950)"),
     OP_MEGA: ("sgl_kernel_npu run_mega_chunk_gdn", "absent before sgl-kernel-npu 2026.05.01.post3"),
@@ -133,6 +170,12 @@ MEGA_PR517 = MegaVariant("pr517", "(no tag)", "sgl-kernel-npu 12f136d3 (#517)", 
 MEGA_CURRENT = MegaVariant("current", "2026.6.0", "sgl-kernel-npu 3558cea0 (#533)", hint=True,
                            value_heads=frozenset({8, 12, 16, 24, 32, 48, 64}))
 MEGA_VARIANTS = (MEGA_CURRENT, MEGA_PR517, MEGA_POST3)
+# What an sgl-kernel-npu version the contracts do not know is taken to accept: only the pairs every known
+# variant accepts (today exactly post3's compiled list), with the current texts.  Not a release.
+MEGA_STRICT = MegaVariant(
+    "strictest known", "(none)", "the pairs every known variant accepts", hint=True,
+    pairs=frozenset((hv, hk) for hv in range(1, 65) for hk in range(1, hv + 1)
+                    if all(v.supports(hv, hk) for v in MEGA_VARIANTS)))
 # Backwards-compatible names.
 MegaKernelEntry = MegaVariant
 CURRENT_MEGA_ENTRY = MEGA_CURRENT
@@ -147,22 +190,85 @@ def version_key(text: str) -> tuple:
     return tuple(parts)
 
 
+# The wheel versions the contracts know: ``config.ini`` ``[global] version`` (setup.py's version, what
+# the installed metadata reports, PEP 440-normalised: ``2026.05.01`` -> ``2026.5.1``) at every readable
+# sgl-kernel-npu tag (``git show <tag>:config.ini``, tags 20250802 .. 2026.08.21 / 20260821, main
+# f425bdf1), with the tags that report it.  Before config.ini (c8d3516f, #253) setup.py's default was
+# ``os.getenv("VERSION", "0.1.0")``.  Any other version -- newer (SGLang's CI pairs 0.5.23 with
+# 2026.9.0.post4 / post5, in no readable tag), in between, with a pre / post / dev / local label, or
+# unparseable -- is unknown: the version tables below then take the strictest known contract,
+# never their newest row, and say so once.
+KNOWN_WHEEL_VERSIONS = {
+    "0.1.0": "tags 20250908 .. 20251206 built without VERSION (no mega kernel)",
+    "2025.12.14": "tags 20251214, 2025.12.22 (no mega kernel)",
+    "2025.12.24": "tag 2025.12.24 (no mega kernel)",
+    "2025.12.25": "tags 2025.12.25 .. 2026.01.09 (no mega kernel)",
+    "2026.01.12": "tags 2026.01.12 .. 2026.01.28 (no mega kernel)",
+    "2026.02.01": "tags 2026.02.01 .. 2026.02.01.post2 (no mega kernel)",
+    "2026.03.01": "tags 2026.03.01 .. 2026.04.15.rc4 (no mega kernel)",
+    "2026.05.01": "tags 2026.05.01 .. 2026.05.01.post3 (the mega kernel in post3 only: ff984786, #462)",
+    "2026.6.0": "tag 2026.6.0 (3558cea0, #533; the Triton entry runs the mega kernel by default)",
+    "2026.6.1": "tags 2026.6.1 .. 2026.08.21, 20260821, 2026.06.15.post1 / .post2 (ac3a564f, #542: mega opt-in)",
+}
+
+
+def _release(version: Version) -> tuple:
+    rel = tuple(version.release)
+    while len(rel) > 1 and rel[-1] == 0:
+        rel = rel[:-1]
+    return rel
+
+
+_KNOWN_RELEASES = frozenset(_release(Version(v)) for v in KNOWN_WHEEL_VERSIONS)
+
+
+def known_release(version: str) -> Optional[tuple]:
+    """The release tuple (trailing zeros dropped) of ``version`` when it is one of
+    :data:`KNOWN_WHEEL_VERSIONS`, else None (unknown: newer, in between, labelled, unparseable)."""
+    try:
+        parsed = Version(version)
+    except (InvalidVersion, TypeError):
+        return None
+    if parsed.pre or parsed.post is not None or parsed.dev is not None or parsed.local:
+        return None
+    rel = _release(parsed)
+    return rel if rel in _KNOWN_RELEASES else None
+
+
+def _assumed(table: str, version: str, assumption: str) -> None:
+    """Say once per table and version which contract an unknown ``version`` was given."""
+    if known_release(version) is None:
+        what = f"is not a version the GDN contracts know (known: {', '.join(KNOWN_WHEEL_VERSIONS)})"
+    else:
+        what = "is a release without the mega kernel, so it does not describe an installed one"
+    log_once(logger, ("sgl-kernel-npu-unknown-version", table, version),
+             "sglang-ascend-hybrid: sgl-kernel-npu %r %s; %s: %s", version, what, table, assumption,
+             level=logging.WARNING)
+
+
 def mega_variant(version: Optional[str] = None) -> MegaVariant:
-    """The mega-kernel variant of an installed sgl-kernel-npu ``version`` (default: the
-    seam's).  The wheel's version comes from ``config.ini``: tags ``2026.05.01`` .. ``.post3``
-    all report ``2026.05.01`` and only post3 has the kernel, so a ``2026.05.x`` version that
-    has the kernel (the caller probes the symbol) is post3; ``2026.6.0`` and later report
-    ``2026.6.x`` and have the current set.  Unknown or absent versions get the current set."""
+    """The mega-kernel variant of an installed sgl-kernel-npu ``version`` (default: the seam's).
+    The wheel's version comes from ``config.ini`` (:data:`KNOWN_WHEEL_VERSIONS`): tags
+    ``2026.05.01`` .. ``.post3`` all report ``2026.05.01`` and only post3 has the kernel, so that
+    version with the kernel (the caller probes the symbol) is post3; ``2026.6.0`` and ``2026.6.1``
+    (tags up to 2026.08.21, f425bdf1: the same host) have the current set.  Any other version --
+    unknown, or a release without the kernel while one is installed -- gets :data:`MEGA_STRICT`
+    (logged once).  No version (no sgl-kernel-npu metadata: nothing to call; emulated machines):
+    the current set."""
     if version is None:
         from sglang_ascend_hybrid.ops import seam
 
         version = seam.kernel_package_version()
     if version is None:
         return MEGA_CURRENT
-    key = version_key(version)
-    if key and key[0] >= 2000 and key < (2026, 6):
+    rel = known_release(version)
+    if rel is not None and rel >= (2026, 6):
+        return MEGA_CURRENT
+    if rel == (2026, 5, 1):
         return MEGA_POST3
-    return MEGA_CURRENT
+    _assumed("mega_chunk_gdn head pairs", version,
+             f"assuming the strictest known set, the pairs every known variant accepts {sorted(MEGA_STRICT.pairs)}")
+    return MEGA_STRICT
 
 
 def mega_entry(version: Optional[str] = None) -> MegaVariant:
@@ -200,9 +306,8 @@ NPU_CHUNK_MAX_HEADS = 64
 NPU_CHUNK_MAX_HEAD_DIM = 128
 NPU_CHUNK_INPUT_DTYPE = torch.bfloat16
 NPU_CHUNK_CHUNK = 64
-# SKN-747 host TORCH_CHECK texts, in the order the host checks them (c811ba3f; b878a61a has the same
-# texts without "lengths", "lengths_sum" and "chunk_state_size").  "chunk_state_size" is followed by
-# the required count.
+# SKN-747 host TORCH_CHECK texts, in the order the host checks them (b878a61a, 0a96db2f: no length and
+# no chunk_state size check; those of the pre-merge heads are in no release).
 NPU_CHUNK_TEXTS = {
     # presence
     "qkv_defined": "query/key/value must be defined",
@@ -233,14 +338,10 @@ NPU_CHUNK_TEXTS = {
     "dims": "dk and dv must be <= 128",
     "ratio": "nv must be an integer multiple of nk",
     "g_shape": "g shape must be (T, Nv)",
-    # lengths (read on the host: actual_seq_lengths->cpu(), a device-to-host copy)
-    "lengths": "actual_seq_lengths entries must be positive",
-    "lengths_sum": "sum(actual_seq_lengths) must equal query dim 0",
     # chip
     "fp32_state": "FP32 initial_state is only supported on Ascend950 (arch35)",
     # chunk_state (when given)
     "chunk_state_4d": "chunk_state must be 4D (totalChunks, Nv, Dv, Dk)",
-    "chunk_state_size": "chunk_state dim 0 must be >= ",
     "chunk_state_shape": "chunk_state shape must match (totalChunks, Nv, Dv, Dk)",
     "chunk_state_dtype": "chunk_state dtype must match initial_state",
     "chunk_state_device": "chunk_state must be on the same device as query",
@@ -255,9 +356,22 @@ def npu_chunk_state_dtypes(chip: Optional[str]) -> tuple:
     return NPU_CHUNK_STATE_DTYPES if chip == "950" else (torch.bfloat16,)
 
 
+# Why the plugin never hands the chunk op an empty sequence (not a host text: the host does not check).
+NPU_CHUNK_EMPTY_SEQUENCE = ("an empty sequence: the op does not check lengths (sgl-kernel-npu PR #747) and its "
+                            "kernel leaves that sequence's final state unwritten")
+
+
 def npu_chunk_min_chunk_states(total_tokens: int, num_sequences: int) -> int:
-    """The host's ``totalChunks = (t + 63) / 64 + b`` (SKN-747 c811ba3f)."""
+    """``ceil(T/64) + B``: the kernel's view of chunk_state (SKN-747 0a96db2f arch22
+    ``chunk_gated_delta_rule.h`` ~163-166), at least the rows it writes (:func:`npu_chunk_rows_written`)
+    for any lengths summing to T.  The host no longer checks the size."""
     return math.ceil(total_tokens / NPU_CHUNK_CHUNK) + num_sequences
+
+
+def npu_chunk_rows_written(lengths: Sequence[int]) -> int:
+    """The chunk_state rows the kernel writes: ``sum(ceil(len / 64))`` (one per 64-token chunk of each
+    sequence, sequence-major; SKN-747 0a96db2f ``Process``: ``globalChunkOffset``)."""
+    return sum(math.ceil(int(n) / NPU_CHUNK_CHUNK) for n in lengths if int(n) > 0)
 
 
 def npu_op_supports(value_heads: int, key_heads: int, head_dim_k: int, head_dim_v: int,
@@ -275,8 +389,10 @@ def npu_chunk_refusal_reason(value_heads: int, key_heads: int, head_dim_k: int, 
     """Which host check the chunk op would fail first (its text), or None when it accepts a call
     the plugin builds (ranks, beta / g / chunk_state dtypes and shapes as the npu_chunk rung makes
     them) with q/k/v of ``dtype``, a state of ``state_dtype`` (None: the rung picks one) and
-    per-sequence ``lengths`` (None: not known yet).  Same order as the host (SKN-747 c811ba3f):
-    dtypes, ``dims must be positive``, heads / dims / ratio, lengths, the fp32-state rule."""
+    per-sequence ``lengths`` (None: not known yet).  Same order as the host (SKN-747 b878a61a):
+    dtypes, ``dims must be positive`` (T and B too), heads / dims / ratio, the fp32-state rule.
+    After those, :data:`NPU_CHUNK_EMPTY_SEQUENCE` for a length <= 0: the op takes it (no host
+    check) and computes it wrongly, so the plugin must not hand it over."""
     if dtype != NPU_CHUNK_INPUT_DTYPE:
         return NPU_CHUNK_TEXTS["qkv_dtype"]
     if state_dtype is not None and state_dtype not in NPU_CHUNK_STATE_DTYPES:
@@ -291,10 +407,10 @@ def npu_chunk_refusal_reason(value_heads: int, key_heads: int, head_dim_k: int, 
         return NPU_CHUNK_TEXTS["dims"]
     if value_heads % key_heads:
         return NPU_CHUNK_TEXTS["ratio"]
-    if lengths is not None and any(int(x) <= 0 for x in lengths):
-        return NPU_CHUNK_TEXTS["lengths"]
     if state_dtype is not None and state_dtype not in npu_chunk_state_dtypes(chip):
         return NPU_CHUNK_TEXTS["fp32_state"]
+    if lengths is not None and any(int(x) <= 0 for x in lengths):
+        return NPU_CHUNK_EMPTY_SEQUENCE
     return None
 
 
@@ -369,7 +485,9 @@ TRITON_CHUNK = 64  # chunk_local_cumsum(g, chunk_size=64): h per 64 tokens on th
 #   "default"    12f136d3 / 3558cea0 (tag 2026.6.0): unless GDN_ATTN_BACKEND_TRITON=1;
 #   "supported"  ff984786 (#462, tag 2026.05.01.post3): unless GDN_ATTN_BACKEND_TRITON=1, and only for
 #                the calls ``mega_gdn_supported`` accepts (its head pairs, head dim 128, packed B == 1);
-#   "never"      releases without the mega kernel.
+#   "never"      releases without the mega kernel;
+#   "unknown"    a version the contracts do not know (:data:`KNOWN_WHEEL_VERSIONS`): taken to run the mega
+#                kernel for every call, whatever the environment (the stricter contract: right either way).
 # In mega mode the entry returns the mega kernel's results: a state kept in fp16 and ``h`` per
 # 128-token chunk (``[1, NT128, H, K, V]``), and refuses with the mega texts.
 TRITON_MEGA_ENV = "GDN_USE_MEGA_GDN"
@@ -378,21 +496,31 @@ TRITON_BACKEND_ENV = "GDN_ATTN_BACKEND_TRITON"
 
 def triton_mega_mode(version: Optional[str] = None, *, mega_present: bool = True) -> str:
     """How the Triton entry of sgl-kernel-npu ``version`` (default: the seam's) chooses the mega
-    kernel: ``"opt_in"``, ``"default"``, ``"supported"`` or ``"never"`` (see above).  The wheel of
-    tags 2026.05.01 .. .post3 reports ``2026.05.01`` for all: with the mega wrapper present it is
-    post3 (``mega_present``), else an earlier one.  Unknown versions get the current behaviour."""
+    kernel: ``"opt_in"``, ``"default"``, ``"supported"``, ``"never"`` (see above) or ``"unknown"``.
+    The wheel of tags 2026.05.01 .. .post3 reports ``2026.05.01`` for all: with the mega wrapper
+    present it is post3 (``mega_present``), else an earlier one; releases before it have no mega
+    wrapper ("never").  ``"unknown"``: a version not in :data:`KNOWN_WHEEL_VERSIONS` (or an old one
+    with a mega wrapper), logged once: the entry may run either path, so the plugin takes the
+    stricter contract, the mega kernel's, for every call (:func:`triton_runs_mega`), which is right
+    whichever path runs.  No version (no sgl-kernel-npu metadata): the current behaviour."""
     if version is None:
         from sglang_ascend_hybrid.ops import seam
 
         version = seam.kernel_package_version()
     if version is None:
         return "opt_in"
-    key = version_key(version)
-    if not key or key[0] < 2000 or key >= (2026, 6, 1):
+    rel = known_release(version)
+    if rel is not None and rel >= (2026, 6, 1):
         return "opt_in"
-    if key >= (2026, 6):
+    if rel is not None and rel >= (2026, 6):
         return "default"
-    return "supported" if mega_present else "never"
+    if rel == (2026, 5, 1):
+        return "supported" if mega_present else "never"
+    if rel is not None and not mega_present:
+        return "never"
+    _assumed("Triton entry mega mode", version,
+             "assuming it may run the mega kernel for any call (mode 'unknown': the mega kernel's contract)")
+    return "unknown"
 
 
 def post3_python_pair_supported(value_heads: int, key_heads: int) -> bool:
@@ -411,6 +539,8 @@ def triton_runs_mega(mode: str, environ, value_heads: int, key_heads: int, head_
     """Whether the Triton entry in ``mode`` runs the mega kernel for a call of these heads (packed,
     B == 1, as the plugin calls it), with the environment ``environ`` (a mapping, read as the entry
     reads ``os.getenv``)."""
+    if mode == "unknown":  # a release the contracts do not know: the stricter contract, whatever the settings
+        return True
     if mode == "opt_in":
         return environ.get(TRITON_MEGA_ENV, "0") == "1"
     if mode == "never" or environ.get(TRITON_BACKEND_ENV, "0") == "1":
