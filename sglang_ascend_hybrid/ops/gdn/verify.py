@@ -11,13 +11,21 @@ Rungs:
 
 ``npu_recurrent``  the op, when every tensor it reads or writes is bf16, S <= 8, its
                    on-chip memory fits the head dims (vStep), and an intermediate-state
-                   scratch is given (padding rows, index -1, are redirected into the
-                   scratch's spare last entry and cache row 0, never read or written out
-                   of bounds).
+                   scratch of at least ``B*S`` rows is given.  The op has no padding skip (it
+                   stores every token ``t < actual_seq_lengths[b]`` to row
+                   ``ssm_state_indices[b, t]``), so padding rows (index -1) are sent to the
+                   last scratch row no request names, found on the device
+                   (:func:`_padding_row`): with ``rows >= B*S`` one exists whenever padding
+                   does, and no request reads or writes it (a shared last entry could be a live
+                   request's rows: project issue 35).  Padding's initial-state reads stay in
+                   bounds (cache index clamped to 0).
 ``torch``          :func:`verify_torch`: the op's semantics (pre-sigmoid beta, internal
                    l2norm, initial state from ``cache_indices`` on a request's first step,
                    per-token write of every intermediate state, padding skipped) computed
                    in fp32 and stored in the pool's dtype.
+
+On both rungs the output of a padding token (index -1) is 0, like a token past its sequence's
+length, and its state is stored nowhere a request reads.
 
 Both write the caller's tensors in place, like the op (the commit of accepted steps,
 ``move_intermediate_cache``, is upstream's and dtype-preserving).  The op's refusals all
@@ -123,15 +131,31 @@ def check_verify_values(call: VerifyCall) -> None:
     if any(not 0 <= x <= S for x in lens):
         _fail("actual_seq_lengths", lens, f"entries in [0, S={S}]")
     idx = host_list(call.ssm_state_indices)
-    written = [idx[b][t] for b in range(B) for t in range(lens[b]) if idx[b][t] != -1]
-    if any(not 0 <= x < out_rows for x in written):
-        _fail("ssm_state_indices", idx if B * S <= 32 else "...", f"rows in [0, {out_rows}) or -1 (padding)")
-    if len(set(written)) != len(written):
-        _fail("ssm_state_indices", idx if B * S <= 32 else "...", "each state row written once per step")
+    shown = idx if B * S <= 32 else "..."
+    written = [(idx[b][t], b, t) for b in range(B) for t in range(lens[b]) if idx[b][t] != -1]
+    if any(not 0 <= row < out_rows for row, _, _ in written):
+        _fail("ssm_state_indices", shown, f"rows in [0, {out_rows}) or -1 (padding)")
+    writer: dict = {}
+    for row, b, t in written:  # two requests storing one row: no order between the op's cores
+        if row in writer:
+            b0, t0 = writer[row]
+            _fail("ssm_state_indices", shown, f"each state row written once per step (row {row}: request {b0} "
+                                              f"token {t0} and request {b} token {t})")
+        writer[row] = (b, t)
+    nat = None
     if call.num_accepted_tokens is not None:
         nat = host_list(call.num_accepted_tokens)
         if any(not 1 <= x <= S for x in nat):
             _fail("num_accepted_tokens", nat, f"entries in [1, S={S}]")
+    for b in range(B):  # the initial state row, as the op selects it
+        r0 = idx[b][0 if nat is None else nat[b] - 1]
+        if r0 < 0 and any(idx[b][t] >= 0 for t in range(lens[b])):
+            _fail("ssm_state_indices", shown, f"request {b} starts from padding (-1 at num_accepted_tokens - 1) "
+                                              "but stores states: a live request starts from a live row")
+        from_scratch = call.intermediate_state is not None and r0 >= 0 and r0 % S != 0
+        if from_scratch and r0 in writer and writer[r0][0] != b:
+            _fail("ssm_state_indices", shown, f"no initial state row another request writes in the same step "
+                                              f"(row {r0}: read by request {b}, written by request {writer[r0][0]})")
     if call.cache_indices is not None:
         ci = host_list(call.cache_indices)
         n = call.recurrent_state.shape[0]
@@ -225,7 +249,8 @@ def verify_torch(call: VerifyCall) -> torch.Tensor:
             state = cur
         scatter_live_rows(target, rows[:, b0:b1].reshape(S * n), valid[:, b0:b1].reshape(S * n),
                          steps[:, :n].reshape(S * n, nv, dv, dk))
-    out = torch.where(in_len.t().reshape(B, S, 1, 1), out, torch.zeros_like(out))
+    live = in_len & (call.ssm_state_indices.t() >= 0)               # [S, B]: not past the length, not padding
+    out = torch.where(live.t().reshape(B, S, 1, 1), out, torch.zeros_like(out))
     return out.to(call.mix_qkv.dtype)
 
 
@@ -236,6 +261,10 @@ def _npu_reason(call: VerifyCall) -> Optional[str]:
     B, S, dk, dv = call.shape
     if call.intermediate_state is None:
         return "no intermediate-state scratch to park padding rows in"
+    rows = call.intermediate_state.shape[0]
+    if rows < B * S:
+        return (f"the intermediate-state scratch has {rows} rows, fewer than B*S = {B * S}: no row is sure to be "
+                "free for its padding writes")
     dtypes = (call.mix_qkv.dtype, call.recurrent_state.dtype, call.intermediate_state.dtype)
     reason = caps.recurrent_refusal_reason(call.nv, call.nk, dk, dv, S, dtypes)
     if reason is None and not (call.recurrent_state.is_contiguous() and call.intermediate_state.is_contiguous()):
@@ -254,12 +283,24 @@ def _rejection(rung: str, sig: GdnSignature, reason: str) -> str:
             f"using the torch verify path (fp32 compute, states kept in {str(sig.state_dtype).replace('torch.', '')})")
 
 
+def _padding_row(idx: torch.Tensor, rows: int) -> torch.Tensor:
+    """The last of ``rows`` scratch rows that ``idx`` (``ssm_state_indices``) does not name, as a 0-d
+    int32 tensor: every row a request stores or starts from is named there, so this one is neither
+    read nor written by any request.  When some entry is padding (< 0), at most ``B*S - 1`` entries
+    name rows, so with ``rows >= B*S`` (the predicate) such a row exists.  The last one: in SGLang's
+    ``[size + 1, S]`` scratch that is its spare entry.  Fixed shapes, no host read (graph capture)."""
+    named = torch.where(idx >= 0, idx.long(), rows).clamp(max=rows).reshape(-1)  # padding, out of range -> row `rows`
+    used = torch.zeros(rows + 1, dtype=torch.int32, device=idx.device).index_fill_(0, named, 1)[:rows]
+    free = torch.where(used == 0, torch.arange(1, rows + 1, dtype=torch.int32, device=idx.device), 0)
+    return free.amax() - 1            # a max, not an argmin: no tie to break, the same row on every device
+
+
 def _npu_run(call: VerifyCall) -> torch.Tensor:
     B, S, _, _ = call.shape
     rows = call.intermediate_state.shape[0]
     idx = call.ssm_state_indices.to(torch.int32)
-    spare = (rows - S + torch.arange(S, dtype=torch.int32, device=idx.device)).view(1, S).expand(B, S)
-    idx = torch.where(idx < 0, spare, idx).contiguous()   # padding -> the scratch's spare last entry
+    padding = idx < 0
+    idx = torch.where(padding, _padding_row(idx, rows), idx).contiguous()   # padding -> a row no request names
     cache = call.cache_indices.to(torch.int32).clamp(min=0).contiguous()
     nat = None if call.num_accepted_tokens is None else call.num_accepted_tokens.to(torch.int32).contiguous()
     out = seam.call(OP_NPU_RECURRENT, call.mix_qkv.contiguous(), call.recurrent_state,
@@ -271,7 +312,8 @@ def _npu_run(call: VerifyCall) -> torch.Tensor:
              "sglang-ascend-hybrid: GDN verify %s runs on torch.ops.npu.recurrent_gated_delta_rule",
              call.signature())
     in_len = torch.arange(S, device=out.device).view(1, S) < call.actual_seq_lengths.long().view(B, 1)
-    return torch.where(in_len.view(B, S, 1, 1), out, torch.zeros_like(out))  # rows the op leaves unwritten
+    live = in_len & ~padding.to(out.device)
+    return torch.where(live.view(B, S, 1, 1), out, torch.zeros_like(out))  # rows the op leaves unwritten, padding
 
 
 def _torch_run(call: VerifyCall) -> torch.Tensor:
