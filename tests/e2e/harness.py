@@ -187,7 +187,8 @@ class Engine:
 
     def __init__(self, model, cfg, *, dtype: torch.dtype, mamba_slots: int = 12, rows: int = 8,
                  conv_dtype: Optional[torch.dtype] = None, ssm_dtype: Optional[torch.dtype] = None,
-                 max_context: int = MAX_CONTEXT, extra_buffer: bool = False, overlap_schedule: bool = False):
+                 max_context: int = MAX_CONTEXT, extra_buffer: bool = False, overlap_schedule: bool = False,
+                 speculative_num_draft_tokens: Optional[int] = None, speculative_eagle_topk: Optional[int] = None):
         import dataclasses
 
         import sglang.srt.mem_cache.memory_pool as mp
@@ -217,7 +218,10 @@ class Engine:
                 size=rows, mamba_size=mamba_slots, mamba_spec_state_size=rows, max_context_len=max_context,
                 device="cpu", enable_memory_saver=False, cache_params=params, mamba_layer_ids=params.layers,
                 enable_mamba_extra_buffer=extra_buffer, enable_overlap_schedule=overlap_schedule,
-                speculative_num_draft_tokens=None)
+                # speculative decoding on (tests/e2e/spec.py): the pool SGLang builds then, with the
+                # per-draft-token intermediate SSM cache and conv windows longer by draft - 1
+                speculative_num_draft_tokens=speculative_num_draft_tokens,
+                speculative_eagle_topk=speculative_eagle_topk)
         self.cache_params = params
         runner = NS(
             device="cpu", dtype=dtype, is_draft_worker=False, use_mla_backend=False, page_size=PAGE,
