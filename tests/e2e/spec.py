@@ -242,11 +242,37 @@ class VerifyStep:
 class SpecScheduler(harness.Scheduler):
     """:class:`harness.Scheduler` plus SGLang's TARGET_VERIFY step and commit."""
 
-    def __init__(self, engine: harness.Engine, draft_tokens: int = DRAFT_TOKENS):
+    def __init__(self, engine: harness.Engine, draft_tokens: int = DRAFT_TOKENS, graph_buckets: tuple = ()):
         super().__init__(engine)
         self.draft_tokens = draft_tokens
+        self.graph_buckets = tuple(sorted(graph_buckets))
         self.steps: list[VerifyStep] = []
         verify_window_attention(engine.backend.full_attn_backend, draft_tokens)
+        if self.graph_buckets:
+            # what SGLang's graph runner does once at startup: the linear backend's static buffers
+            # for the largest batch, draft_tokens tokens per request
+            engine.backend.linear_attn_backend.init_cuda_graph_state(
+                self.graph_buckets[-1], self.graph_buckets[-1] * draft_tokens)
+
+    def _forward_graph_metadata(self, fb):
+        """``Engine.forward`` with the linear backend's graph-replay metadata
+        (``init_forward_metadata_out_graph``: the static per-bucket index buffers, ``graph_mode``
+        on, so the verify hook takes its graph branch).  No graph is captured: the forward runs
+        eagerly on that metadata.  Full attention keeps its eager metadata (the stand-in has no
+        graph path)."""
+        from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+        from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
+
+        engine = self.engine
+        fb.capture_hidden_mode = CaptureHiddenMode.NULL
+        fb.req_to_token_pool = engine.req_to_token_pool
+        fb.token_to_kv_pool = engine.token_to_kv_pool
+        fb.attn_backend = engine.backend
+        engine.backend.full_attn_backend.init_forward_metadata(fb)
+        engine.backend.linear_attn_backend.init_forward_metadata_out_graph(fb)
+        assert engine.backend.linear_attn_backend.graph_mode
+        with forward_context(ForwardContext(attn_backend=engine.backend)):
+            return engine.model.forward(fb.input_ids, fb.positions, fb).next_token_logits
 
     def verify(self, reqs, drafts: dict, track: Optional[dict] = None) -> list:
         """One TARGET_VERIFY step of ``reqs``: each window is the request's last sampled token
@@ -275,6 +301,16 @@ class SpecScheduler(harness.Scheduler):
         input_ids = torch.tensor(ids, dtype=torch.int64)
         positions = torch.tensor(pos, dtype=torch.int64)
         seq_lens = torch.tensor(prefix, dtype=torch.int64)
+        rows_ = [r.row for r in reqs]
+        padded = bs
+        if self.graph_buckets:
+            # padded to the next captured batch size as SGLang's graph runner pads: request row 0
+            # (its mamba slot the reserved pad slot 0), cache location 0, seq len the backends'
+            # fill value 0
+            padded = next(n for n in self.graph_buckets if n >= bs)
+            pad = padded - bs
+            ids, pos, locs = ids + [0] * (pad * D), pos + list(range(D)) * pad, locs + [0] * (pad * D)
+            prefix, rows_ = prefix + [0] * pad, rows_ + [0] * pad
         chain = torch.arange(D, dtype=torch.int64)
         spec_info = EagleVerifyInput(
             draft_token=input_ids, custom_mask=None, positions=positions,
@@ -284,17 +320,21 @@ class SpecScheduler(harness.Scheduler):
             spec_steps=D - 1, topk=1, draft_token_num=D, capture_hidden_mode=CaptureHiddenMode.FULL,
             seq_lens_sum=sum(prefix), seq_lens_cpu=seq_lens.clone())
         req_pool_indices = torch.tensor([r.row for r in reqs], dtype=torch.int64)
+        fb_seq_lens = torch.tensor(prefix, dtype=torch.int64)
         fb = ForwardBatch(
-            forward_mode=ForwardMode.TARGET_VERIFY, batch_size=bs, input_ids=input_ids,
-            req_pool_indices=req_pool_indices, seq_lens=seq_lens, seq_lens_cpu=seq_lens.clone(),
-            out_cache_loc=torch.tensor(locs, dtype=torch.int64), seq_lens_sum=sum(prefix), positions=positions,
-            spec_info=spec_info)
+            forward_mode=ForwardMode.TARGET_VERIFY, batch_size=padded, input_ids=torch.tensor(ids, dtype=torch.int64),
+            req_pool_indices=torch.tensor(rows_, dtype=torch.int64), seq_lens=fb_seq_lens,
+            seq_lens_cpu=fb_seq_lens.clone(), out_cache_loc=torch.tensor(locs, dtype=torch.int64),
+            seq_lens_sum=sum(prefix), positions=torch.tensor(pos, dtype=torch.int64), spec_info=spec_info)
         fb.global_num_token_non_padded_cpu = bs * D
         track_indices = None
         if track is not None:
             track_indices = torch.tensor([track[r.name] for r in reqs], dtype=torch.int64)
             fb.mamba_track_indices = track_indices
-        logits = self.engine.forward(fb).float()
+        if self.graph_buckets:
+            logits = self._forward_graph_metadata(fb).float()[:bs * D]  # the live rows
+        else:
+            logits = self.engine.forward(fb).float()
         assert logits.shape[0] == bs * D, logits.shape
 
         # SGLang's greedy acceptance (eagle_sample's greedy branch)
@@ -379,6 +419,9 @@ class SpecPlan:
     resume_rows: tuple = (7, 0, 3)
     resume_slots: tuple = (8, 5, 11)
     resume_wrong: tuple = ({"A'": (1,), "B'": (), "C'": (0,)}, {"A'": (), "B'": (2,), "C'": (1,)})
+    # with graph buckets (e.g. (1, 2, 4)) every verify step runs on the linear backend's graph-replay
+    # metadata, padded to the next bucket (:meth:`SpecScheduler._forward_graph_metadata`)
+    graph_buckets: tuple = ()
 
     def tokens_needed(self) -> int:
         """Tokens per request (prompt excluded) a greedy run without speculative decoding must
@@ -496,7 +539,7 @@ def run_spec_plan(engine: harness.Engine, plan: SpecPlan, oracle: DraftOracle, v
     layout = temporal_layout(cache.temporal)
     shapes = dict(temporal=tuple(cache.temporal.shape), intermediate_ssm=tuple(cache.intermediate_ssm.shape),
                   conv=tuple(cache.conv[0].shape))
-    sched = SpecScheduler(engine, plan.draft_tokens)
+    sched = SpecScheduler(engine, plan.draft_tokens, plan.graph_buckets)
     reqs = {n: sched.admit(harness.Request(n, list(p), r, s))
             for n, p, r, s in zip("ABC", base.prompts, base.rows, base.slots)}
     a, b, c = reqs["A"], reqs["B"], reqs["C"]

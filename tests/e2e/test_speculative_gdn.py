@@ -4,7 +4,8 @@ plugin's verify hook, SGLang's greedy acceptance and SGLang's commit
 (``update_mamba_state_after_mtp_verify`` -> ``move_intermediate_cache`` / ``conv_state_rollback``)
 with some drafts rejected, radix-cache tracking of the verify steps, and requests resumed from the
 tracked states -- on the pool SGLang builds with speculative decoding on (SGLang 0.5.20: a
-transposed view of the temporal state).
+transposed view of the temporal state); eagerly, and on the linear backend's graph-replay metadata
+(``init_cuda_graph_state`` / ``init_forward_metadata_out_graph``, padded batches; no graph captured).
 
 Asserted: the greedy tokens equal those of the same model without speculative decoding and
 transformers' (fp32: every token and logit within 1e-3; bf16: transformers' tolerance of
@@ -14,6 +15,7 @@ the resumed requests, which start from the states SGLang's commit tracked, match
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import pytest
@@ -61,12 +63,19 @@ TORCH_VERIFY_OUTPUT_BUG = pytest.mark.xfail(
     reason="sglang_ascend_hybrid.ops.gdn.verify.verify_torch returns a non-contiguous output; SGLang's "
            "AscendGDNAttnBackend.forward_extend calls core_attn_out.view(-1, nv, dv) on it")
 
+# the same plan on the linear backend's graph-replay metadata, batches padded to the next of these
+# sizes (3 requests -> 4: one padding row; 2 -> 2)
+GRAPH_PLAN = dataclasses.replace(PLAN, graph_buckets=(1, 2, 4))
+
 CASES = [
-    pytest.param("qwen3_5", FP32, FP32, id="qwen3_5-fp32", marks=TORCH_VERIFY_OUTPUT_BUG),
-    pytest.param("qwen3_next", FP32, FP32, id="qwen3_next-fp32", marks=TORCH_VERIFY_OUTPUT_BUG),
-    pytest.param("qwen3_5", BF16, BF16, id="qwen3_5-bf16-bf16pool"),
-    pytest.param("qwen3_5", BF16, FP32, id="qwen3_5-bf16-fp32pool", marks=TORCH_VERIFY_OUTPUT_BUG),
-    pytest.param("qwen3_next", BF16, BF16, id="qwen3_next-bf16-bf16pool"),
+    pytest.param("qwen3_5", FP32, FP32, PLAN, id="qwen3_5-fp32", marks=TORCH_VERIFY_OUTPUT_BUG),
+    pytest.param("qwen3_next", FP32, FP32, PLAN, id="qwen3_next-fp32", marks=TORCH_VERIFY_OUTPUT_BUG),
+    pytest.param("qwen3_5", BF16, BF16, PLAN, id="qwen3_5-bf16-bf16pool"),
+    pytest.param("qwen3_5", BF16, FP32, PLAN, id="qwen3_5-bf16-fp32pool", marks=TORCH_VERIFY_OUTPUT_BUG),
+    pytest.param("qwen3_next", BF16, BF16, PLAN, id="qwen3_next-bf16-bf16pool"),
+    pytest.param("qwen3_5", FP32, FP32, GRAPH_PLAN, id="qwen3_5-fp32-graph-metadata",
+                 marks=TORCH_VERIFY_OUTPUT_BUG),
+    pytest.param("qwen3_5", BF16, BF16, GRAPH_PLAN, id="qwen3_5-bf16-bf16pool-graph-metadata"),
 ]
 
 
@@ -107,10 +116,10 @@ def _first_tie_only(spec_req, base_req, hf) -> str:
         f"where transformers' margin is {margin:.3f}")
 
 
-@pytest.mark.parametrize("name,dtype,ssm_dtype", CASES)
-def test_speculative_decoding_matches_plain_decoding_and_transformers(name, dtype, ssm_dtype):
+@pytest.mark.parametrize("name,dtype,ssm_dtype,plan", CASES)
+def test_speculative_decoding_matches_plain_decoding_and_transformers(name, dtype, ssm_dtype, plan):
     base = without_spec(name, dtype, ssm_dtype)
-    run, res = _run(name, dtype, ssm_dtype)
+    run, res = _run(name, dtype, ssm_dtype, plan=plan)
     cmp = run.compare()
     a_b_c = run.reqs[:3]
     if dtype == FP32:
