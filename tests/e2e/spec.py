@@ -28,8 +28,20 @@ What is real SGLang here (called, not restated), on top of :mod:`tests.e2e.harne
 Stand-ins (and why):
 
 * the draft model: none.  Draft tokens are the greedy tokens of the same model without
-  speculative decoding, with chosen positions deliberately wrong (:class:`SpecPlan`), so the
-  acceptance is partial and the commit rolls back.
+  speculative decoding (transformers' greedy tokens where a bf16 run left that path at a near
+  tie), with chosen positions deliberately wrong (:class:`SpecPlan`, :class:`DraftOracle`), so
+  the acceptance is partial and the commit rolls back.
+* no DECODE step on the target: with speculative decoding SGLang's scheduler never runs one (every
+  step after a prefill is draft + TARGET_VERIFY).  On this pool a DECODE would not be a real path
+  either: ``forward_decode`` reads conv rows ``[0, W-1)`` while prefill and verify keep the live
+  window in the last rows.
+* graph mode (``SpecPlan.graph_buckets``): the linear backend's graph-replay metadata only
+  (``init_cuda_graph_state`` once, ``init_forward_metadata_out_graph`` per step, batches padded as
+  the graph runner pads them); nothing is captured and full attention keeps eager metadata.
+* radix tracking: the verify steps carry track slots and SGLang's commit stores the states at
+  track-grid crossings (grid 8: ``mamba_track_interval`` / ``_mamba_cache_chunk_size`` 8, page 1);
+  a hit is restored as :mod:`tests.e2e.prefix` does (``copy_mamba_state``, shared KV rows).  No
+  ``UnifiedRadixCache`` or ping-pong slots (:mod:`tests.e2e.radix` drives those for plain decode).
 * full attention in the verify window: ``TorchNativeAttnBackend`` (the harness's stand-in of
   the Ascend attention backend) run as a causal extend of the window over the request's prefix
   (:func:`verify_window_attention`): what the Ascend backend does for a topk-1 chain by adding
