@@ -110,6 +110,12 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                   "tests/ops/test_seam_owners.py", "tests/ops/gdn/test_gdn_builds.py",
                   "tests/ops/test_ladder_declined.py",
                   "tests/test_plugin_unit.py", "tests/test_doctor_cli.py", "tests/ops/test_index_dtypes.py"]),
+    # the GDN pool's physical layout: the hooks' view handling, the layout module, the commit emulator
+    "gdn-layout": (["sglang_ascend_hybrid/ops/gdn/pool_layout.py", "sglang_ascend_hybrid/backends/gdn_hooks.py",
+                    "sglang_ascend_hybrid/emulators/mamba_state_update.py"],
+                   ["tests/backends/test_gdn_pool_layout.py", "tests/emulators/test_mamba_state_update.py",
+                    "tests/backends/test_gdn_entry_pool_kwargs.py", "tests/backends/test_gdn_hooks.py",
+                    "tests/backends/test_gdn_hooks_edges.py", "tests/backends/test_gdn_extend_route.py"]),
     "prefix-cache": (["sglang_ascend_hybrid/backends/short_conv_track.py"],
                      ["tests/backends/test_short_conv_track.py"]),
     "backends": (["sglang_ascend_hybrid/backends/*"],

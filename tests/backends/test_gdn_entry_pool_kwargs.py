@@ -23,25 +23,25 @@ def _refusing(calls):
 
 @pytest.mark.parametrize("inplace", [True, False])
 def test_pool_keywords_are_served_by_the_ladder_with_the_entrys_pool_semantics(inplace):
-    q, k, v, g, beta, cu, _ = _fla_inputs([20, 7, 9], 2, 6, K, V, seed=5)
+    q, k, v, g, beta, cu, _ = _fla_inputs([20, 7, 9, 4], 2, 6, K, V, seed=5)
     pool = torch.randn(5, 6, K, V, generator=torch.Generator().manual_seed(9)) * 0.3  # key first, the entry's
     before = pool.clone()
-    indices = torch.tensor([3, -1, 1])  # a negative slot: zero initial state, never written back
+    indices = torch.tensor([4, -1, 0, 5])  # negative / out-of-range slots: zero initial state, never written back
     calls = []
     o, final, h = gdn_hooks.sgl_chunk_gated_delta_rule_npu(
         _refusing(calls), q, k, v, g, beta, initial_state=pool, cu_seqlens=cu, use_qk_l2norm_in_kernel=True,
         initial_state_indices=indices, inplace_final_state=inplace)
     assert len(calls) == 1 and calls[0]["initial_state_indices"] is indices  # the entry was tried first, as given
-    h0 = torch.stack([before[3], torch.zeros(6, K, V), before[1]])
+    h0 = torch.stack([before[4], torch.zeros(6, K, V), before[0], torch.zeros(6, K, V)])
     ref_o, ref_final, _ = fla(q, k, v, g, beta, cu, h0.transpose(-1, -2), K ** -0.5, l2=True)
     torch.testing.assert_close(o.float(), ref_o, atol=3e-3, rtol=3e-3)
     torch.testing.assert_close(final, ref_final.transpose(-1, -2), atol=3e-3, rtol=3e-3)
-    untouched = [0, 2, 4] if inplace else [0, 1, 2, 3, 4]
+    untouched = [1, 2, 3] if inplace else [0, 1, 2, 3, 4]
     assert torch.equal(pool[untouched], before[untouched])
     if inplace:
-        torch.testing.assert_close(pool[3], final[0])
-        torch.testing.assert_close(pool[1], final[2])
-        assert not torch.equal(pool[3], before[3])
+        torch.testing.assert_close(pool[4], final[0])
+        torch.testing.assert_close(pool[0], final[2])
+        assert not torch.equal(pool[4], before[4])
 
 
 def test_an_unknown_keyword_reaches_the_entry_and_a_refusal_then_names_it():

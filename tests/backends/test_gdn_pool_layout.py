@@ -256,3 +256,67 @@ def test_the_chunk_hook_on_a_transposed_view_writes_the_same_bytes_as_on_the_pla
     (p0, o0, h0), (p1, o1, h1) = pools
     assert torch.equal(o0, o1) and torch.equal(h0, h1)
     assert torch.equal(p0, p1) and not torch.equal(p0, start)
+
+
+@pytest.mark.parametrize("size,stride,expected", [
+    ((3, 4, 5), (20, 5, 1), pool_layout.VALUE_FIRST),
+    ((3, 5, 4), (20, 1, 5), pool_layout.TRANSPOSED_VIEW),
+    ((3, 1, 5), (5, 7, 1), pool_layout.VALUE_FIRST),      # one row: its stride says nothing
+    ((3, 4, 1), (4, 1, 9), pool_layout.VALUE_FIRST),      # one column: its stride says nothing
+    ((3, 4, 5), (40, 10, 2), None),                       # every other element
+    ((3, 4, 5), (40, 10, 1), None),                       # padded rows
+    ((3, 5, 4), (40, 1, 10), None),                       # a transpose of padded rows
+])
+def test_the_layout_is_read_from_the_last_two_strides(size, stride, expected):
+    t = torch.zeros(200).as_strided(size, stride)
+    if expected is None:
+        with pytest.raises(pool_layout.PoolLayoutError, match=r"ssm_states: shape \(3, "):
+            pool_layout.layout_of(t)
+    else:
+        assert pool_layout.layout_of(t) == expected
+
+
+def test_a_whole_pool_and_a_layer_slice_give_the_same_value_first_view():
+    physical = torch.zeros(2, SLOTS, HV, D, 2 * D)
+    vf = pool_layout.value_first(physical.transpose(-1, -2))
+    assert vf.shape == physical.shape and vf.stride() == physical.stride()
+    assert pool_layout.value_first(physical.transpose(-1, -2)[1]).stride() == physical[1].stride()
+    assert pool_layout.layout_of(torch.zeros(HV, D, D)) == pool_layout.VALUE_FIRST  # three dims are enough
+
+
+def test_check_pool_returns_the_layout_and_names_what_does_not_match():
+    physical = torch.zeros(1, SLOTS, HV, D, 2 * D)  # V = 32, K = 64
+    assert pool_layout.check_pool(physical, value_dim=D, key_dim=2 * D) == pool_layout.VALUE_FIRST
+    assert pool_layout.check_pool(physical.transpose(-1, -2), value_dim=D, key_dim=2 * D,
+                                  intermediate=torch.zeros(3)) == pool_layout.TRANSPOSED_VIEW
+    with pytest.raises(pool_layout.PoolLayoutError, match="gives key head dim 64 in memory, the model's is 32"):
+        pool_layout.check_pool(physical, value_dim=D, key_dim=D)
+    with pytest.raises(pool_layout.PoolLayoutError, match="^mamba pool temporal state: shape"):
+        pool_layout.check_pool(torch.zeros(1, SLOTS, HV, D, 2 * D)[..., ::2])
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_the_backend_probe_hands_the_probes_the_pools_dims_in_memory(monkeypatch, transposed):
+    from sglang_ascend_hybrid.ops.gdn import decode, dispatch
+
+    seen = []
+    monkeypatch.setattr(decode, "probe_before_serving", lambda *a: seen.append(("decode", a)))
+    monkeypatch.setattr(dispatch, "probe_triton_entry_before_serving", lambda *a: seen.append(("triton", a)))
+    physical = torch.zeros(1, SLOTS, HV, D, 2 * D, dtype=torch.float32)  # V = 32, K = 64
+    runner = _runner(physical.transpose(-1, -2) if transposed else physical, v_dim=D, k_dim=2 * D)
+    runner.model_config = NS(hf_config=runner.model_config.hf_text_config)  # a config without a text part
+    gdn_hooks.probe_gdn_backend(runner, _gdn_backend())
+    entry = gdn_hooks.decode_contract.installed_decode_entry()
+    assert seen == [("decode", (entry, torch.bfloat16, torch.float32, 2 * D, D, physical.device)),
+                    ("triton", (HV, HK, 2 * D, D, torch.bfloat16, physical.device))]
+    seen.clear()
+    gdn_hooks.probe_gdn_backend(runner, NS(linear_attn_backend=object()))  # not a GDN backend: no probe
+    assert seen == []
+
+
+@pytest.mark.parametrize("v_dim,k_dim", [(0, D), ("32", D), (D, -1)])
+def test_head_dims_the_config_does_not_state_are_not_checked(v_dim, k_dim):
+    runner = _runner(torch.zeros(1, SLOTS, HV, D, 2 * D), v_dim=v_dim, k_dim=k_dim)
+    dims = gdn_hooks._head_dims(runner)
+    assert dims == tuple(d if isinstance(d, int) and d > 0 else None for d in (v_dim, k_dim))
+    assert gdn_hooks._head_dims(_runner(torch.zeros(1), v_dim=1, k_dim=2)) == (1, 2)

@@ -38,7 +38,7 @@ def _inner_order(t: torch.Tensor) -> Optional[str]:
     s_rows, s_cols = t.stride(-2), t.stride(-1)
     if (s_cols == 1 or cols == 1) and (s_rows == cols or rows == 1):
         return VALUE_FIRST
-    if (s_rows == 1 or rows == 1) and (s_cols == rows or cols == 1):
+    if s_rows == 1 and s_cols == rows:  # (a size-1 dim makes both orders one: value first above)
         return TRANSPOSED_VIEW
     return None
 
