@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from pathlib import Path
 
 import pytest
 import torch
@@ -37,44 +38,23 @@ VERIFY_STEPS = len(PLAN.batches) + len(PLAN.resume_wrong)
 FP32, BF16 = torch.float32, torch.bfloat16
 # SGLang 0.5.20 hands the GDN layers temporal_state.transpose(-1, -2) when speculative decoding is on
 # (mem_cache/memory_pool.py ~739-746); later releases keep the allocation's order
-TRANSPOSED_POOL = sglang.__version__.startswith("0.5.20")
+# (read from the installed source, not from its version)
+TRANSPOSED_POOL = "temporal_state = temporal_state.transpose(-1, -2)" in (
+    Path(sglang.__file__).parent / "srt" / "mem_cache" / "memory_pool.py").read_text()
 
 
-
-def _torch_verify_output_is_contiguous() -> bool:
-    """Whether the plugin's torch verify rung returns a contiguous ``[B, S, nv, dv]``: SGLang's
-    ``forward_extend`` reshapes it with ``core_attn_out.view(-1, nv, dv)`` (every release), which
-    raises on the permuted-stride tensor ``torch.where(live.t().reshape(B, S, 1, 1), ...)`` gives."""
-    from sglang_ascend_hybrid.ops.gdn.verify import VerifyCall, verify_torch
-
-    B, S, nk, nv, d = 2, 3, 1, 2, 4
-    call = VerifyCall(torch.randn(B, S, 2 * nk * d + nv * d), torch.zeros(3, nv, d, d), torch.zeros(B, S, nv),
-                      torch.zeros(B, S, nv), 0.5, torch.full((B,), S, dtype=torch.int32),
-                      torch.arange(B * S, dtype=torch.int32).view(B, S), nk, nv,
-                      intermediate_state=torch.zeros(B * S + 1, nv, d, d), cache_indices=torch.tensor([1, 2]),
-                      num_accepted_tokens=torch.ones(B, dtype=torch.int32))
-    return verify_torch(call).is_contiguous()
-
-
-# Every verify step on the torch rung (fp32 SSM pools) stops at SGLang's view of its output until the
-# rung returns a contiguous tensor; then these run as written (strict: an unexpected pass fails).
-TORCH_VERIFY_OUTPUT_BUG = pytest.mark.xfail(
-    condition=not _torch_verify_output_is_contiguous(), raises=RuntimeError, strict=True,
-    reason="sglang_ascend_hybrid.ops.gdn.verify.verify_torch returns a non-contiguous output; SGLang's "
-           "AscendGDNAttnBackend.forward_extend calls core_attn_out.view(-1, nv, dv) on it")
 
 # the same plan on the linear backend's graph-replay metadata, batches padded to the next of these
 # sizes (3 requests -> 4: one padding row; 2 -> 2)
 GRAPH_PLAN = dataclasses.replace(PLAN, graph_buckets=(1, 2, 4))
 
 CASES = [
-    pytest.param("qwen3_5", FP32, FP32, PLAN, id="qwen3_5-fp32", marks=TORCH_VERIFY_OUTPUT_BUG),
-    pytest.param("qwen3_next", FP32, FP32, PLAN, id="qwen3_next-fp32", marks=TORCH_VERIFY_OUTPUT_BUG),
+    pytest.param("qwen3_5", FP32, FP32, PLAN, id="qwen3_5-fp32"),
+    pytest.param("qwen3_next", FP32, FP32, PLAN, id="qwen3_next-fp32"),
     pytest.param("qwen3_5", BF16, BF16, PLAN, id="qwen3_5-bf16-bf16pool"),
-    pytest.param("qwen3_5", BF16, FP32, PLAN, id="qwen3_5-bf16-fp32pool", marks=TORCH_VERIFY_OUTPUT_BUG),
+    pytest.param("qwen3_5", BF16, FP32, PLAN, id="qwen3_5-bf16-fp32pool"),
     pytest.param("qwen3_next", BF16, BF16, PLAN, id="qwen3_next-bf16-bf16pool"),
-    pytest.param("qwen3_5", FP32, FP32, GRAPH_PLAN, id="qwen3_5-fp32-graph-metadata",
-                 marks=TORCH_VERIFY_OUTPUT_BUG),
+    pytest.param("qwen3_5", FP32, FP32, GRAPH_PLAN, id="qwen3_5-fp32-graph-metadata"),
     pytest.param("qwen3_5", BF16, BF16, GRAPH_PLAN, id="qwen3_5-bf16-bf16pool-graph-metadata"),
 ]
 
@@ -198,7 +178,6 @@ def commit_last_window_step(mp):
     mp.setattr(AscendHybridLinearAttnBackend, "update_mamba_state_after_mtp_verify", update)
 
 
-@TORCH_VERIFY_OUTPUT_BUG
 @pytest.mark.parametrize("breakage", [commit_skipped, conv_rollback_skipped, commit_last_window_step],
                          ids=["commit-skipped", "conv-rollback-skipped", "commit-last-window-step"])
 def test_broken_commit_fails_the_comparison(breakage):
@@ -208,7 +187,6 @@ def test_broken_commit_fails_the_comparison(breakage):
     assert cmp.max_gap > 100 * harness.FP32_LOGIT_TOL, str(cmp)
 
 
-@TORCH_VERIFY_OUTPUT_BUG
 def test_hooks_reading_the_logical_pool_view_fail_on_a_transposed_pool():
     """The bug pool_layout fixes: on SGLang 0.5.20 (transposed pool view) hooks that index the
     view logically hand every later step a transposed state; on releases whose pool is value

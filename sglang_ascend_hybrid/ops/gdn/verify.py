@@ -251,7 +251,8 @@ def verify_torch(call: VerifyCall) -> torch.Tensor:
                          steps[:, :n].reshape(S * n, nv, dv, dk))
     live = in_len & (call.ssm_state_indices.t() >= 0)               # [S, B]: not past the length, not padding
     out = torch.where(live.t().reshape(B, S, 1, 1), out, torch.zeros_like(out))
-    return out.to(call.mix_qkv.dtype)
+    # contiguous, as the op's output: SGLang's forward_extend views it as [-1, nv, dv]
+    return out.to(call.mix_qkv.dtype).contiguous()
 
 
 # ----------------------------------------------------------------------------- npu rung

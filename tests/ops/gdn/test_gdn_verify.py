@@ -405,3 +405,15 @@ def test_value_checks_are_the_only_host_reads():
     with SyncCounter(device_of_interest="cpu") as counter:
         gv.recurrent_verify(_call(c), backend="torch", check_values=False)
     assert counter.total == 0, counter.counts
+
+
+def test_the_torch_verify_output_is_contiguous_as_the_ops():
+    """SGLang's forward_extend views the verify output as ``[-1, nv, dv]`` (every release)."""
+    B, S, nk, nv, d = 2, 3, 1, 2, 4
+    call = gv.VerifyCall(torch.randn(B, S, 2 * nk * d + nv * d), torch.zeros(3, nv, d, d), torch.zeros(B, S, nv),
+                         torch.zeros(B, S, nv), 0.5, torch.full((B,), S, dtype=torch.int32),
+                         torch.arange(B * S, dtype=torch.int32).view(B, S), nk, nv,
+                         intermediate_state=torch.zeros(B * S + 1, nv, d, d), cache_indices=torch.tensor([1, 2]),
+                         num_accepted_tokens=torch.ones(B, dtype=torch.int32))
+    out = gv.verify_torch(call)
+    assert out.shape == (B, S, nv, d) and out.is_contiguous()
