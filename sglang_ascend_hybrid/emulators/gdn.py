@@ -125,6 +125,12 @@ def make_mega_emulator(predicate: Optional[Callable[[int, int], bool]] = None, *
                   "initial_state must use head dimensions 128 x 128")
         H = v.shape[2]
         bounds = cu.tolist()
+        empty = [s for s in range(n) if bounds[s + 1] == bounds[s]]
+        if empty:  # SKN csrc/mega_chunk_gdn/op_kernel/chunk_h.cpp ~505-560 (f425bdf1): a sequence with no chunk
+            # still stores its entering state at h row ``chunk_offset`` (the next sequence's first chunk, or past
+            # the end of h) and raises a cross-core flag no consumer waits for
+            _violation(OP_MEGA, f"sequence(s) {empty} of cu_seqlens {bounds} are empty: the kernel writes their "
+                                f"state into another sequence's (or past the last) chunk row of h")
         out = torch.empty(1, T, H, D, dtype=torch.float16)  # SKN fla/mega_chunk_gdn.py ~153: empty_like(v.half())
         final = torch.zeros(n, H, D, D, dtype=torch.float32)  # key first
         num_chunks = sum(math.ceil((b - a) / MEGA_CHUNK) for a, b in zip(bounds, bounds[1:]))

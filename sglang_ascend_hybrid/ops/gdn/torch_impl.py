@@ -301,7 +301,7 @@ def chunk_gdn_torch(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=N
         h_dest = torch.tensor([first_row[s_] + p // record_every if p % record_every == 0 else -1
                                for s_, p in zip(layout.chunk_seq, layout.chunk_pos)],
                               dtype=torch.long, device=dev)
-        h_flat = h.view(h.shape[0], -1)
+        h_flat = h.view(h.shape[0], Hv * V * K)  # (-1 cannot be inferred for zero chunks)
 
     if F:
         # Per-token gate factors of every chunk, for the whole call at once ([F, Hv, C] each).

@@ -98,12 +98,14 @@ def test_a_trailing_empty_sequence_is_served_and_keeps_its_initial_state():
 
 def test_the_mega_mode_of_the_entry_is_not_the_triton_rule(monkeypatch):
     """With GDN_USE_MEGA_GDN=1 the entry returns before ``chunk_local_cumsum`` (SKN f425bdf1 fla/chunk.py
-    ``chunk_gated_delta_rule_fwd``): the Triton rule does not apply there."""
+    ``chunk_gated_delta_rule_fwd``): the Triton rule does not apply there, the mega kernel's own does
+    (chunk_h: an empty sequence anywhere is undefined)."""
     monkeypatch.setenv("GDN_USE_MEGA_GDN", "1")
     q, k, v, g, beta, cu, h0 = bf16_packed((5, 0, 77), 0, hv=16, hk=8, d=128)
     mega = Counting(emu.make_mega_emulator())
     entry = make_triton_chunk_emulator(mega=mega, version="2026.6.1")
-    entry(q, k, v, g, beta, initial_state=h0.float().transpose(-1, -2).contiguous(), cu_seqlens=cu)
+    with pytest.raises(EmulatorContractViolation, match="run_mega_chunk_gdn: sequence"):
+        entry(q, k, v, g, beta, initial_state=h0.float().transpose(-1, -2).contiguous(), cu_seqlens=cu)
     assert mega.calls == 1
 
 
@@ -212,3 +214,20 @@ def test_a_call_without_empty_sequences_is_handed_over_as_it_is():
     seen = []
     dispatch.without_empty_sequences(lambda c: seen.append(c) or (None, None, None))(call)
     assert seen == [call]
+
+
+@pytest.mark.parametrize("lens", [(5, 0, 77), (5, 77, 0)])
+def test_the_mega_emulator_refuses_any_empty_sequence(lens):
+    """chunk_h stores an empty sequence's entering state into the next sequence's first h row, or past
+    h's end for a trailing one: undefined either way."""
+    q, k, v, g, beta, cu, h0 = bf16_packed(lens, 4, hv=16, hk=8, d=128)
+    mega = emu.make_mega_emulator()
+    with pytest.raises(EmulatorContractViolation, match=r"sequence\(s\) \[\d\] of cu_seqlens .* are empty"):
+        mega(q, k, v, g.float(), beta, None, h0.transpose(-1, -2).contiguous(), True, cu)
+
+
+def test_the_torch_path_keeps_chunk_states_of_a_call_with_only_empty_sequences():
+    q, k, v, g, beta, cu, h0 = bf16_packed((0, 0), 0, hv=4, hk=2, d=32)
+    o, final, h = chunk_with_states(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0, backend="torch",
+                                    chunk_states=True)
+    assert o.shape == (1, 0, 4, 32) and h.shape == (0, 4, 32, 32) and torch.equal(final, h0.float())
