@@ -265,11 +265,13 @@ PATCHES: tuple[Patch, ...] = (
             "silently degrades (sglang issue #40419); this method is the narrowest wrapper of that call",
         how="AROUND, replacing the body (the original is not called): the same arguments (graph-mode and "
             "eager index tensors alike) go through the GDN verify ladder: the NPU op when every tensor is "
-            "bf16, S <= 8 and its on-chip memory fits (padding rows parked in the scratch's spare entry), "
-            "else an exact torch implementation of the op's semantics computing in fp32 and storing in the "
-            "pool's dtype; capture-safe (no host sync, static shapes); value checks only with "
-            "SGLANG_ASCEND_HYBRID_DEBUG_CHECKS=1; move_intermediate_cache then commits the accepted step "
-            "unchanged",
+            "bf16, S <= 8 and its on-chip memory fits (padding rows sent to a scratch row no request names, "
+            "found on the device), else an exact torch implementation of the op's semantics computing in fp32 "
+            "and storing in the pool's dtype; the pool is read and written through its value-first view, "
+            "decided from strides (SGLang 0.5.20 hands a transpose(-1, -2) view with speculative decoding), "
+            "so the bytes move_intermediate_cache copies (raw memory) are value first; capture-safe (no host "
+            "sync, static shapes); value checks only with SGLANG_ASCEND_HYBRID_DEBUG_CHECKS=1; "
+            "move_intermediate_cache then commits the accepted step unchanged",
         upstream="sgl-project/sglang#40419",
         removal="when upstream fixes sglang issue #40419 (the verify path honours the SSM state dtype)",
     ),
@@ -291,8 +293,9 @@ PATCHES: tuple[Patch, ...] = (
             "installed Triton decode kernel only where the probe gdn-decode-layout found it value-first for "
             "the pool's dtype, then torch.ops.npu.recurrent_gated_delta_rule on a gathered copy of the live "
             "rows (bf16 only; it takes the raw b), then the plugin's torch decode step; requests with slot -1 "
-            "or length 0 (graph-replay padding) change no slot and get output 0; capture-safe (no host sync, "
-            "static shapes, the probe runs at backend construction)",
+            "or length 0 (graph-replay padding) change no slot and get output 0; the pool through its "
+            "value-first view (decided from strides); capture-safe (no host sync, static shapes, the probe "
+            "runs at backend construction, where a pool layout the plugin does not recognise is refused)",
         upstream="sgl-project/sgl-kernel-npu#640",
         removal="when sgl-kernel-npu's decode kernels address the pool value first in every build SGLang "
                 "pairs with (then the probe says value-first and the hook only adds the probe), or SGLang's "
@@ -311,7 +314,10 @@ PATCHES: tuple[Patch, ...] = (
             "serves that call, so this hook covers every other caller of the entry",
         how="AROUND (SGLang's HookRegistry rebinds the from-import aliases too): call the original; on a "
             "mega / Triton shape refusal run the GDN ladder and return the entry's own layouts (key-first "
-            "state, per-chunk h); passes straight through when the ladder itself calls it",
+            "state, per-chunk h); the indexed-pool keywords of sgl-kernel-npu PR #744 (initial_state_indices, "
+            "inplace_final_state) are served on the ladder too (rows gathered, valid slots written back); a "
+            "keyword it does not know reaches the entry, and a refusal then names it; passes straight through "
+            "when the ladder itself calls it",
         upstream="sgl-project/sgl-kernel-npu#522",
         removal="when sgl-kernel-npu's mega kernel takes any 1 <= H <= 64 with H % Hg == 0 (upstream change) "
                 "or no supported SGLang release uses this entry",
@@ -353,9 +359,11 @@ PATCHES: tuple[Patch, ...] = (
             "are rounded through bf16",
         how="AROUND, replacing the body inside gdn-extend-step (elsewhere the original runs): the "
             "GDN prefill ladder (the same rungs and refusal handling as gdn-prefill-ladder, the entry "
-            "itself as the triton rung called in its own layout) on the pool's rows; final [N, Hv, V, "
-            "K] and h [1, NT, Hv, V, K] value first in the pool's dtype, exact for the chunks "
-            "track_ssm_h_src names, None when the step tracks nothing",
+            "itself as the triton rung called in its own layout) on the pool's rows read through its "
+            "value-first view; final [N, Hv, V, K] and h [1, NT, Hv, V, K] in the pool's dtype and in the "
+            "order of SGLang's view of the pool (transposed for 0.5.20's speculative view), so its "
+            "assignments write value-first bytes; exact for the chunks track_ssm_h_src names, None when the "
+            "step tracks nothing",
         upstream="none: upstream already moved Ascend GDN prefill to AscendGDNAttnBackend.chunk_gdn (0.5.21); the "
                  "patch goes when releases before it leave the supported range",
         removal="when no supported SGLang release routes Ascend GDN prefill through "
