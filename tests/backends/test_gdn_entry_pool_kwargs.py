@@ -54,11 +54,31 @@ def test_an_unknown_keyword_reaches_the_entry_and_a_refusal_then_names_it():
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(inplace_final_state=True), "inplace_final_state given without initial_state_indices"),
-    (dict(initial_state_indices=torch.tensor([0, 1])), "without inplace_final_state"),
+    (dict(inplace_final_state=True), "^chunk_gated_delta_rule_npu: inplace_final_state given without "
+                                     "initial_state_indices .*expected both or neither$"),
+    (dict(initial_state_indices=torch.tensor([0, 1])), "^chunk_gated_delta_rule_npu: initial_state_indices without "
+                                                       "inplace_final_state.*pass inplace_final_state=True or False$"),
 ])
 def test_incomplete_pool_keywords_are_refused_naming_the_argument(kwargs, match):
     q, k, v, g, beta, cu, h0 = _fla_inputs([5, 3], 1, 2, K, V, seed=7)
     with pytest.raises(ValueError, match=match):
         gdn_hooks.sgl_chunk_gated_delta_rule_npu(_refusing([]), q, k, v, g, beta, initial_state=h0, cu_seqlens=cu,
                                                  **kwargs)
+
+
+@pytest.mark.parametrize("head_first,in_ladder", [(True, False), (False, True)])
+def test_head_first_and_ladder_calls_reach_the_entry_unchanged(head_first, in_ladder):
+    from sglang_ascend_hybrid.ops.gdn import entries
+
+    q, k, v, g, beta, cu, h0 = _fla_inputs([5, 3], 1, 2, K, V, seed=8)
+    seen = []
+    token = entries.IN_LADDER.set(in_ladder)
+    try:
+        got = gdn_hooks.sgl_chunk_gated_delta_rule_npu(lambda *a, **kw: seen.append((a, kw)) or "entry", q, k, v, g,
+                                                       beta, initial_state=h0, cu_seqlens=cu, head_first=head_first)
+    finally:
+        entries.IN_LADDER.reset(token)
+    assert got == "entry"
+    (args, kwargs), = seen
+    assert len(args) == 5 and all(a is b for a, b in zip(args, (q, k, v, g, beta)))
+    assert kwargs["head_first"] is head_first and kwargs["initial_state"] is h0

@@ -212,12 +212,15 @@ def _gdn_backend():
     ("strided", "neither value first"),
     ("key_first", "value head dim 64 in memory, the model's is 32"),
     ("scratch", "intermediate SSM cache.*not contiguous"),
+    ("key_dim", "gives key head dim 32 in memory, the model's is 64"),
 ])
 def test_the_backend_probe_refuses_a_pool_it_cannot_serve_at_startup(case, match):
     if case == "strided":
         runner = _runner(torch.zeros(1, SLOTS, HV, D, 2 * D)[..., ::2])
     elif case == "key_first":  # a contiguous pool whose bytes are [.., K, V] with K = 32, V = 64
         runner = _runner(torch.zeros(1, SLOTS, HV, 2 * D, D), v_dim=D, k_dim=2 * D)
+    elif case == "key_dim":
+        runner = _runner(torch.zeros(1, SLOTS, HV, D, D), v_dim=D, k_dim=2 * D)
     else:
         runner = _runner(torch.zeros(1, SLOTS, HV, D, D), intermediate=torch.zeros(1, SLOTS, HV, S, D, D)
                          .transpose(2, 3))
@@ -309,6 +312,7 @@ def test_the_backend_probe_hands_the_probes_the_pools_dims_in_memory(monkeypatch
     entry = gdn_hooks.decode_contract.installed_decode_entry()
     assert seen == [("decode", (entry, torch.bfloat16, torch.float32, 2 * D, D, physical.device)),
                     ("triton", (HV, HK, 2 * D, D, torch.bfloat16, physical.device))]
+    assert type(seen[1][1][1]) is int  # key heads per rank, an integer
     seen.clear()
     gdn_hooks.probe_gdn_backend(runner, NS(linear_attn_backend=object()))  # not a GDN backend: no probe
     assert seen == []
@@ -320,3 +324,16 @@ def test_head_dims_the_config_does_not_state_are_not_checked(v_dim, k_dim):
     dims = gdn_hooks._head_dims(runner)
     assert dims == tuple(d if isinstance(d, int) and d > 0 else None for d in (v_dim, k_dim))
     assert gdn_hooks._head_dims(_runner(torch.zeros(1), v_dim=1, k_dim=2)) == (1, 2)
+    assert gdn_hooks._head_dims(NS()) == (None, None)  # a runner without a model config
+
+
+def test_the_verify_hook_refuses_a_scratch_it_would_copy_instead_of_writing():
+    physical, view, scratch = _pool_0520(torch.bfloat16)
+    backend = NS(graph_mode=False, num_accept_tokens=torch.ones(B, dtype=torch.int32),
+                 actual_seq_lengths=torch.full((B,), S, dtype=torch.int32),
+                 ssm_state_indices=torch.arange(B * S, dtype=torch.int32))
+    mix = torch.zeros(B, S, 2 * HK * D + HV * D, dtype=torch.bfloat16)
+    with pytest.raises(pool_layout.PoolLayoutError, match=r"^intermediate_state: shape .* is not contiguous"):
+        gdn_hooks.ascend_verify_update(None, backend, mix, HK, HV, D, D, recurrent_state=view[0],
+                                       beta=torch.zeros(B, S, HV, dtype=torch.bfloat16), g=torch.zeros(B, S, HV),
+                                       cache_indices=CACHE, intermediate_state=scratch[0].transpose(0, 1))
