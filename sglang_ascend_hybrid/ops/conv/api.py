@@ -39,10 +39,12 @@ from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.ops.conv.dispatch import (
     FN_LADDER,
     UPDATE_LADDER,
+    VERIFY_LADDER,
     _dispatch,
     _FnCall,
     _signature,
     _UpdateCall,
+    _VerifyCall,
     device_possible,
     is_window_major,
 )
@@ -53,6 +55,7 @@ from sglang_ascend_hybrid.ops.conv.inputs import (
     check_fn_values,
     check_slot_values,
     check_update_inputs,
+    check_verify_inputs,
 )
 
 
@@ -148,6 +151,44 @@ def causal_conv1d_update(
         return torch.empty_like(x)
     call = _UpdateCall(x, conv_state, weight, bias, activation, conv_state_indices, pad_slot_id)
     return _dispatch(UPDATE_LADDER, _signature("update", width, x, weight, conv_state), call, x)
+
+
+def causal_conv1d_verify(
+    x: torch.Tensor,
+    conv_window: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    activation: Optional[str] = None,
+    cache_indices: Optional[torch.Tensor] = None,
+    draft_token_num: int = 1,
+    pad_slot_id: int = PAD_SLOT_ID,
+    *,
+    check_values: Optional[bool] = None,
+) -> torch.Tensor:
+    """Speculative verify (TARGET_VERIFY) of a depthwise short conv on SGLang's NPU draft pool.
+
+    ``x [B * d, dim]`` token major (``d = draft_token_num`` tokens per request, the root and the
+    drafts of a linear chain), ``conv_window [slots, R, dim]`` window major with
+    ``R = (W-1) + (d-1)`` rows (one layer of ``_init_npu_conv_state``'s pool), ``weight [dim, W]``,
+    ``cache_indices [B]`` (``pad_slot_id`` rows are skipped).  Per request: the history is the
+    slot's last ``W-1`` rows; output token t convolves history and tokens up to t; afterwards the
+    slot holds the last ``R`` rows of ``[history, tokens]``.  SGLang's NPU commit
+    (``conv_state_rollback`` by ``(d-1) - accepted_step`` rows) then leaves the state after the
+    last accepted token in the last ``W-1`` rows -- the same windows SGLang's CUDA path records in
+    its ``intermediate_conv_window`` tape.  Returns ``[B * d, dim]``.
+
+    Shape / dtype checks always; slot values (range, no slot twice) when ``check_values`` (None:
+    True).  With ``check_values=False`` nothing reads tensor values on the host (graph capture)."""
+    if cache_indices is None:
+        raise ValueError("cache_indices is None: expected (batch,) slot indices of the draft pool")
+    width = check_verify_inputs(x, conv_window, weight, bias, cache_indices, draft_token_num)
+    activation_is_silu(activation)
+    if _resolve_check(check_values):
+        check_slot_values(cache_indices, "cache_indices", conv_window.shape[0], pad_slot_id)
+    if cache_indices.shape[0] == 0:
+        return torch.empty_like(x)
+    call = _VerifyCall(x, conv_window, weight, bias, activation, cache_indices, pad_slot_id, draft_token_num)
+    return _dispatch(VERIFY_LADDER, _signature("verify", width, x, weight, conv_window.transpose(1, 2)), call, x)
 
 
 # --------------------------------------------------------------------------- hooks

@@ -120,6 +120,7 @@ REFUSAL_TEXTS = (ERR_X_DIM, ERR_W_DIM, ERR_DTYPE, ERR_W_DTYPE, ERR_S_DTYPE, ERR_
 MAX_CAPTURE_NUM = 1024  # HOST: tiling entries cached per process
 NPU_DTYPES = (torch.float16, torch.bfloat16)  # HOST: "Only BF16 and FP16 are supported"
 WIDTHS = range(2, 5)  # HOST: "Only support width in [2,4]"
+SPEC_WIDTH = 4  # KERN IsUpdateSpecDecodingEnabled: run mode 1 reads num_accepted_tokens only at width 4
 DEVICE_OPS = (OP_FN_V2, OP_UPDATE_V2, OP_ACLNN, OP_UPDATE_V2_MAIN)
 # What an operator sees for each op (kernel reports): its name, and a note on its builds.
 KERNEL_NOTES = {

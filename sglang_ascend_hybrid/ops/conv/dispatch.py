@@ -47,10 +47,17 @@ import torch
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.conv.contract import DEVICE_OPS, MAX_CAPTURE_NUM, NPU_DTYPES, WIDTHS, is_refusal
+from sglang_ascend_hybrid.ops.conv.contract import (
+    DEVICE_OPS,
+    MAX_CAPTURE_NUM,
+    NPU_DTYPES,
+    SPEC_WIDTH,
+    WIDTHS,
+    is_refusal,
+)
 from sglang_ascend_hybrid.ops.conv.contract import OP_ACLNN, OP_FN_V2, OP_UPDATE_V2, OP_UPDATE_V2_MAIN
 from sglang_ascend_hybrid.ops.conv.inputs import activation_is_silu
-from sglang_ascend_hybrid.ops.conv.torch_impl import causal_conv1d_fn_torch, update_rows_torch
+from sglang_ascend_hybrid.ops.conv.torch_impl import causal_conv1d_fn_torch, update_rows_torch, verify_rows_torch
 from sglang_ascend_hybrid.ops.ladder import Absent, Ladder, Rung
 
 logger = logging.getLogger(__name__)
@@ -139,6 +146,7 @@ def reset_state() -> None:
     """Forget call-time refusals and the tiling-key record (tests; a reloaded kernel)."""
     FN_LADDER.forget_refusals()
     UPDATE_LADDER.forget_refusals()
+    VERIFY_LADDER.forget_refusals()
     with _TILING_LOCK:
         _TILING_SEEN.clear()
 
@@ -346,6 +354,102 @@ UPDATE_LADDER = Ladder("causal_conv1d_update", [
     Rung("npu_update_v2", lambda sig, c: _update_v2_main_ok(c), _update_v2_main, is_refusal, device=True,
          needs=_NEEDS_UPDATE_V2, ops=(OP_UPDATE_V2_MAIN,)),
     Rung("torch", lambda sig, c: None, _update_torch),
+])
+
+
+# --------------------------------------------------------------------------- speculative verify ladder
+
+
+@dataclass
+class _VerifyCall:
+    """One TARGET_VERIFY conv: ``x [B * d, dim]``, ``conv_window [slots, (W-1) + (d-1), dim]``
+    (window major, the whole draft window), ``weight [dim, W]`` (SGLang's layout)."""
+    x: torch.Tensor
+    conv_window: torch.Tensor
+    weight: torch.Tensor
+    bias: Optional[torch.Tensor]
+    activation: object
+    cache_indices: torch.Tensor
+    pad_slot_id: int
+    draft_token_num: int
+
+    @property
+    def width(self) -> int:
+        return int(self.weight.shape[1])
+
+    @property
+    def batch(self) -> int:
+        return int(self.cache_indices.shape[0])
+
+    def accepted(self) -> torch.Tensor:
+        """``num_accepted_tokens``: every request's whole block (the live state is the window's last
+        ``W-1`` rows after SGLang's rollback, at row offset ``d - 1``)."""
+        return torch.full((self.batch,), self.draft_token_num, dtype=torch.int32, device=self.x.device)
+
+    def aclnn_key(self) -> tuple:
+        """``CausalConv1dTilingKey`` of :func:`_verify_aclnn`'s call (varlen, run mode 1, accepted counts)."""
+        return (self.x.shape[1], self.x.shape[0], 0, self.batch, 0, self.width, self.conv_window.shape[1],
+                self.conv_window.shape[0], int(activation_is_silu(self.activation)), self.pad_slot_id, 1,
+                int(self.bias is not None), 1, 0, 1)
+
+
+def _verify_aclnn_ok(c: _VerifyCall) -> Optional[str]:
+    if not seam.serves(OP_ACLNN, c.x, c.conv_window):
+        return Absent(f"torch.ops.npu.{OP_ACLNN} is not installed for these tensors")
+    if c.width != SPEC_WIDTH:
+        return (f"width {c.width}; its speculative mode (run mode 1 with num_accepted_tokens, "
+                f"IsUpdateSpecDecodingEnabled) takes width {SPEC_WIDTH} only")
+    return (_device_reason(c.width, c.x, c.weight, c.conv_window)
+            or (None if c.conv_window.is_contiguous() else "the draft window is not contiguous")
+            or _tiling_reason(c.aclnn_key(), c.x.dtype))
+
+
+def _verify_aclnn(c: _VerifyCall) -> torch.Tensor:
+    key = c.aclnn_key()
+    qsl = torch.arange(c.batch + 1, dtype=torch.int32, device=c.x.device) * c.draft_token_num
+    out = seam.call(
+        OP_ACLNN, c.x.contiguous(), c.weight.t().contiguous(), c.conv_window,
+        bias=c.bias.to(c.x.dtype) if c.bias is not None else None, query_start_loc=qsl,
+        cache_indices=c.cache_indices, num_accepted_tokens=c.accepted(),
+        activation_mode=int(activation_is_silu(c.activation)), pad_slot_id=c.pad_slot_id, run_mode=1)
+    _tiling_record(key, c.x.dtype)
+    return out
+
+
+def _verify_update_v2_ok(c: _VerifyCall) -> Optional[str]:
+    if not seam.serves(OP_UPDATE_V2_MAIN, c.x, c.conv_window):
+        return Absent(f"{OP_UPDATE_V2_MAIN} is not installed for these tensors")
+    if c.width not in WIDTHS:
+        return _width_refused(c.width)
+    if not (c.x.dtype == torch.float16 and c.conv_window.dtype == torch.float16):
+        return "it casts to fp16 inside: it takes fp16 x and state only"
+    return None
+
+
+def _verify_update_v2(c: _VerifyCall) -> torch.Tensor:
+    act = "silu" if activation_is_silu(c.activation) else None
+    x_private = c.x.reshape(c.batch, c.draft_token_num, -1).clone()   # the op overwrites its x
+    out = seam.call(OP_UPDATE_V2_MAIN, x_private, c.conv_window, c.weight.t(), bias=c.bias, activation=act,
+                    conv_state_indices=c.cache_indices.to(torch.int32), num_accepted_tokens=c.accepted(),
+                    pad_slot_id=c.pad_slot_id)
+    return out.reshape(c.batch * c.draft_token_num, -1)
+
+
+def _verify_torch(c: _VerifyCall) -> torch.Tensor:
+    return verify_rows_torch(c.x, c.conv_window, c.weight, c.bias, activation_is_silu(c.activation),
+                             c.cache_indices, c.pad_slot_id, c.draft_token_num)
+
+
+_NEEDS_ACLNN_SPEC = ("torch.ops.npu.causal_conv1d (sgl-kernel-npu, not on Ascend 950) in its speculative "
+                     "mode: width 4, x / weight / window of one dtype fp16 or bf16, a contiguous draft window, "
+                     "a shape not yet called in the other dtype")
+
+VERIFY_LADDER = Ladder("causal_conv1d_verify", [
+    Rung("npu_aclnn", lambda sig, c: _verify_aclnn_ok(c), _verify_aclnn, is_refusal, device=True,
+         needs=_NEEDS_ACLNN_SPEC, ops=(OP_ACLNN,)),
+    Rung("npu_update_v2", lambda sig, c: _verify_update_v2_ok(c), _verify_update_v2, is_refusal, device=True,
+         needs=_NEEDS_UPDATE_V2, ops=(OP_UPDATE_V2_MAIN,)),
+    Rung("torch", lambda sig, c: None, _verify_torch),
 ])
 
 

@@ -141,3 +141,27 @@ def check_update_inputs(x, conv_state, weight, bias, conv_state_indices) -> int:
               f"conv_state has {conv_state.shape[0]} slots: expected >= batch ({batch}) "
               "when conv_state_indices is None")
     return width
+
+
+def check_verify_inputs(x, conv_window, weight, bias, cache_indices, draft_token_num) -> int:
+    """Shapes / dtypes of :func:`sglang_ascend_hybrid.ops.conv.api.causal_conv1d_verify` (no host
+    read of tensor values); returns the filter width."""
+    need(isinstance(draft_token_num, int) and not isinstance(draft_token_num, bool) and draft_token_num >= 1,
+         f"draft_token_num={draft_token_num!r}: expected an int >= 1")
+    need(isinstance(x, torch.Tensor) and x.dim() == 2,
+         f"x has shape {tuple(getattr(x, 'shape', ()))}: expected (batch * draft_token_num, dim)")
+    need(x.is_floating_point(), f"x has dtype {x.dtype}: expected a floating dtype")
+    need(isinstance(cache_indices, torch.Tensor) and cache_indices.dim() == 1,
+         f"cache_indices has shape {tuple(getattr(cache_indices, 'shape', ()))}: expected (batch,)")
+    _check_index_vector(cache_indices, "cache_indices", cache_indices.shape[0])
+    batch, dim = cache_indices.shape[0], x.shape[1]
+    need(x.shape[0] == batch * draft_token_num,
+         f"x has {x.shape[0]} tokens: expected batch ({batch}) * draft_token_num ({draft_token_num})")
+    width = check_weight(weight, bias, dim)
+    rows = (width - 1) + (draft_token_num - 1)
+    need(isinstance(conv_window, torch.Tensor) and conv_window.dim() == 3
+         and tuple(conv_window.shape[1:]) == (rows, dim),
+         f"conv_window has shape {tuple(getattr(conv_window, 'shape', ()))}: expected (slots, {rows}, {dim}) "
+         f"(window major, (W-1) + (draft_token_num-1) rows)")
+    need(conv_window.is_floating_point(), f"conv_window has dtype {conv_window.dtype}: expected a floating dtype")
+    return width

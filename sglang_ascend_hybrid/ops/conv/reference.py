@@ -71,3 +71,26 @@ def oracle_update(x, states, weight, bias, idx, silu, pad=-1):
     if x.dim() == 2:
         return out[..., 0], scale[..., 0], new
     return out, scale, new
+
+
+def oracle_verify(x, window, weight, bias, idx, draft, silu, pad=-1):
+    """Speculative verify: x [B * draft, dim] token major, window [slots, R, dim] window major
+    (R = (W-1) + (draft-1)) -> (out fp64 [B * draft, dim] with NaN for pads, scale, expected
+    window).  Per request: history = the slot's last W-1 rows; the slot afterwards holds the last
+    R rows of [history, tokens]."""
+    width = weight.shape[1]
+    rows = window.shape[1]
+    out = torch.full(x.shape, float("nan"), dtype=torch.float64)
+    scale = torch.zeros_like(out)
+    new = window.clone()
+    for b in range(len(idx)):
+        slot = int(idx[b])
+        if slot == pad:
+            continue
+        hist = window[slot, rows - (width - 1):].t()                  # [dim, W-1]
+        seq = x[b * draft:(b + 1) * draft].t()                         # [dim, draft]
+        o, s = _conv(hist, seq, weight, bias, silu)
+        out[b * draft:(b + 1) * draft], scale[b * draft:(b + 1) * draft] = o.t(), s.t()
+        stream = torch.cat([hist.double(), seq.double()], dim=1)      # [dim, W-1+draft]
+        new[slot] = stream[:, -rows:].t().to(window.dtype)
+    return out, scale, new

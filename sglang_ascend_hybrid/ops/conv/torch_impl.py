@@ -233,6 +233,45 @@ def causal_conv1d_update_torch(
     return update_rows_torch(x, conv_state, weight, bias, silu, conv_state_indices, pad_slot_id, width)
 
 
+def _pad_redirect(slots: torch.Tensor, pad_slot_id: int, batch: int):
+    """Graph-safe pad handling shared by decode and verify: ``(rows, gather, any_valid)`` where pad
+    rows read and write the slot of the first real row with that row's values (an identical
+    duplicate write); with no real row at all every row keeps its own slot (the caller then writes
+    the old state back)."""
+    valid = slots != pad_slot_id
+    first = torch.argmax(valid.to(torch.int32)).reshape(1)             # first real row (0 if none)
+    any_valid = valid.any().reshape(1)
+    first_slot = torch.where(any_valid, slots.index_select(0, first), torch.zeros_like(first))
+    rows = torch.where(valid, torch.arange(batch, device=slots.device), first)
+    gather = torch.where(valid, slots, first_slot)
+    return rows, gather, any_valid
+
+
+def _taps(window: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], silu: bool,
+          length: int, cd: torch.dtype) -> torch.Tensor:
+    """Outputs ``[B, length, dim]`` (compute dtype) of a window ``[B, W-1+length, dim]``: output t is
+    bias + sum_k w[:, k] row(t + k).  fp16 / bf16 rows times fp32 weights: PyTorch computes in fp32
+    (exactly as widening first) and accumulates in fp32, without an fp32 copy of the window."""
+    s = weight.shape[1] - 1
+    wt = weight.t().contiguous().to(device=window.device, dtype=cd)    # [W, dim]
+    out = window[:, s:] * wt[s]                                        # fp32 for fp16 / bf16
+    if bias is not None:
+        out.add_(bias.to(device=window.device, dtype=cd))
+    for k in range(s):
+        out.addcmul_(window[:, k:k + length], wt[k])
+    if silu:
+        F.silu(out, inplace=True)
+    return out
+
+
+def _window(state: torch.Tensor, tokens: torch.Tensor, cd: torch.dtype) -> torch.Tensor:
+    """``[state rows, token rows]`` in the pool's dtype (with x and pool of different dtypes, in
+    the compute dtype: exact for both)."""
+    if state.dtype == tokens.dtype:
+        return torch.cat([state, tokens], 1)
+    return torch.cat([state.to(cd), tokens.to(cd)], 1)
+
+
 @torch.no_grad()   # an inference op, like the kernels it stands in for
 def update_rows_torch(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor,
                       bias: Optional[torch.Tensor], silu: bool, conv_state_indices: Optional[torch.Tensor],
@@ -249,33 +288,12 @@ def update_rows_torch(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.T
     pool = conv_state.transpose(1, 2)[:, :s]                           # [slots, W-1, dim] view
     slots = (conv_state_indices.to(device=pool.device, dtype=torch.int64)
              if conv_state_indices is not None else torch.arange(batch, device=pool.device))
-    valid = slots != pad_slot_id
-    first = torch.argmax(valid.to(torch.int32)).reshape(1)             # first real row (0 if none)
-    any_valid = valid.any().reshape(1)
-    first_slot = torch.where(any_valid, slots.index_select(0, first), torch.zeros_like(first))
-    rows = torch.where(valid, torch.arange(batch, device=pool.device), first)
-    gather = torch.where(valid, slots, first_slot)
+    rows, gather, any_valid = _pad_redirect(slots, pad_slot_id, batch)
 
     state = pool.index_select(0, gather).to(dev)                       # [B, W-1, dim], pool dtype
     tokens = x3.index_select(0, rows.to(dev)).transpose(1, 2)          # [B, L, dim]
-
-    # Window row i is state row i (i < W-1) or token i - (W-1); output t is bias +
-    # sum_k w[:, k] row(t + k).  The window is built in the pool's dtype (the rolled state is
-    # cut from it; with x and pool of different dtypes in fp32, exact for both).  The taps
-    # multiply its fp16 / bf16 rows by the fp32 weights: PyTorch computes in fp32 (exactly as
-    # widening first) and accumulates in fp32, without an fp32 copy of the window.
-    if state.dtype == x.dtype:
-        window = torch.cat([state, tokens], 1)
-    else:
-        window = torch.cat([state.to(cd), tokens.to(cd)], 1)
-    wt = weight.t().contiguous().to(device=dev, dtype=cd)              # [W, dim]
-    out = window[:, s:] * wt[s]                                        # fp32 for fp16 / bf16
-    if bias is not None:
-        out.add_(bias.to(device=dev, dtype=cd))
-    for k in range(s):
-        out.addcmul_(window[:, k:k + length], wt[k])
-    if silu:
-        F.silu(out, inplace=True)
+    window = _window(state, tokens, cd)                                # state rows, then tokens
+    out = _taps(window, weight, bias, silu, length, cd)
 
     # Roll: the new state is window rows [L, L + W-1); with no real row in the batch the shift is
     # 0 and the old state is written back.
@@ -283,3 +301,34 @@ def update_rows_torch(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.T
     index_copy_rows_(pool, gather, window.index_select(1, shift).to(device=pool.device, dtype=pool.dtype))
     out = out.to(x.dtype).transpose(1, 2)                              # [B, dim, L]
     return out[..., 0] if x.dim() == 2 else out.contiguous()
+
+
+@torch.no_grad()
+def verify_rows_torch(x: torch.Tensor, conv_window: torch.Tensor, weight: torch.Tensor,
+                      bias: Optional[torch.Tensor], silu: bool, cache_indices: torch.Tensor,
+                      pad_slot_id: int, draft_token_num: int) -> torch.Tensor:
+    """Speculative verify over a window-major draft pool (inputs already validated by the caller,
+    :func:`sglang_ascend_hybrid.ops.conv.api.causal_conv1d_verify` states the contract).
+
+    ``x [B * d, dim]`` token major, ``conv_window [slots, R, dim]`` with ``R = (W-1) + (d-1)``: the
+    request's state is its last ``W-1`` rows; afterwards the slot holds the last ``R`` rows of
+    ``[state, tokens]``, so that SGLang's ``conv_state_rollback`` by ``(d-1) - accepted_step`` rows
+    leaves the state after the accepted token in the last ``W-1`` rows.  Graph-capture safe: no host
+    sync, fixed shapes, pad rows as in :func:`update_rows_torch`."""
+    d = int(draft_token_num)
+    batch = cache_indices.shape[0]
+    dim = x.shape[1]
+    s = weight.shape[1] - 1
+    cd = _compute_dtype(x.dtype)
+    if batch == 0 or conv_window.shape[0] == 0:
+        return torch.empty_like(x)
+    slots = cache_indices.to(torch.int64)                              # one device: x's, the pool's
+    rows, gather, any_valid = _pad_redirect(slots, pad_slot_id, batch)
+    old = conv_window.index_select(0, gather)                          # [B, R, dim], pool dtype
+    tokens = x.reshape(batch, d, dim).index_select(0, rows)            # [B, d, dim]
+    window = _window(old[:, old.shape[1] - s:], tokens, cd)            # [B, W-1+d, dim]
+    out = _taps(window, weight, bias, silu, d, cd)
+    # the new window is rows [1, W-1+d) of the stream; with no real row the old one is written back
+    new = torch.where(any_valid.reshape(1, 1, 1), window[:, 1:].to(old.dtype), old)
+    index_copy_rows_(conv_window, gather, new)
+    return out.to(x.dtype).reshape(batch * d, dim)

@@ -1,0 +1,142 @@
+"""The short-conv speculative verify op (``causal_conv1d_verify``) on SGLang's NPU draft pool:
+every rung against the fp64 oracle, the rollback SGLang's NPU commit applies afterwards against
+the plain per-step state, pads, graph safety and bad input."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import pytest
+import torch
+
+from sglang_ascend_hybrid.emulators import causal_conv1d as emu
+from sglang_ascend_hybrid.ops import seam
+from sglang_ascend_hybrid.ops.conv import dispatch
+from sglang_ascend_hybrid.ops.conv.api import causal_conv1d_verify
+from sglang_ascend_hybrid.ops.conv.reference import oracle_update, oracle_verify
+from tests.ops.conv.conv_oracle import assert_close_to_oracle, forced_backend
+from tests.sync_counter import SyncCounter
+
+
+def _case(width, draft, dtype, batch=3, slots=6, dim=24, seed=0, idx=None):
+    g = torch.Generator().manual_seed(seed)
+    rows = (width - 1) + (draft - 1)
+    x = torch.randn(batch * draft, dim, generator=g).to(dtype)
+    window = torch.randn(slots, rows, dim, generator=g).to(dtype)
+    weight = torch.randn(dim, width, generator=g).to(dtype)
+    bias = torch.randn(dim, generator=g).to(dtype)
+    idx = torch.tensor(idx if idx is not None else [4, 1, 2][:batch], dtype=torch.int32)
+    return x, window, weight, bias, idx
+
+
+def _rollback(window, slot, step, draft):
+    """sgl-kernel-npu ``conv_state_rollback`` for one slot: rows [0, R - shift) move to [shift, R)."""
+    shift = (draft - 1) - step
+    out = window.clone()
+    if shift > 0:
+        out[slot, shift:] = window[slot, :window.shape[1] - shift].clone()
+    return out
+
+
+@pytest.mark.parametrize("width,draft,dtype", [(3, 4, torch.float32), (3, 4, torch.bfloat16), (4, 3, torch.float16),
+                                               (2, 5, torch.float32), (4, 1, torch.float32), (3, 16, torch.float32)])
+def test_torch_rung_matches_oracle_and_leaves_the_rollback_scheme(width, draft, dtype):
+    x, window, weight, bias, idx = _case(width, draft, dtype)
+    exp_out, scale, exp_window = oracle_verify(x, window, weight, bias, idx, draft, silu=False)
+    got_window = window.clone()
+    with forced_backend("torch"):
+        out = causal_conv1d_verify(x, got_window, weight, bias, None, idx, draft)
+    assert_close_to_oracle(out, exp_out, scale, dtype, "verify output")
+    assert torch.equal(got_window, exp_window)
+    assert torch.equal(got_window[0], window[0]) and torch.equal(got_window[3], window[3])  # untouched slots
+    # after SGLang's rollback to any accepted step, the last W-1 rows are the state a plain decode of
+    # the accepted tokens leaves (the CUDA path's tape entry for that step)
+    for step in range(draft):
+        rolled = _rollback(got_window, 4, step, draft)
+        plain = window[4, window.shape[1] - (width - 1):].t().unsqueeze(0).clone()      # [1, dim, W-1]
+        _, _, plain_new = oracle_update(x[:step + 1].t().unsqueeze(0), plain, weight, bias, None, False)
+        assert torch.equal(rolled[4, rolled.shape[1] - (width - 1):], plain_new[0].t()), step
+
+
+def test_pad_rows_are_skipped_and_a_batch_of_pads_writes_nothing():
+    x, window, weight, bias, _ = _case(3, 4, torch.float32)
+    idx = torch.tensor([-1, 2, -1], dtype=torch.int32)
+    got = window.clone()
+    with forced_backend("torch"):
+        out = causal_conv1d_verify(x, got, weight, bias, None, idx, 4)
+    exp_out, scale, exp_window = oracle_verify(x, window, weight, bias, idx, 4, silu=False)
+    assert torch.equal(got, exp_window)
+    assert_close_to_oracle(out, exp_out, scale, torch.float32, "pads")
+    only_pads = torch.full((3,), -1, dtype=torch.int32)
+    got = window.clone()
+    with forced_backend("torch"):
+        causal_conv1d_verify(x, got, weight, bias, None, only_pads, 4)
+    assert torch.equal(got, window)
+
+
+@pytest.mark.parametrize("rung,width,dtype", [("npu_aclnn", 4, torch.bfloat16), ("npu_aclnn", 4, torch.float16),
+                                              ("npu_update_v2", 3, torch.float16),
+                                              ("npu_update_v2", 4, torch.float16)])
+def test_device_rungs_through_their_emulators_match_the_oracle(rung, width, dtype):
+    dispatch.reset_state()
+    draft = 4
+    x, window, weight, bias, idx = _case(width, draft, dtype, idx=[4, -1, 2])
+    exp_out, scale, exp_window = oracle_verify(x, window, weight, bias, idx, draft, silu=True)
+    got = window.clone()
+    calls = []
+    table = {n: (lambda f, n=n: lambda *a, **k: (calls.append(n), f(*a, **k))[1])(f)
+             for n, f in emu.emulators().items()}
+    with seam.install_emulators(table), forced_backend(rung):
+        out = causal_conv1d_verify(x, got, weight, bias, "silu", idx, draft)
+    assert calls == [dispatch.OP_ACLNN if rung == "npu_aclnn" else dispatch.OP_UPDATE_V2_MAIN]
+    mask = idx.repeat_interleave(draft) != -1
+    if rung == "npu_update_v2":   # history and tokens rounded to fp16 inside: compare at fp16 precision
+        assert torch.allclose(out[mask].double(), exp_out[mask], rtol=4e-3, atol=4e-3)
+    else:
+        assert_close_to_oracle(out[mask], exp_out[mask], scale[mask], dtype, rung)
+    assert torch.equal(got, exp_window)
+
+
+def test_auto_takes_the_npu_op_at_width_4_and_the_torch_path_at_width_3_with_the_reason(caplog):
+    dispatch.reset_state()
+    x, window, weight, bias, idx = _case(3, 4, torch.bfloat16)
+    call = dispatch._VerifyCall(x, window, weight, bias, None, idx, -1, 4)
+    with seam.install_emulators(emu.emulators()), caplog.at_level(logging.INFO):
+        why = dispatch.VERIFY_LADDER.why_not(dispatch.VERIFY_LADDER.rungs[0], ("sig",), call)
+        assert "takes width 4 only" in str(why)
+        assert dispatch.VERIFY_LADDER.choose(("sig",), call).name == "torch"
+        causal_conv1d_verify(x, window.clone(), weight, bias, None, idx, 4)
+    assert "causal_conv1d_verify" in caplog.text and "using the torch path" in caplog.text
+    x4, window4, weight4, bias4, idx4 = _case(4, 4, torch.bfloat16)
+    call4 = dispatch._VerifyCall(x4, window4, weight4, bias4, None, idx4, -1, 4)
+    with seam.install_emulators(emu.emulators()):
+        assert dispatch.VERIFY_LADDER.choose(("sig4",), call4).name == "npu_aclnn"
+        assert "not contiguous" in str(dispatch._verify_aclnn_ok(
+            dispatch._VerifyCall(x4, window4.transpose(1, 2).contiguous().transpose(1, 2), weight4, bias4,
+                                 None, idx4, -1, 4)))
+
+
+def test_serving_call_reads_no_tensor_value_on_the_host():
+    x, window, weight, bias, idx = _case(3, 4, torch.float32)
+    with forced_backend("torch"), SyncCounter(device_of_interest="cpu") as counter:
+        causal_conv1d_verify(x, window, weight, bias, None, idx, 4, check_values=False)
+    assert counter.total == 0, counter.counts
+
+
+@pytest.mark.parametrize("mutate,text", [
+    (lambda a: a.update(draft_token_num=0), "draft_token_num=0"),
+    (lambda a: a.update(x=a["x"][:-1]), "expected batch (3) * draft_token_num (4)"),
+    (lambda a: a.update(conv_window=a["conv_window"][:, 1:]), "(window major, (W-1) + (draft_token_num-1) rows)"),
+    (lambda a: a.update(cache_indices=None), "cache_indices is None"),
+    (lambda a: a.update(cache_indices=torch.tensor([4, 4, 1], dtype=torch.int32)), "more than one sequence"),
+    (lambda a: a.update(cache_indices=torch.tensor([4, 9, 1], dtype=torch.int32)), "contains slot 9"),
+])
+def test_bad_input_names_the_argument_and_leaves_the_pool(mutate, text):
+    x, window, weight, bias, idx = _case(3, 4, torch.float32)
+    args = dict(x=x, conv_window=window.clone(), weight=weight, bias=bias, cache_indices=idx, draft_token_num=4)
+    mutate(args)
+    before = args["conv_window"].clone()
+    with pytest.raises(ValueError, match=re.escape(text)):
+        causal_conv1d_verify(**args)
+    assert torch.equal(args["conv_window"], before)
