@@ -56,9 +56,12 @@ OPP      Ascend/op-plugin 517f2e7d ``docs/zh/custom_APIs/torch_npu/*.md``
 ``torch.ops.npu.recurrent_gated_delta_rule`` (SKN ``csrc/recurrent_gated_delta_rule/op_host/
 recurrent_gated_delta_rule.cpp``, ``op_kernel/recurrent_gated_delta_rule_kernel.cpp``)
     bf16 only with no dtype check (the kernel is instantiated ``RGDR<bfloat16_t,
-    bfloat16_t>`` only: other dtypes are reinterpreted silently); S <= 8 (``MAX_MTP``,
-    not checked); the host refuses with ``vStep should be bigger than 8, shape is too
-    big`` when the Unified Buffer cannot hold the head dims (:func:`recurrent_vstep`).
+    bfloat16_t>`` only: other dtypes are reinterpreted silently); S <= 8 tokens per request
+    (``MAX_MTP``: the kernel's buffers, not checked by the host, :data:`RECURRENT_MAX_TOKENS`;
+    a deeper speculative window -- ``speculative_num_draft_tokens`` > 8 -- is refused by the
+    predicate and verified on the torch rung); the host refuses with ``vStep should be bigger
+    than 8, shape is too big`` when the Unified Buffer cannot hold the head dims
+    (:func:`recurrent_vstep`).
 ``sgl_kernel_npu.fla.mega_chunk_gdn:run_mega_chunk_gdn`` (SKN ``csrc/mega_chunk_gdn/op_host/
 mega_chunk_gdn.cpp`` ``check_shape``), :data:`MEGA_VARIANTS`
     head dim 128, packed B == 1, the wrapper casts q/k/v/beta/state to fp16 (so
@@ -422,7 +425,17 @@ def is_npu_chunk_refusal(exc: BaseException) -> bool:
 # ----------------------------------------------------------------------------- npu recurrent op
 
 RECURRENT_DTYPE = torch.bfloat16        # RGDR<bfloat16_t, bfloat16_t> only
-RECURRENT_MAX_TOKENS = 8                # MAX_MTP: on-chip buffers sized for 8 tokens, not checked
+# MAX_MTP: the tokens per request the op's on-chip buffers hold.  sgl-kernel-npu f425bdf1
+# csrc/recurrent_gated_delta_rule/op_kernel/recurrent_gated_delta_rule_kernel.cpp line 23
+# (``constexpr uint64_t MAX_MTP = 8``): the q / k / v / gamma / beta Unified-Buffer tiles are
+# ``MAX_MTP * align`` elements (lines 116-175) and ``kL2Norm`` / ``qL2Norm`` keep
+# ``float normFactors[MAX_MTP]`` (lines 339, 370), while ``Compute`` copies ``actual_seq_lengths[b]``
+# tokens (up to S) into them.  The host (op_host/recurrent_gated_delta_rule.cpp line 81,
+# ``const int64_t MAX_MTP = 8``) only sizes its vStep with it and never checks S: a longer window is
+# launched and overflows the buffers (no error).  The plugin's predicate refuses S > 8 instead.
+RECURRENT_MAX_TOKENS = 8
+RECURRENT_DEPTH_SOURCE = ("sgl-kernel-npu f425bdf1 csrc/recurrent_gated_delta_rule: MAX_MTP = 8 in the kernel's "
+                          "buffers, not checked by the host")
 RECURRENT_VSTEP_TEXT = "vStep should be bigger than 8, shape is too big"
 # Unified Buffer of Ascend 910B (A2) / 910_93 (A3) AI cores: 192 KiB (CANN platform data; the host
 # reads it with GetCoreMemSize(UB) at run time, so the number is not in the sgl-kernel-npu source).
@@ -457,8 +470,11 @@ def recurrent_refusal_reason(nv: int, nk: int, dk: int, dv: int, tokens: int, dt
     is a real refusal; the others are calls the op would take and compute wrongly."""
     if any(d != RECURRENT_DTYPE for d in dtypes):
         return "the op is bf16-only and reinterprets other dtypes silently"
-    if not 1 <= tokens <= RECURRENT_MAX_TOKENS:
-        return f"more than {RECURRENT_MAX_TOKENS} tokens per sequence overflow its buffers"
+    if tokens < 1:
+        return f"S={tokens} tokens per request: the op takes 1 to {RECURRENT_MAX_TOKENS}"
+    if tokens > RECURRENT_MAX_TOKENS:
+        return (f"S={tokens} tokens per request (speculative_num_draft_tokens) is more than the "
+                f"{RECURRENT_MAX_TOKENS} its on-chip buffers hold ({RECURRENT_DEPTH_SOURCE}): they would overflow")
     if nk <= 0 or nv <= 0 or nv % nk:
         return "value heads must be a multiple of key heads"
     if recurrent_vstep(nv, dk, dv, ub_bytes) < 8:

@@ -9,7 +9,7 @@ Qwen3.5 / 3.6 configs ask for it reads fp32 bytes as bf16 (sglang issue #40419).
 
 Rungs:
 
-``npu_recurrent``  the op, when every tensor it reads or writes is bf16, S <= 8, its
+``npu_recurrent``  the op, when every tensor it reads or writes is bf16, S <= 8 (below), its
                    on-chip memory fits the head dims (vStep), and an intermediate-state
                    scratch of at least ``B*S`` rows is given.  The op has no padding skip (it
                    stores every token ``t < actual_seq_lengths[b]`` to row
@@ -26,6 +26,23 @@ Rungs:
 
 On both rungs the output of a padding token (index -1) is 0, like a token past its sequence's
 length, and its state is stored nowhere a request reads.
+
+Draft depth (``S`` = SGLang's ``speculative_num_draft_tokens``).  Only the NPU op has a limit:
+its kernel holds ``MAX_MTP = 8`` tokens per request in on-chip buffers and its host never checks
+S (:data:`~.contract.RECURRENT_MAX_TOKENS`, cited there), so ``npu_recurrent``'s predicate refuses
+S > 8 with that reason -- the ladder logs it once per signature -- and the torch rung, which has
+no depth limit, serves the call (9 .. 16 and beyond).  Nothing else on the verify path depends on
+S: the padding row needs ``rows >= B*S`` scratch rows, which SGLang's ``[size + 1, S]`` scratch has
+at any S; the torch rung's fp32 buffer of one block's per-step states grows as ``S`` (off CPU the
+whole batch: ``B*S`` fp32 states, as many as one layer's scratch rows).  Upstream, read for S > 8
+(sgl-kernel-npu f425bdf1; SGLang 0.5.20 .. 0.5.23): ``torch.ops.npu.causal_conv1d``'s speculative
+update keeps ``2 + S <= state_len`` with SGLang's window of ``(W-1) + (S-1)`` rows at W = 4
+(``state_len = S + 2``: csrc/causal_conv1d/op_kernel/causal_conv1d.h ``WriteBackStateSpec``) and
+loops over the window's tokens through a 5-slot ring, so no depth limit; ``move_intermediate_cache``
+and ``conv_state_rollback`` (python/sgl_kernel_npu/sgl_kernel_npu/mamba/mamba_state_update_triton.py)
+index the draft axis by stride and shift by ``S - 1 - step`` rows; SGLang sets no NPU cap on
+``speculative_num_draft_tokens`` (only the extra-buffer radix cache wants ``mamba_track_interval >= S``:
+srt/arg_groups/mamba_hook.py ``validate_mamba_extra_buffer``).
 
 Both write the caller's tensors in place, like the op (the commit of accepted steps,
 ``move_intermediate_cache``, is upstream's and dtype-preserving).  The op's refusals all
@@ -327,7 +344,7 @@ VERIFY = Ladder("gdn_verify", [
     Rung("npu_recurrent", lambda sig, call: _npu_supports(sig, call), _npu_run, caps.is_recurrent_refusal,
          device=True, ops=(OP_NPU_RECURRENT,),
          needs="sgl-kernel-npu's torch.ops.npu.recurrent_gated_delta_rule, bf16 tensors and states, "
-               "at most 8 draft tokens, an intermediate-state scratch"),
+               f"at most {caps.RECURRENT_MAX_TOKENS} draft tokens (MAX_MTP), an intermediate-state scratch"),
     Rung("torch", lambda sig, call: None, _torch_run),
 ], rejection=_rejection, log=logger)
 
