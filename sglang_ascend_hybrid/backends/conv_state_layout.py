@@ -41,14 +41,38 @@ def shares_storage(view: torch.Tensor, pool: torch.Tensor) -> bool:
     return view.untyped_storage().data_ptr() == pool.untyped_storage().data_ptr()
 
 
-def layer_cache_cuda_view(layer_cache, window_major: Optional[Sequence[bool]] = None):
+def draft_window(view: torch.Tensor, rows: int) -> torch.Tensor:
+    """The window-major draft window ``[slots, rows, C]`` behind a :func:`cuda_layout_view`
+    ``[slots, C, S]`` of a pool's LAST ``S`` rows (as :func:`layer_cache_cuda_view` hands them out
+    with ``state_lens``): the same memory, ``rows - S`` rows further back.  The pool's per-slot
+    stride must be exactly ``rows`` rows (``_init_npu_conv_state``'s contiguous
+    ``[layers, slots, (W-1) + (draft-1), C]``); anything else raises ``ValueError``."""
+    wm = window_major_view(view)
+    if wm.dim() != 3 or wm.stride(2) != 1:
+        raise ValueError(f"conv state view has shape {tuple(view.shape)} and strides {view.stride()}: expected "
+                         "the (slots, C, S) transposed view of a window-major pool")
+    state_len, channels = wm.shape[1], wm.shape[2]
+    if rows < state_len or wm.stride(1) != channels or wm.stride(0) != rows * channels:
+        raise ValueError(f"rows={rows}: expected the pool's rows per slot (its slot stride {wm.stride(0)} is "
+                         f"{wm.stride(0) / max(channels, 1):g} rows of {channels} channels, the view holds "
+                         f"{state_len})")
+    offset = wm.storage_offset() - (rows - state_len) * channels
+    if offset < 0:
+        raise ValueError(f"rows={rows}: the view does not hold the last {state_len} of {rows} rows")
+    return wm.as_strided((wm.shape[0], rows, channels), (wm.stride(0), channels, 1), offset)
+
+
+def layer_cache_cuda_view(layer_cache, window_major: Optional[Sequence[bool]] = None,
+                          state_lens: Optional[Sequence[Optional[int]]] = None):
     """A copy of a ``MambaPool.State`` (frozen dataclass) whose window-major
-    ``conv`` entries are replaced by :func:`cuda_layout_view` s (all window rows:
-    the pool has no draft rows when speculative decoding is off); entries marked
-    False in ``window_major`` and every other field are shared unchanged."""
+    ``conv`` entries are replaced by :func:`cuda_layout_view` s of their last ``state_lens[i]``
+    rows (None: all window rows, right when the pool has no draft rows); entries marked False in
+    ``window_major`` and every other field are shared unchanged."""
     convs = list(layer_cache.conv)
     flags = list(window_major) if window_major is not None else [True] * len(convs)
-    if len(flags) != len(convs):
-        raise ValueError(f"window_major has {len(flags)} entries: expected one per conv state ({len(convs)})")
-    views = [cuda_layout_view(c) if wm else c for c, wm in zip(convs, flags)]
+    lens = list(state_lens) if state_lens is not None else [None] * len(convs)
+    if len(flags) != len(convs) or len(lens) != len(convs):
+        raise ValueError(f"window_major has {len(flags)} entries and state_lens {len(lens)}: expected one per "
+                         f"conv state ({len(convs)})")
+    views = [cuda_layout_view(c, n) if wm else c for c, wm, n in zip(convs, flags, lens)]
     return dataclasses.replace(layer_cache, conv=views)

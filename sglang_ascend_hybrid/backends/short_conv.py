@@ -21,10 +21,12 @@ CUDA-only.  This module provides:
     on NPU with a ZayaConfig / Lfm2Config / Lfm2MoeConfig / Lfm2VlConfig model it
     returns the backend above; everything else calls the original.
 
-Speculative decoding is refused at backend construction: LFM2's
-``shortconv_target_verify`` runs SGLang's Triton update with a CUDA-layout
-speculative tape and the generic rollback, neither of which matches the NPU
-pool's extra draft window, so serving would give wrong tokens.
+Speculative decoding (linear draft chains: EAGLE-family, topk 1) is served by
+:mod:`.short_conv_verify`: with it on, the pool has ``draft - 1`` extra window rows,
+the model's views are of the LAST ``W - 1`` rows (the live state), the verify
+writes the whole draft window for SGLang's NPU rollback, and the commit rolls back
+every conv state (ZAYA1's ``prev_hs`` too).  Other algorithms are refused at
+construction naming the flag.
 
 The upstream Ascend module imports ``sgl_kernel_npu`` at module top, so the
 classes are built lazily (:func:`backend_classes`), only when needed.
@@ -35,21 +37,14 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
+from typing import Optional
 
-from sglang_ascend_hybrid.backends import short_conv_track
+from sglang_ascend_hybrid.backends import short_conv_track, short_conv_verify
 from sglang_ascend_hybrid.backends.conv_state_layout import layer_cache_cuda_view
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.model_families import FAMILIES
 
 logger = logging.getLogger(__name__)
-
-SPECULATIVE_UNSUPPORTED = (
-    "sglang-ascend-hybrid: speculative decoding is not supported for short-conv hybrid models "
-    "(LFM2 / LFM2-MoE / LFM2-VL / ZAYA1) on Ascend: the verify step's conv-state tape and rollback "
-    "do not match the NPU pool's window-major draft window and would produce wrong tokens. "
-    "Drop --speculative-algorithm (and the other --speculative-* flags) to serve this model."
-)
-
 
 def short_conv_config_classes() -> tuple:
     """SGLang's config classes of the short-conv families (``config_class`` of the
@@ -79,13 +74,20 @@ def npu_detected() -> bool:
     return bool(utils.is_npu())
 
 
-def refuse_speculative(model_runner) -> None:
+def speculative_draft_tokens(model_runner) -> Optional[int]:
+    """Draft tokens per verify block when speculative decoding is on (None when off); refuses what
+    :func:`.short_conv_verify.check_speculative` cannot verify, and a speculative pool without a
+    draft count."""
     from sglang.srt.mem_cache.memory_pool import MambaPool
 
-    algo = getattr(getattr(model_runner, "server_args", None), "speculative_algorithm", None)
+    server_args = getattr(model_runner, "server_args", None)
+    family = "LFM2-VL" if type(short_conv_config(model_runner.model_config)).__name__ == "Lfm2VlConfig" else ""
+    draft = short_conv_verify.check_speculative(server_args, family)
     cache = model_runner.req_to_token_pool.mamba_pool.mamba_cache
-    if algo is not None or isinstance(cache, MambaPool.SpeculativeState):
-        raise ValueError(f"{SPECULATIVE_UNSUPPORTED} (speculative_algorithm={algo!r})")
+    if draft is None and isinstance(cache, MambaPool.SpeculativeState):
+        raise ValueError("sglang-ascend-hybrid: the mamba pool was built for speculative decoding but "
+                         "server_args.speculative_algorithm is not set: expected both or neither")
+    return draft
 
 
 def _expected_cuda_conv_shapes(model_runner):
@@ -98,33 +100,42 @@ def _expected_cuda_conv_shapes(model_runner):
         return None
 
 
-def conv_window_major_flags(model_runner) -> list:
-    """Which pool conv tensors are window-major ``[L, slots, window, C]``.
+def conv_pool_layout(model_runner, draft: Optional[int] = None) -> tuple:
+    """``(window_major, state_lens)``: which pool conv tensors are window-major
+    ``[L, slots, window, C]`` and how many of their last rows are the state (None: all).
 
-    On NPU every conv state is (``_init_npu_conv_state``); a pool already in the
-    CUDA layout ``[L, slots, C, S]`` is passed through unchanged.  Shapes that
-    match neither raise ``ValueError``."""
+    On NPU every conv state is window major (``_init_npu_conv_state``), with ``draft - 1``
+    extra rows when speculative decoding is on; a pool already in the CUDA layout
+    ``[L, slots, C, S]`` is passed through unchanged.  Shapes that match neither raise
+    ``ValueError``; draft rows without the config's state lengths too."""
     convs = model_runner.req_to_token_pool.mamba_pool.mamba_cache.conv
+    extra = 0 if draft is None else draft - 1
     expected = _expected_cuda_conv_shapes(model_runner)
     if expected is None or len(expected) != len(convs):
-        return [True] * len(convs)
-    flags = []
+        if extra:
+            raise ValueError("sglang-ascend-hybrid: the model config's conv state shapes are not readable, so the "
+                             "state rows of the speculative draft window are unknown")
+        return [True] * len(convs), [None] * len(convs)
+    flags, lens = [], []
     for i, (conv, (channels, state_len)) in enumerate(zip(convs, expected)):
         tail = tuple(conv.shape[-2:])
-        if tail == (state_len, channels):
+        if tail == (state_len + extra, channels):
             flags.append(True)
-        elif tail == (channels, state_len):
+            lens.append(state_len)
+        elif tail == (channels, state_len) and not extra:
             flags.append(False)
+            lens.append(None)
         else:
             raise ValueError(f"conv state {i} of the mamba pool has shape {tuple(conv.shape)}: expected "
-                             f"(layers, slots, {state_len}, {channels}) window-major or "
-                             f"(layers, slots, {channels}, {state_len})")
-    return flags
+                             f"(layers, slots, {state_len + extra}, {channels}) window-major"
+                             + ("" if extra else f" or (layers, slots, {channels}, {state_len})"))
+    return flags, lens
 
 
 @functools.lru_cache(maxsize=None)
 def backend_classes():
     """(AscendShortConvAttnBackend, AscendShortConvHybridAttnBackend), built on first use."""
+    from sglang.srt.hardware_backend.npu.attention import ascend_hybrid_linear_attn_backend as hybrid_module
     from sglang.srt.hardware_backend.npu.attention.ascend_hybrid_linear_attn_backend import (
         AscendHybridLinearAttnBackend,
         AscendMambaAttnBackendBase,
@@ -137,14 +148,15 @@ def backend_classes():
         """ShortConvAttnBackend's plumbing on the Ascend mamba base; window-major pool views."""
 
         def __init__(self, model_runner):
-            refuse_speculative(model_runner)
-            self._window_major = conv_window_major_flags(model_runner)
+            self._draft = speculative_draft_tokens(model_runner)
+            self._window_major, self._state_lens = conv_pool_layout(model_runner, self._draft)
             super().__init__(model_runner)
             add_call_observer(short_conv_track.TRACKER)
 
         def _publish_track(self, forward_batch):
             short_conv_track.publish(
                 short_conv_track.step_track(forward_batch, self.forward_metadata, self._cache_indices))
+            short_conv_verify.publish(short_conv_verify.verify_draft(forward_batch, self._draft), self._cache_indices)
 
         def init_forward_metadata(self, forward_batch):
             super().init_forward_metadata(forward_batch)
@@ -153,6 +165,7 @@ def backend_classes():
         def init_forward_metadata_out_graph(self, forward_batch, in_capture=False):
             super().init_forward_metadata_out_graph(forward_batch, in_capture)
             short_conv_track.publish(None)  # the graph's own batch publishes, in init_forward_metadata_in_graph
+            short_conv_verify.publish(short_conv_verify.verify_draft(forward_batch, self._draft), self._cache_indices)
 
         def init_forward_metadata_in_graph(self, forward_batch):
             # inside the captured region: the captured batch's static track mask, the static
@@ -162,7 +175,8 @@ def backend_classes():
 
         def conv_state_metadata(self, layer_id, forward_batch):
             meta = super().conv_state_metadata(layer_id, forward_batch)
-            return meta._replace(layer_cache=layer_cache_cuda_view(meta.layer_cache, self._window_major))
+            return meta._replace(
+                layer_cache=layer_cache_cuda_view(meta.layer_cache, self._window_major, self._state_lens))
 
     class AscendShortConvHybridAttnBackend(AscendHybridLinearAttnBackend):
         """Ascend hybrid wrapper that exposes the short-conv sidecar to the model."""
@@ -173,6 +187,20 @@ def backend_classes():
 
         def conv_state_metadata(self, layer_id, forward_batch):
             return self.short_conv_backend.conv_state_metadata(layer_id, forward_batch)
+
+        def update_mamba_state_after_mtp_verify(self, last_correct_step_indices, mamba_track_indices,
+                                                mamba_steps_to_track, model, *args, **kwargs):
+            """SGLang's NPU commit (``conv[0]``), then the same for every further conv state."""
+            super().update_mamba_state_after_mtp_verify(last_correct_step_indices, mamba_track_indices,
+                                                        mamba_steps_to_track, model, *args, **kwargs)
+            caches = self.linear_attn_backend.req_to_token_pool.get_speculative_mamba2_params_all_layers()
+            if len(caches.conv) < 2:
+                return
+            n = last_correct_step_indices.shape[0]
+            slots = self.linear_attn_backend.forward_metadata.mamba_cache_indices[:n]
+            short_conv_verify.commit_extra_conv_states(
+                caches.conv[1:], hybrid_module.conv_state_rollback, slots, last_correct_step_indices,
+                mamba_track_indices, mamba_steps_to_track, self.short_conv_backend._draft)
 
     return AscendShortConvAttnBackend, AscendShortConvHybridAttnBackend
 

@@ -162,15 +162,33 @@ def _cca_args(args, kwargs):
 
 
 def cca_extend_around(original, *args, **kwargs):
-    """AROUND hook of ZAYA1's ``sglang.srt.models.zaya.cca_extend``: before it overwrites the
-    requests' slots, the tracked boundaries' conv window (of ``qk``, the CCA conv input) and
-    ``prev_hs`` (the hidden state of the token before the boundary) into their track slots."""
+    """AROUND hook of ZAYA1's ``sglang.srt.models.zaya.cca_extend``: in a TARGET_VERIFY step
+    published by the Ascend sidecar, the plugin's CCA verify
+    (:func:`~sglang_ascend_hybrid.backends.short_conv_verify.cca_verify`); otherwise, before it
+    overwrites the requests' slots, the tracked boundaries' conv window (of ``qk``, the CCA conv
+    input) and ``prev_hs`` (the hidden state of the token before the boundary) into their track
+    slots."""
+    from sglang_ascend_hybrid.backends import short_conv_verify
+
+    draft = short_conv_verify.current()
+    if draft is not None:
+        return _cca_verify_call(short_conv_verify, draft, args, kwargs)
     step = current()
     if step is not None and step.extend is not None:
         a = _cca_args(args, kwargs)
         snapshot_extend(a["conv_state"], a["qk"].transpose(0, 1), step.extend)
         snapshot_extend_rows(a["prev_hs_state"], a["hidden_states"], step.extend)
     return original(*args, **kwargs)
+
+
+def _cca_verify_call(verify_module, draft: int, args, kwargs):
+    """``cca_extend``'s arguments -> the plugin's CCA verify; the slots come from the sidecar's
+    published step (``cca_extend``'s host mirrors are None in TARGET_VERIFY)."""
+    a = _cca_args(args, kwargs)
+    total_padding = args[8] if len(args) > 8 else kwargs.get("total_padding")
+    slots = verify_module.current_slots()
+    return verify_module.cca_verify(a["qk"], a["hidden_states"], a["conv_qk"], a["conv_state"], a["prev_hs_state"],
+                                    slots, draft, total_padding)
 
 
 def cca_decode_around(original, *args, **kwargs):

@@ -147,8 +147,11 @@ PATCHES: tuple[Patch, ...] = (
         how="AROUND: on NPU with one of those configs return AscendShortConvHybridAttnBackend wrapping "
             "AscendShortConvAttnBackend (ShortConvAttnBackend plumbing on AscendMambaAttnBackendBase); its "
             "conv_state_metadata hands the model strided CUDA-layout views of the window-major NPU pool (no "
-            "copy, writes land in the pool); speculative decoding is refused at construction with a message "
-            "naming the flag to drop; every other model and device calls the original. On NPU it "
+            "copy, writes land in the pool; with speculative decoding on, views of the last W-1 rows of the "
+            "draft window); speculative algorithms other than linear EAGLE-family chains (topk 1) are refused "
+            "at construction naming the flag; the hybrid wrapper's commit "
+            "(update_mamba_state_after_mtp_verify) runs SGLang's and then rolls back every further conv state "
+            "(ZAYA1's prev_hs) the same way; every other model and device calls the original. On NPU it "
             "first applies the deferred patches (targets in modules that import sgl_kernel_npu), so plugin "
             "discovery never imports NPU packages",
         upstream="none: no upstream Ascend short-conv sidecar found by search (the removal note's "
@@ -185,6 +188,24 @@ PATCHES: tuple[Patch, ...] = (
         removal="with the short-conv-backend patch",
     ),
     Patch(
+        name="short-conv-verify",
+        target="sglang.srt.models.lfm2.shortconv_target_verify",
+        kind="hook",
+        hook_type="around",
+        hook="sglang_ascend_hybrid.backends.short_conv_verify:shortconv_target_verify_around",
+        why="LFM2 / LFM2-MoE's TARGET_VERIFY runs SGLang's Triton conv update with the CUDA-layout "
+            "intermediate_conv_window tape; SGLang's NPU commit ignores that tape and rolls the window-major "
+            "conv pool back with sgl-kernel-npu's conv_state_rollback, which needs the verify to have written "
+            "the whole draft window ((W-1) + (draft-1) rows)",
+        how="AROUND (SGLang's HookRegistry also rebinds the copy imported into sglang.srt.models.lfm2_moe): "
+            "NPU tensors and window-major views go to the plugin's causal_conv1d_verify ladder "
+            "(torch.ops.npu.causal_conv1d's speculative mode at width 4 -> causal_conv1d_update_v2's for fp16 "
+            "-> vectorised torch) over the slot's whole draft window; everything else calls the original",
+        upstream="none: goes with short-conv-backend (no upstream Ascend short-conv sidecar found; "
+                 "sgl-project/sglang#38252 has no speculative decoding)",
+        removal="with the short-conv-backend patch",
+    ),
+    Patch(
         name="zaya-cca-extend-snapshots",
         target="sglang.srt.models.zaya.cca_extend",
         kind="hook",
@@ -193,7 +214,10 @@ PATCHES: tuple[Patch, ...] = (
         why="ZAYA1's CCA runs its own conv against the short-conv sidecar's slots (cca_extend / cca_decode), "
             "so no backend call sees its inputs: without a snapshot of its conv window and its one-token "
             "prev_hs lag at tracked boundaries the mamba extra_buffer radix cache has nothing to restore",
-        how="AROUND: with a step track published by the Ascend short-conv sidecar, the conv window before each "
+        how="AROUND: in a TARGET_VERIFY step published by the Ascend short-conv sidecar, the plugin's CCA "
+            "verify instead (graph safe: the conv over [state, block] per request, both draft windows written "
+            "for SGLang's rollback; upstream's cca_extend has no verify form); otherwise, "
+            "with a step track published by the Ascend short-conv sidecar, the conv window before each "
             "tracked boundary (from qk, or the cached state) and prev_hs (the hidden state before the "
             "boundary) go into the track slots before the original overwrites the requests' slots; without "
             "a published track the original runs alone",

@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 from types import SimpleNamespace as NS
 
+import re
+
 import pytest
 import torch
 
@@ -198,22 +200,36 @@ def test_wrapper_off_npu_calls_original(ascend_env, monkeypatch):
     assert short_conv.attn_backend_wrapper_around(lambda r, f: "cuda path", runner, full) == "cuda path"
 
 
-def test_speculative_decoding_refused_at_construction(ascend_env):
-    runner, full, _ = make_runner(lfm2_config(), speculative_algorithm="EAGLE")
-    with pytest.raises(ValueError, match="Drop --speculative-algorithm"):
+@pytest.mark.parametrize("algo,topk,text", [
+    ("NGRAM", None, "--speculative-algorithm NGRAM"),
+    ("EAGLE", 4, "--speculative-eagle-topk 4"),
+    ("DFLASH", 1, "--speculative-algorithm DFLASH"),
+])
+def test_speculative_algorithms_without_a_linear_chain_are_refused_naming_the_flag(ascend_env, algo, topk, text):
+    runner, full, _ = make_runner(lfm2_config(), speculative_algorithm=algo, draft_tokens=3)
+    runner.server_args.speculative_eagle_topk = topk
+    runner.server_args.speculative_num_draft_tokens = 3
+    with pytest.raises(ValueError, match=re.escape(text)) as err:
         short_conv.attn_backend_wrapper_around(_must_not_call, runner, full)
+    assert "linear draft chains only" in str(err.value)
 
 
-def test_speculative_pool_refused_even_without_algorithm_flag(ascend_env):
-    try:
-        runner, full, _ = make_runner(lfm2_config(), draft_tokens=3)
-    except Exception as exc:  # pool construction itself may need more of the spec config
-        pytest.fail(f"could not build a speculative pool: {exc}")
-    with pytest.raises(ValueError, match="speculative decoding is not supported"):
+def test_linear_chain_speculative_decoding_builds_views_of_the_state_rows(ascend_env):
+    runner, full, _ = make_runner(lfm2_config(), speculative_algorithm="EAGLE", draft_tokens=3)
+    runner.server_args.speculative_eagle_topk = 1
+    runner.server_args.speculative_num_draft_tokens = 3
+    backend = short_conv.attn_backend_wrapper_around(_must_not_call, runner, full)
+    sidecar = backend.short_conv_backend
+    conv = runner.req_to_token_pool.mamba_pool.mamba_cache.conv[0]
+    width = lfm2_config().conv_L_cache
+    assert conv.shape[-2] == (width - 1) + 2 and sidecar._draft == 3
+    assert sidecar._state_lens == [width - 1]
+
+
+def test_speculative_pool_refused_without_algorithm_flag(ascend_env):
+    runner, full, _ = make_runner(lfm2_config(), draft_tokens=3)
+    with pytest.raises(ValueError, match="built for speculative decoding but server_args.speculative_algorithm"):
         short_conv.attn_backend_wrapper_around(_must_not_call, runner, full)
-
-
-# --------------------------------------------------------------------------- metadata contract
 
 
 def test_metadata_contract_extend_decode_and_graph(ascend_env):

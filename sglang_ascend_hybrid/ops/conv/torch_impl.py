@@ -233,7 +233,7 @@ def causal_conv1d_update_torch(
     return update_rows_torch(x, conv_state, weight, bias, silu, conv_state_indices, pad_slot_id, width)
 
 
-def _pad_redirect(slots: torch.Tensor, pad_slot_id: int, batch: int):
+def pad_redirect(slots: torch.Tensor, pad_slot_id: int, batch: int):
     """Graph-safe pad handling shared by decode and verify: ``(rows, gather, any_valid)`` where pad
     rows read and write the slot of the first real row with that row's values (an identical
     duplicate write); with no real row at all every row keeps its own slot (the caller then writes
@@ -288,7 +288,7 @@ def update_rows_torch(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.T
     pool = conv_state.transpose(1, 2)[:, :s]                           # [slots, W-1, dim] view
     slots = (conv_state_indices.to(device=pool.device, dtype=torch.int64)
              if conv_state_indices is not None else torch.arange(batch, device=pool.device))
-    rows, gather, any_valid = _pad_redirect(slots, pad_slot_id, batch)
+    rows, gather, any_valid = pad_redirect(slots, pad_slot_id, batch)
 
     state = pool.index_select(0, gather).to(dev)                       # [B, W-1, dim], pool dtype
     tokens = x3.index_select(0, rows.to(dev)).transpose(1, 2)          # [B, L, dim]
@@ -323,7 +323,7 @@ def verify_rows_torch(x: torch.Tensor, conv_window: torch.Tensor, weight: torch.
     if batch == 0 or conv_window.shape[0] == 0:
         return torch.empty_like(x)
     slots = cache_indices.to(torch.int64)                              # one device: x's, the pool's
-    rows, gather, any_valid = _pad_redirect(slots, pad_slot_id, batch)
+    rows, gather, any_valid = pad_redirect(slots, pad_slot_id, batch)
     old = conv_window.index_select(0, gather)                          # [B, R, dim], pool dtype
     tokens = x.reshape(batch, d, dim).index_select(0, rows)            # [B, d, dim]
     window = _window(old[:, old.shape[1] - s:], tokens, cd)            # [B, W-1+d, dim]
