@@ -226,7 +226,11 @@ class Engine:
         runner = NS(
             device="cpu", dtype=dtype, is_draft_worker=False, use_mla_backend=False, page_size=PAGE,
             req_to_token_pool=self.req_to_token_pool, token_to_kv_pool=self.token_to_kv_pool,
-            server_args=NS(enable_mis=False, speculative_algorithm=None),
+            # the speculative settings the pool was built with (SGLang's ServerArgs carries both)
+            server_args=NS(enable_mis=False,
+                           speculative_algorithm="EAGLE" if speculative_num_draft_tokens else None,
+                           speculative_eagle_topk=speculative_eagle_topk,
+                           speculative_num_draft_tokens=speculative_num_draft_tokens),
             prefill_attention_backend_str="ascend", decode_attention_backend_str="ascend",
             model_config=NS(hf_config=cfg, hf_text_config=text_cfg, is_draft_model=False, quantization=None,
                             linear_attn_registry_result=None, context_len=max_context))
