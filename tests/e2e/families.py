@@ -13,14 +13,18 @@ import torch
 from tests.e2e import harness
 
 
+def _lfm2_tiny(cfg: dict, n_layers: int = 4, **extra) -> dict:
+    """An LFM2 text config cut to a tiny model: its first ``n_layers`` real layer types."""
+    cfg.update(hidden_size=64, num_hidden_layers=n_layers, layer_types=cfg["layer_types"][:n_layers],
+               vocab_size=160, num_attention_heads=8, num_heads=8, num_key_value_heads=2,
+               max_position_embeddings=512, intermediate_size=128, block_multiple_of=32,
+               block_dim=64, block_ff_dim=128, conv_dim=64, conv_dim_out=64, **extra)
+    return cfg
+
+
 def _lfm2_dict(example: str, n_layers: int = 4, **extra) -> Callable[[], dict]:
     def make():
-        cfg = harness.example_config(example)
-        cfg.update(hidden_size=64, num_hidden_layers=n_layers, layer_types=cfg["layer_types"][:n_layers],
-                   vocab_size=160, num_attention_heads=8, num_heads=8, num_key_value_heads=2,
-                   max_position_embeddings=512, intermediate_size=128, block_multiple_of=32,
-                   block_dim=64, block_ff_dim=128, conv_dim=64, conv_dim_out=64, **extra)
-        return cfg
+        return _lfm2_tiny(harness.example_config(example), n_layers, **extra)
     return make
 
 
@@ -44,18 +48,53 @@ def _gdn_dict(example: str, *, value_heads: int, key_heads: int, head_dim: int, 
     return make
 
 
-def _qwen3_5_served(text: dict):
+def _qwen3_5_served(text: dict, config: str = "Qwen3_5Config"):
     """What SGLang builds for a Qwen3.5 / 3.6 checkpoint: the multimodal config; the text
     backbone only (``language_model_only``, no vision tower)."""
-    from sglang.srt.configs.qwen3_5 import Qwen3_5Config
+    from sglang.srt.configs import qwen3_5
 
-    return Qwen3_5Config(text_config=dict(text), language_model_only=True, tie_word_embeddings=False)
+    return getattr(qwen3_5, config)(text_config=dict(text), language_model_only=True, tie_word_embeddings=False)
+
+
+def _qwen3_5_moe_served(text: dict):
+    """The same for a Qwen3.5-MoE checkpoint (``Qwen3_5MoeConfig``)."""
+    return _qwen3_5_served(text, "Qwen3_5MoeConfig")
 
 
 def _qwen3_5_checkpoint_name(name: str) -> str:
     """Qwen3.5 checkpoints hold the text backbone under ``model.language_model``
     (transformers' ``Qwen3_5ForCausalLM`` strips that prefix on load)."""
     return name.replace("model.", "model.language_model.", 1) if name.startswith("model.") else name
+
+
+LFM2_VL_IMAGE_TOKEN = 150  # inside the tiny vocabulary (transformers embeds the placeholder ids too)
+
+
+def _lfm2_vl_dict() -> dict:
+    """LFM2-VL: its text model cut like LFM2's above, a 2-layer SigLIP2 NaFlex tower (patches of
+    4 pixels, a 4 x 4 position grid) and the projector with its pixel unshuffle (factor 2)."""
+    cfg = harness.example_config("lfm2-vl-1.6b")
+    # the text config's own torch_dtype (bf16) would build transformers' language model in bf16;
+    # the run's dtype is the outer one (Family.configs)
+    cfg["text_config"].pop("torch_dtype", None)
+    cfg.update(image_token_id=LFM2_VL_IMAGE_TOKEN, projector_hidden_size=64, max_image_tokens=16,
+               min_image_tokens=1, max_num_patches=20, encoder_patch_size=4, tile_size=16,
+               text_config=_lfm2_tiny(dict(cfg["text_config"])),
+               vision_config={**cfg["vision_config"], "hidden_size": 32, "intermediate_size": 64,
+                              "num_attention_heads": 2, "num_hidden_layers": 2, "num_patches": 16,
+                              "patch_size": 4})
+    return cfg
+
+
+def _lfm2_vl_checkpoint_name(name: str) -> str:
+    """LFM2-VL checkpoints hold the SigLIP2 tower as ``model.vision_tower.vision_model.*`` (what
+    SGLang's ``Lfm2VlForConditionalGeneration.load_weights`` strips to ``vision_model.*``);
+    transformers' ``Siglip2VisionModel`` drops that ``vision_model`` level on load and its
+    state dict does not put it back."""
+    head = "model.vision_tower."
+    if name.startswith(head) and not name.startswith(head + "vision_model."):
+        return head + "vision_model." + name[len(head):]
+    return name
 
 
 ZAYA_LAYERS = 4  # SGLang layers: attention, MoE, attention, MoE (= 2 transformers hybrid layers)
@@ -173,6 +212,16 @@ FAMILIES = {
                       "sglang.srt.models.qwen3_5.Qwen3_5ForConditionalGeneration",
                       "transformers.Qwen3_5ForCausalLM", wrap_config=_qwen3_5_served,
                       checkpoint_name=_qwen3_5_checkpoint_name),
+    # Qwen3.5-35B-A3B at TP=8 has (4, 2) GDN heads per rank (head dim 128); MoE layers on
+    # SGLang's FusedMoE (its CPU path, as for Qwen3-Next and LFM2-MoE)
+    "qwen3_5_moe": Family("qwen3_5_moe", _gdn_dict("qwen3_5-35b-a3b", value_heads=4, key_heads=2, head_dim=128),
+                          "sglang.srt.configs.qwen3_5.Qwen3_5MoeTextConfig", "transformers.Qwen3_5MoeTextConfig",
+                          "sglang.srt.models.qwen3_5.Qwen3_5MoeForConditionalGeneration",
+                          "transformers.Qwen3_5MoeForCausalLM", wrap_config=_qwen3_5_moe_served,
+                          checkpoint_name=_qwen3_5_checkpoint_name),
+    "lfm2_vl": Family("lfm2_vl", _lfm2_vl_dict, "sglang.srt.configs.lfm2_vl.Lfm2VlConfig",
+                      "transformers.Lfm2VlConfig", "sglang.srt.models.lfm2_vl.Lfm2VlForConditionalGeneration",
+                      "transformers.Lfm2VlForConditionalGeneration", checkpoint_name=_lfm2_vl_checkpoint_name),
     "zaya": Family("zaya", _zaya_dict, "sglang.srt.configs.zaya.ZayaConfig", "transformers.ZayaConfig",
                    "sglang.srt.models.zaya.ZayaForCausalLM", "transformers.ZayaForCausalLM",
                    hf_config_dict=_zaya_hf_dict, checkpoint=_zaya_checkpoint),

@@ -25,11 +25,11 @@ from tests.e2e import harness, npu_standins
 from tests.e2e.families import FAMILIES, Built
 from tests.e2e.plugin_install import plugin_loaded
 
-GDN_FAMILIES = ("qwen3_next", "qwen3_5")
+GDN_FAMILIES = ("qwen3_next", "qwen3_5", "qwen3_5_moe")
 # The GDN runs take the installed release's Ascend GDN prefill route: AscendGDNAttnBackend.chunk_gdn
 # (gdn-prefill-ladder) or, on older releases, forward_extend -> TritonGDNKernel.extend (gdn-extend-step,
 # gdn-extend-ladder; tests/e2e/npu_standins.ascend_gdn_helpers binds that route's NPU entry).
-SHORT_CONV_FAMILIES = ("lfm2", "lfm2_moe", "zaya")
+SHORT_CONV_FAMILIES = ("lfm2", "lfm2_moe", "lfm2_vl", "zaya")
 
 
 @functools.lru_cache(maxsize=None)

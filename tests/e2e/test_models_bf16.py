@@ -28,7 +28,8 @@ GDN_LAYERS = 3
 NO_CHUNK_OP = functools.partial(device.npu_emulators, npu_chunk=False)
 
 
-@pytest.mark.parametrize("name,variant", [("lfm2", "all"), ("lfm2_moe", "all"), ("lfm2", "release")])
+@pytest.mark.parametrize("name,variant",
+                         [("lfm2", "all"), ("lfm2_moe", "all"), ("lfm2_vl", "all"), ("lfm2", "release")])
 def test_lfm2_families_bf16_on_the_npu_conv_kernels(name, variant):
     """``all``: the window-major v2 ops (sgl-kernel-npu branch of sglang PR #38252) serve the
     conv layers; ``release``: released sgl-kernel-npu, ``torch.ops.npu.causal_conv1d`` for
@@ -64,11 +65,12 @@ def test_qwen3_next_bf16_on_the_npu_gdn_ops():
     assert run.device_calls.get(device.OP_CONV_ACLNN) == GDN_LAYERS * (EXTENDS + PLAN.decodes)
 
 
-def test_qwen3_5_fp32_pool_keeps_its_precision_on_a3():
-    """Qwen3.5 / 3.6 configs ask for an fp32 SSM pool: on A2 / A3 the chunk op keeps fp32
-    states only on Ascend 950 and the mega kernel keeps fp16 ones, so the ladder serves
-    the model on a rung that keeps fp32 (torch), never calling a device GDN op."""
-    run = run_family("qwen3_5", dtype=torch.bfloat16, device=device.npu_emulators)
+@pytest.mark.parametrize("name", ["qwen3_5", "qwen3_5_moe"])
+def test_qwen3_5_fp32_pool_keeps_its_precision_on_a3(name):
+    """Qwen3.5 / 3.6 configs (dense and MoE) ask for an fp32 SSM pool: on A2 / A3 the chunk op
+    keeps fp32 states only on Ascend 950 and the mega kernel keeps fp16 ones, so the ladder
+    serves the model on a rung that keeps fp32 (torch), never calling a device GDN op."""
+    run = run_family(name, dtype=torch.bfloat16, device=device.npu_emulators)
     cmp = run.compare()
     assert cmp.bf16_ok(), str(cmp)
     text = run.log_text()

@@ -21,7 +21,7 @@ EXTENDS = 2  # the first chunk of A, then A's continuation + B + C
 STEPS = EXTENDS + PLAN.decodes
 
 # layers served by the plugin, per family (the tiny configs' real layer patterns)
-LFM2_CONV_LAYERS = {"lfm2": 3, "lfm2_moe": 3}  # conv, conv, full_attention, conv
+LFM2_CONV_LAYERS = {"lfm2": 3, "lfm2_moe": 3, "lfm2_vl": 3}  # conv, conv, full_attention, conv
 ZAYA_CCA_LAYERS = 2  # attention (CCA), MoE, attention (CCA), MoE
 GDN_LAYERS = 3  # linear_attention x3, full_attention
 
@@ -30,7 +30,7 @@ def _device(name):
     return device.gdn_fp32 if name in GDN_FAMILIES else None
 
 
-@pytest.mark.parametrize("name", ["lfm2", "lfm2_moe"])
+@pytest.mark.parametrize("name", ["lfm2", "lfm2_moe", "lfm2_vl"])
 def test_lfm2_families_match_transformers(name, monkeypatch):
     views = []
     real = short_conv.layer_cache_cuda_view
