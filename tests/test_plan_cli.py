@@ -11,6 +11,7 @@ import torch
 
 from sglang_ascend_hybrid import cli
 from sglang_ascend_hybrid.ops import seam
+from tests.integration._families import NO_SNAPSHOT_FAMILIES, SHORT_CONV_FAMILIES
 
 CONFIGS = Path(__file__).parent.parent / "examples" / "configs"
 # What changes which kernel runs, outside the config: cleared for every test here.
@@ -102,7 +103,7 @@ def test_kernel_heads_option_changes_the_accepted_set(capsys):
     assert g["prefill"]["kernel"] == "mega"
 
 
-@pytest.mark.parametrize("name", ["lfm2-1.2b", "lfm2-8b-a1b", "lfm2-vl-1.6b", "zaya1-base"])
+@pytest.mark.parametrize("name", SHORT_CONV_FAMILIES)
 def test_short_conv_models(capsys, name):
     rows = plan_rows(capsys, "--config", str(CONFIGS / name), "--tp", "1", "2")
     for r in rows:
@@ -110,6 +111,7 @@ def test_short_conv_models(capsys, name):
         sc = r["short_conv"]
         assert sc["width"] >= 2 and sc["channels"] > 0 and sc["kernel"]
         # prefix caching needs snapshots: the plugin writes LFM2 / LFM2-MoE / ZAYA1's, nobody LFM2-VL's yet
+        # (the family table's radix_snapshots)
         assert any("disable_radix_cache" in a for a in r["launch_adjustments"]) == (name in NO_SNAPSHOTS)
     assert rows[0]["short_conv"]["channels"] == 2 * rows[1]["short_conv"]["channels"]
     pc = plan_json(capsys, "--config", str(CONFIGS / name), "--tp", "1")["model"]["prefix_cache"]
@@ -119,7 +121,13 @@ def test_short_conv_models(capsys, name):
         assert pc == {"on": True, "strategy": "extra_buffer", "snapshots": "plugin"}
 
 
-NO_SNAPSHOTS = ("lfm2-vl-1.6b",)
+NO_SNAPSHOTS = NO_SNAPSHOT_FAMILIES
+
+
+def test_example_lists_come_from_the_examples_and_the_family_table():
+    # every short-conv example is planned; the LFM2-VL ones (LFM2-VL-1.6B, LFM2.5-VL-1.6B) lose prefix caching
+    assert {"lfm2-1.2b", "lfm2-8b-a1b", "lfm2-vl-1.6b", "lfm2_5-vl-1.6b", "zaya1-base"} <= set(SHORT_CONV_FAMILIES)
+    assert set(NO_SNAPSHOTS) == {"lfm2-vl-1.6b", "lfm2_5-vl-1.6b"}
 
 
 def test_lfm2_conv_kernel_is_the_npu_one_within_limits(capsys):

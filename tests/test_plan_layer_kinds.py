@@ -147,6 +147,8 @@ DTYPES = [
     ("qwen3_5_outer_not_read", _edit("qwen3_6-27b", (("text_config", "torch_dtype"), None)), "float16"),
     # transformers' Lfm2VlConfig does
     ("lfm2_vl_outer_read", _edit("lfm2-vl-1.6b", (("text_config", "torch_dtype"), None)), "bfloat16"),
+    # LFM2.5-VL-1.6B's published config (transformers 5 format) states `dtype`, never `torch_dtype`
+    ("lfm2_5_vl_text_dtype", _edit("lfm2_5-vl-1.6b", (("text_config", "dtype"), "float16")), "float16"),
     ("float32_runs_in_fp16", _edit("lfm2-1.2b", (("torch_dtype",), "float32")), "float16"),
     ("absent_runs_in_fp16", _edit("lfm2-1.2b", (("torch_dtype",), None)), "float16"),
     ("half", _edit("zaya1-base", (("torch_dtype",), "half")), "float16"),

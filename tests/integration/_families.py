@@ -44,5 +44,16 @@ SHORT_CONV_FAMILIES = tuple(f for f in FAMILIES if _kind(f) == "short_conv")
 GDN_FAMILIES = tuple(f for f in FAMILIES if _kind(f) == "gdn")
 
 
+def _snapshots(name: str) -> str | None:
+    mt = _CONFIGS[name].get("model_type")
+    fam = BY_MODEL_TYPE.get(mt) if isinstance(mt, str) else None
+    return fam.radix_snapshots if fam is not None else None
+
+
+# Examples whose prefix-cache snapshots nobody writes on NPU yet (family table: radix_snapshots
+# ""): the plugin turns their radix cache off.
+NO_SNAPSHOT_FAMILIES = tuple(f for f in FAMILIES if _snapshots(f) == "")
+
+
 def config_dir(family: str) -> Path:
     return EXAMPLE_CONFIGS / family

@@ -18,7 +18,7 @@ from sglang_ascend_hybrid.backends.launch_defaults import LaunchConfigError, pla
 from sglang_ascend_hybrid.testing import launch_check
 from sglang_ascend_hybrid.testing.launch_check import resolve_isolated
 
-from ._families import EXAMPLE_CONFIGS, FAMILIES, SHORT_CONV_FAMILIES, config_dir
+from ._families import EXAMPLE_CONFIGS, FAMILIES, NO_SNAPSHOT_FAMILIES, SHORT_CONV_FAMILIES, config_dir
 
 # The lead adds "ascend_hybrid" here once the backend name is registered.
 ATTENTION_BACKENDS = ("ascend", "ascend_hybrid")
@@ -27,7 +27,7 @@ TP_SIZES = (1, 2)
 INFO_PREFIX = "sglang-ascend-hybrid: disabled the radix cache for "
 PREFIX_ON = "sglang-ascend-hybrid: prefix caching on for "
 # Families whose prefix-cache snapshots nobody writes on NPU yet: the radix cache goes off.
-NO_PREFIX_CACHE = ("lfm2-vl-1.6b",)
+NO_PREFIX_CACHE = NO_SNAPSHOT_FAMILIES
 
 # name -> (family, extra flags, substrings the error must contain)
 CONTRADICTIONS = {
