@@ -20,6 +20,9 @@ What the code does (copied here, defects included):
   receives the scratch's bytes in the scratch's physical order, whatever its logical shape says.
 - The store converts to the destination's element type (``tl.store``).
 - The host asserts the three index vectors have one length (texts below, ``AssertionError``).
+- With ``H * V * K == 0`` (the zero-size SSM state of a short-conv model's pool: LFM2 / ZAYA1 speculative
+  decoding reaches this commit too) every load and store is masked (``k_offsets < dim_k`` etc.): nothing
+  is read or written.
 - There is no bounds check: an index outside the pool or the scratch reads or writes outside
   the tensors; this emulator raises :class:`EmulatorContractViolation` instead.
 
@@ -50,6 +53,8 @@ def _block(t: torch.Tensor, offset: int, numel: int) -> torch.Tensor:
     """``numel`` elements of ``t``'s storage from element ``t.storage_offset() + offset``, flat and
     in place (the kernel's raw pointer arithmetic); a range outside the storage is a violation."""
     start = t.storage_offset() + offset
+    if numel == 0:   # H, V or K is 0 (a short-conv pool has no SSM state): every load / store is masked
+        return t.new_empty((0,))
     if start < 0 or start + numel > t.untyped_storage().nbytes() // t.element_size():
         _violation(f"elements [{start}, {start + numel}) are outside the tensor's storage")
     return t.as_strided((numel,), (1,), start)

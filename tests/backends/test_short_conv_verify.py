@@ -1,0 +1,197 @@
+"""The short-conv verify integration (:mod:`sglang_ascend_hybrid.backends.short_conv_verify`):
+ZAYA1's CCA verify against SGLang's own ``cca_extend`` (the upstream function, run here), the
+windows it leaves for SGLang's rollback, graph safety, the commit of further conv states, which
+speculative settings are served, and the LFM2 hook's routing."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace as NS
+
+import pytest
+import torch
+from torch import nn
+
+from sglang_ascend_hybrid.backends import short_conv_verify as scv
+from sglang_ascend_hybrid.backends.conv_state_layout import cuda_layout_view, draft_window
+from tests.sync_counter import SyncCounter
+
+CH, HID, T0, T1, HEADS = 8, 6, 2, 2, 4   # CCA channels, hidden, the two conv kernels, q + k heads
+PAD = (T0 - 1) + (T1 - 1)                # ZAYA1's total_padding
+
+
+def _conv_qk(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Conv1d(CH, CH, T0, groups=CH), nn.Conv1d(CH, CH, T1, groups=HEADS)).double()
+
+
+def _pools(draft, slots=5, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    qk_pool = torch.randn(slots, PAD + draft - 1, CH, generator=g, dtype=torch.float64)   # window major
+    hs_pool = torch.randn(slots, draft, HID, generator=g, dtype=torch.float64)
+    return qk_pool, hs_pool
+
+
+def _rollback(pool, slot, step, draft):
+    shift = (draft - 1) - step
+    out = pool.clone()
+    if shift > 0:
+        out[slot, shift:] = pool[slot, :pool.shape[1] - shift].clone()
+    return out
+
+
+@pytest.mark.parametrize("draft", [1, 3, 4])
+def test_cca_verify_equals_upstream_cca_extend_and_leaves_the_rollback_windows(draft):
+    from sglang.srt.models.zaya import cca_extend
+
+    conv_qk = _conv_qk()
+    qk_pool, hs_pool = _pools(draft)
+    slots = [3, 0, 4]
+    batch = len(slots)
+    g = torch.Generator().manual_seed(2)
+    qk = torch.randn(batch * draft, CH, generator=g, dtype=torch.float64)
+    hidden = torch.randn(batch * draft, HID, generator=g, dtype=torch.float64)
+
+    got_qk_pool, got_hs_pool = qk_pool.clone(), hs_pool.clone()
+    qk_view = cuda_layout_view(got_qk_pool, PAD)
+    hs_view = cuda_layout_view(got_hs_pool, 1)
+    out, v2 = scv.cca_verify(qk, hidden, conv_qk, qk_view, hs_view, torch.tensor(slots), draft, PAD)
+
+    # upstream: the block as an extend resuming each slot's cached state (CUDA-layout copies of the state rows)
+    up_state = cuda_layout_view(qk_pool, PAD).contiguous()
+    up_prev = cuda_layout_view(hs_pool, 1).contiguous()
+    with torch.no_grad():
+        want_out, want_v2 = cca_extend(qk, hidden, conv_qk, up_state, up_prev, slots, [True] * batch,
+                                       [draft] * batch, PAD)
+    torch.testing.assert_close(out, want_out, rtol=0, atol=1e-12)
+    torch.testing.assert_close(v2, want_v2, rtol=0, atol=0)
+    # after the whole block both agree on the state (step d - 1: no rollback)
+    torch.testing.assert_close(cuda_layout_view(got_qk_pool, PAD), up_state, rtol=0, atol=0)
+    torch.testing.assert_close(cuda_layout_view(got_hs_pool, 1), up_prev, rtol=0, atol=0)
+    # after SGLang's rollback to any accepted step, the state rows are upstream's extend of step + 1 tokens
+    for b, slot in enumerate(slots):
+        for step in range(draft):
+            prefix_state = cuda_layout_view(qk_pool, PAD).contiguous()
+            prefix_prev = cuda_layout_view(hs_pool, 1).contiguous()
+            rows = slice(b * draft, b * draft + step + 1)
+            with torch.no_grad():
+                cca_extend(qk[rows], hidden[rows], conv_qk, prefix_state, prefix_prev, [slot], [True], [step + 1], PAD)
+            rolled_qk = _rollback(got_qk_pool, slot, step, draft)
+            rolled_hs = _rollback(got_hs_pool, slot, step, draft)
+            assert torch.equal(cuda_layout_view(rolled_qk, PAD)[slot], prefix_state[slot]), (slot, step)
+            assert torch.equal(cuda_layout_view(rolled_hs, 1)[slot], prefix_prev[slot]), (slot, step)
+    untouched = [s for s in range(qk_pool.shape[0]) if s not in slots]
+    assert torch.equal(got_qk_pool[untouched], qk_pool[untouched])
+    assert torch.equal(got_hs_pool[untouched], hs_pool[untouched])
+
+
+def test_cca_verify_skips_pad_rows_and_reads_nothing_on_the_host():
+    conv_qk = _conv_qk()
+    draft = 3
+    qk_pool, hs_pool = _pools(draft)
+    got_qk, got_hs = qk_pool.clone(), hs_pool.clone()
+    qk = torch.randn(2 * draft, CH, dtype=torch.float64)
+    hidden = torch.randn(2 * draft, HID, dtype=torch.float64)
+    with SyncCounter(device_of_interest="cpu") as counter:
+        scv.cca_verify(qk, hidden, conv_qk, cuda_layout_view(got_qk, PAD), cuda_layout_view(got_hs, 1),
+                       torch.tensor([-1, 2]), draft, PAD)
+    assert counter.total == 0, counter.counts
+    others = [0, 1, 3, 4]
+    assert torch.equal(got_qk[others], qk_pool[others]) and torch.equal(got_hs[others], hs_pool[others])
+    assert not torch.equal(got_qk[2], qk_pool[2])
+    got_qk, got_hs = qk_pool.clone(), hs_pool.clone()
+    scv.cca_verify(qk, hidden, conv_qk, cuda_layout_view(got_qk, PAD), cuda_layout_view(got_hs, 1),
+                   torch.tensor([-1, -1]), draft, PAD)
+    assert torch.equal(got_qk, qk_pool) and torch.equal(got_hs, hs_pool)
+
+
+def test_cca_verify_bad_input_names_the_argument():
+    conv_qk = _conv_qk()
+    qk_pool, hs_pool = _pools(3)
+    with pytest.raises(ValueError, match=r"expected batch \(2\) \* draft \(3\)"):
+        scv.cca_verify(torch.zeros(5, CH, dtype=torch.float64), torch.zeros(5, HID, dtype=torch.float64), conv_qk,
+                       cuda_layout_view(qk_pool, PAD), cuda_layout_view(hs_pool, 1), torch.tensor([0, 1]), 3, PAD)
+    with pytest.raises(ValueError, match="total_padding=3"):
+        scv.cca_verify(torch.zeros(6, CH, dtype=torch.float64), torch.zeros(6, HID, dtype=torch.float64), conv_qk,
+                       cuda_layout_view(qk_pool, PAD), cuda_layout_view(hs_pool, 1), torch.tensor([0, 1]), 3, 3)
+
+
+def test_draft_window_is_the_pool_memory_and_refuses_a_wrong_row_count():
+    pool = torch.arange(2 * 5 * 3, dtype=torch.float32).reshape(2, 5, 3)
+    view = cuda_layout_view(pool, 2)
+    full = draft_window(view, 5)
+    assert full.data_ptr() == pool.data_ptr() and torch.equal(full, pool)
+    with pytest.raises(ValueError, match="rows=4"):
+        draft_window(view, 4)
+    with pytest.raises(ValueError, match="rows=6"):
+        draft_window(view, 6)
+
+
+def test_commit_of_further_conv_states_tracks_then_rolls_back():
+    calls = []
+
+    def rollback(conv, idx, steps, draft):
+        calls.append((idx.tolist(), steps.tolist(), draft))
+
+    conv = torch.arange(1 * 6 * 3 * 2, dtype=torch.float32).reshape(1, 6, 3, 2)
+    before = conv.clone()
+    scv.commit_extra_conv_states([conv], rollback, torch.tensor([1, 2]), torch.tensor([0, 2]),
+                                 torch.tensor([4, 5]), torch.tensor([1, -1]), 3)
+    assert torch.equal(conv[:, 4], before[:, 1])        # tracked: the request's verify-time window
+    assert torch.equal(conv[:, 5], before[:, 5])        # not tracked: its own
+    assert calls == [([1, 2], [0, 2], 3), ([4, 5], [1, -1], 3)]
+    calls.clear()
+    scv.commit_extra_conv_states([conv], rollback, torch.tensor([1]), torch.tensor([0]), None, None, 3)
+    assert calls == [([1], [0], 3)]
+
+
+@pytest.mark.parametrize("args,family,text", [
+    (dict(speculative_algorithm="NGRAM", speculative_eagle_topk=None, speculative_num_draft_tokens=4), "",
+     "--speculative-algorithm NGRAM"),
+    (dict(speculative_algorithm="EAGLE", speculative_eagle_topk=2, speculative_num_draft_tokens=4), "",
+     "--speculative-eagle-topk 2"),
+    (dict(speculative_algorithm="EAGLE", speculative_eagle_topk=1, speculative_num_draft_tokens=None), "",
+     "speculative_num_draft_tokens=None"),
+    (dict(speculative_algorithm="EAGLE", speculative_eagle_topk=1, speculative_num_draft_tokens=4), "LFM2-VL",
+     "not supported for LFM2-VL"),
+])
+def test_speculative_settings_outside_linear_chains_are_refused_naming_the_flag(args, family, text):
+    with pytest.raises(ValueError, match=text):
+        scv.check_speculative(NS(**args), family)
+
+
+@pytest.mark.parametrize("algo", ["EAGLE", "eagle3", "NEXTN", "STANDALONE", NS(name="EAGLE")])
+def test_linear_chain_settings_give_the_draft_count(algo):
+    assert scv.check_speculative(NS(speculative_algorithm=algo, speculative_eagle_topk=1,
+                                    speculative_num_draft_tokens=5), "") == 5
+    assert scv.check_speculative(NS(speculative_algorithm=None), "") is None
+    assert scv.check_speculative(NS(speculative_algorithm="NONE"), "") is None
+
+
+def test_verify_draft_is_published_only_for_target_verify_steps():
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    verify = NS(forward_mode=ForwardMode.TARGET_VERIFY, spec_info=NS(draft_token_num=4))
+    assert scv.verify_draft(verify, 4) == 4
+    assert scv.verify_draft(NS(forward_mode=ForwardMode.DECODE, spec_info=None), 4) is None
+    assert scv.verify_draft(verify, None) is None
+    scv.publish(4, torch.tensor([1]))
+    assert scv.current() == 4 and scv.current_slots().tolist() == [1]
+    scv.publish(None, torch.tensor([1]))
+    assert scv.current() is None and scv.current_slots() is None
+
+
+def test_lfm2_hook_serves_window_major_pools_and_passes_cuda_layout_pools_through():
+    draft, width, dim = 3, 3, 4
+    pool = torch.zeros(4, (width - 1) + (draft - 1), dim)
+    conv = NS(conv_weight=torch.randn(dim, width), conv_bias=None)
+    x = torch.randn(2 * draft, dim)
+    meta = NS(layer_cache=NS(conv=[cuda_layout_view(pool, width - 1)]), cache_indices=torch.tensor([1, 3]))
+
+    def must_not_call(*a, **k):
+        raise AssertionError("the original ran on a window-major pool")
+
+    out = scv.shortconv_target_verify_around(must_not_call, conv, x, meta, draft, "LFM2")
+    assert out.shape == x.shape and not torch.equal(pool[1], torch.zeros_like(pool[1]))
+    cuda_meta = NS(layer_cache=NS(conv=[torch.zeros(4, dim, width - 1)]), cache_indices=torch.tensor([1, 3]))
+    assert scv.shortconv_target_verify_around(lambda *a, **k: "original", conv, x, cuda_meta, draft, "LFM2") \
+        == "original"
