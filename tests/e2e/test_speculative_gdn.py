@@ -26,7 +26,7 @@ import sglang
 
 from sglang_ascend_hybrid.emulators import mamba_state_update
 from sglang_ascend_hybrid.ops.gdn import pool_layout
-from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
+from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT, RECURRENT_MAX_TOKENS
 from tests.e2e import device, harness, spec
 from tests.e2e.runner import built_bf16, run_family
 
@@ -200,3 +200,41 @@ def test_hooks_reading_the_logical_pool_view_fail_on_a_transposed_pool():
     else:
         assert res.layout == pool_layout.VALUE_FIRST
         assert cmp.fp32_ok(), str(cmp)
+
+
+# --------------------------------------------------------------------------- deep MTP windows
+
+# 16 draft tokens (the root + 15 drafts), past the NPU verify op's 8 (MAX_MTP): two verify steps,
+# no radix tracking (SGLang's extra-buffer tracking wants an interval >= the draft tokens).  Step 1:
+# A accepts 9 drafts (a commit past the op's rows), B all 15, C none; step 2, from those states: C 12,
+# A none, B 1.
+DEEP_DRAFT = 16
+DEEP_PLAN = spec.SpecPlan(draft_tokens=DEEP_DRAFT, batches=(("A", "B", "C"), ("C", "A", "B")),
+                          wrong=({"A": (9,), "C": (0,)}, {"A": (0,), "B": (1,), "C": (12,)}), track=False,
+                          resume_wrong=())
+
+
+def test_sixteen_draft_tokens_match_plain_decoding_with_drafts_partly_rejected():
+    """Qwen3.5 fp32 (the config's fp32 pool): the verify ladder's torch rung at 16 tokens per request,
+    SGLang's speculative conv update on a window of W - 1 + 15 rows, its commit of steps 0 .. 15 and
+    conv rollback by up to 15 rows give the plain greedy run's tokens and transformers' logits."""
+    assert DEEP_DRAFT > RECURRENT_MAX_TOKENS
+    base = run_family("qwen3_5", dtype=FP32, device=spec.fast_split(_device(FP32)), ssm_dtype=FP32,
+                      plan=harness.StepPlan(decodes=DEEP_PLAN.tokens_needed() - 1))
+    run, res = spec.run_spec("qwen3_5", dtype=FP32, ssm_dtype=FP32, device=_device(FP32), plan=DEEP_PLAN,
+                             known={r.name: r.tokens for r in base.reqs}, fallback=False)
+    assert base.compare().fp32_ok(), str(base.compare())
+    assert run.compare().fp32_ok(), str(run.compare())
+    assert max(len(r.generated) for r in run.reqs) > DEEP_DRAFT
+    for got, want in zip(run.reqs, base.reqs):
+        assert got.generated == want.generated[:len(got.generated)], (got.name, got.generated, want.generated)
+    accepted = [(s.name, s.accepted) for s in res.steps]
+    assert accepted == DEEP_PLAN.planned_accepts() == [("A", 9), ("B", 15), ("C", 0), ("C", 12), ("A", 0), ("B", 1)]
+    assert all(s.committed_step == s.accepted for s in res.steps), res.steps
+    steps = len(DEEP_PLAN.batches)
+    assert res.commit_calls == {"move_intermediate_cache": steps, "conv_state_rollback": steps}, res.commit_calls
+    layers, _, hv, d1, d2 = res.pool_shapes["temporal"]
+    assert res.pool_shapes["intermediate_ssm"] == (layers, ROWS + 1, DEEP_DRAFT, hv, d1, d2), res.pool_shapes
+    assert res.pool_shapes["conv"][2] == CONV_WIDTH - 1 + DEEP_DRAFT - 1, res.pool_shapes
+    assert "runs on the torch verify path" in run.log_text()
+    assert not (run.device_calls or {}).get(OP_NPU_RECURRENT), run.device_calls
