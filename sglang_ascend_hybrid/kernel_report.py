@@ -91,6 +91,21 @@ def conv_update_rung(width: int, channels: int, dtype: torch.dtype, device: Opti
     return conv_dispatch.UPDATE_LADDER.choose(sig, call).name
 
 
+def conv_verify_rung(width: int, channels: int, dtype: torch.dtype, draft: int = 4,
+                     device: Optional[str] = None) -> str:
+    """The rung a short-conv TARGET_VERIFY of ``draft`` tokens per request takes (its draft pool)."""
+    from sglang_ascend_hybrid.ops.conv import dispatch as conv_dispatch
+
+    dev = device or _probe_device()
+    x = torch.zeros(draft, channels, dtype=dtype, device=dev)
+    window = torch.zeros(2, (width - 1) + (draft - 1), channels, dtype=dtype, device=dev)
+    weight = torch.zeros(channels, width, dtype=dtype, device=dev)
+    call = conv_dispatch._VerifyCall(x, window, weight, None, None, torch.zeros(1, dtype=torch.int32, device=dev),
+                                     -1, draft)
+    sig = conv_dispatch._signature("verify", width, x, weight, window.transpose(1, 2))
+    return conv_dispatch.VERIFY_LADDER.choose(sig, call).name
+
+
 @dataclass(frozen=True)
 class FamilyRow:
     family: str
@@ -114,7 +129,9 @@ def family_rungs() -> list[FamilyRow]:
         ch = CONV_CHANNELS // tp
         rows.append(FamilyRow("LFM2 / LFM2-MoE / LFM2-VL short conv", tp, f"W={CONV_WIDTH} C={ch}",
                               {"decode (bf16)": conv_update_rung(CONV_WIDTH, ch, torch.bfloat16),
-                               "decode (fp16)": conv_update_rung(CONV_WIDTH, ch, torch.float16)}))
+                               "decode (fp16)": conv_update_rung(CONV_WIDTH, ch, torch.float16),
+                               "verify (bf16)": conv_verify_rung(CONV_WIDTH, ch, torch.bfloat16),
+                               "verify (fp16)": conv_verify_rung(CONV_WIDTH, ch, torch.float16)}))
     return rows
 
 

@@ -120,7 +120,8 @@ def _conv_emulators(which: str) -> Callable[[], dict]:
         from sglang_ascend_hybrid.emulators import causal_conv1d as emu
 
         ops = emu.emulators()
-        names = (emu.OP_FN_V2, emu.OP_UPDATE_V2) if which == "v2" else (emu.OP_ACLNN,)
+        names = {"v2": (emu.OP_FN_V2, emu.OP_UPDATE_V2), "aclnn": (emu.OP_ACLNN,),
+                 "update_v2": (emu.OP_UPDATE_V2_MAIN,)}[which]
         return {n: ops[n] for n in names}
 
     return build
@@ -184,6 +185,33 @@ def _conv_update_case(device: str, quick: bool) -> tuple[float, float]:
     err = max(_err(out.cpu().index_select(0, live), ref.index_select(0, live)),
               _err(dev_pool[1:], ref_pool[1:]))
     return err, ms
+
+
+def _conv_verify_case(width: int):
+    """Speculative verify (TARGET_VERIFY, 4 draft tokens) on a window-major draft pool, a pad row."""
+    def case(device: str, quick: bool) -> tuple[float, float]:
+        from sglang_ascend_hybrid.ops.conv import api as conv
+
+        gen = torch.Generator().manual_seed(3)
+        dim, draft, dtype = (32 if quick else 64), 4, torch.float16
+        rows = (width - 1) + (draft - 1)
+        slots = [2, -1, 4]
+        x = torch.randn(len(slots) * draft, dim, generator=gen).to(dtype)
+        weight = (torch.randn(dim, width, generator=gen) * 0.5).to(dtype)
+        bias = (torch.randn(dim, generator=gen) * 0.1).to(dtype)
+        pool = torch.randn(5, rows, dim, generator=gen).to(dtype)
+        idx = torch.tensor(slots, dtype=torch.int32)
+
+        ref_pool = pool.float().clone()
+        ref = conv.causal_conv1d_verify(x.float(), ref_pool, weight.float(), bias.float(), "silu", idx, draft)
+        dev_pool = pool.to(device).clone()
+        out, ms = _timed(device, lambda: conv.causal_conv1d_verify(
+            x.to(device), dev_pool, weight.to(device), bias.to(device), "silu", idx.to(device), draft))
+        live = torch.tensor([i for i, sl in enumerate(slots) if sl != -1 for i in range(i * draft, (i + 1) * draft)])
+        err = max(_err(out.cpu().index_select(0, live), ref.index_select(0, live)), _err(dev_pool.cpu(), ref_pool))
+        return err, ms
+
+    return case
 
 
 # --------------------------------------------------------------------------- GDN
@@ -343,6 +371,13 @@ def checks() -> list[Check]:
         Check("causal_conv1d_update", "decode fp16 W=4 pad slot (aclnn)", _conv_update_case, TOL_CONV,
               _conv_emulators("aclnn"), served("causal_conv1d_update", "npu_aclnn"),
               npu_env={"SGLANG_ASCEND_HYBRID_CONV_BACKEND": "npu_aclnn"}),
+        Check("causal_conv1d_verify", "verify fp16 W=4 4 drafts pad slot (aclnn spec mode)", _conv_verify_case(4),
+              TOL_CONV, _conv_emulators("aclnn"), served("causal_conv1d_verify", "npu_aclnn"),
+              npu_env={"SGLANG_ASCEND_HYBRID_CONV_BACKEND": "npu_aclnn"}),
+        Check("causal_conv1d_verify", "verify fp16 W=3 4 drafts pad slot (update_v2 spec mode)",
+              _conv_verify_case(3), TOL_CONV, _conv_emulators("update_v2"),
+              served("causal_conv1d_verify", "npu_update_v2"),
+              npu_env={"SGLANG_ASCEND_HYBRID_CONV_BACKEND": "npu_update_v2"}),
         Check("chunk_gated_delta_rule", "heads (6,2) D=128 bf16, bf16 state (npu op)",
               _gdn_prefill_case(2, 6, torch.bfloat16), TOL_GDN_BF16,
               _gdn_emulators(gdn_emu.OP_NPU_CHUNK), served("gdn_prefill", "npu_chunk"),

@@ -10,14 +10,14 @@ from sglang_ascend_hybrid.ops.ladder import Ladder
 
 
 def ladders() -> tuple[Ladder, ...]:
-    """The ladders in serving order: short conv, GDN prefill / decode / serving decode / verify,
-    packed attention (imports the op families)."""
+    """The ladders in serving order: short conv (prefill, decode, speculative verify), GDN prefill /
+    decode / serving decode / verify, packed attention (imports the op families)."""
     from sglang_ascend_hybrid.ops.attention import dispatch as attention
     from sglang_ascend_hybrid.ops.conv import dispatch as conv
     from sglang_ascend_hybrid.ops.gdn import decode, dispatch, verify
 
-    return (conv.FN_LADDER, conv.UPDATE_LADDER, dispatch.PREFILL, dispatch.DECODE, decode.SERVING_DECODE,
-            verify.VERIFY, attention.LADDER)
+    return (conv.FN_LADDER, conv.UPDATE_LADDER, conv.VERIFY_LADDER, dispatch.PREFILL, dispatch.DECODE,
+            decode.SERVING_DECODE, verify.VERIFY, attention.LADDER)
 
 
 def rung(ladder: str, name: str):
