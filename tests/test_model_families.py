@@ -12,12 +12,11 @@ from sglang_ascend_hybrid import model_families as mf
 
 EXAMPLE_CONFIGS = Path(__file__).resolve().parents[1] / "examples" / "configs"
 
-# Architectures with an example config but no tiny e2e model yet, and why.  Adding the e2e
-# family means removing the entry here (the test below fails on a stale one).
-E2E_NOT_YET = {
-    "Qwen3_5MoeForConditionalGeneration": "no MoE GDN e2e model yet (the dense qwen3_5 family covers the GDN path)",
-    "Lfm2VlForConditionalGeneration": "no vision e2e model yet (the lfm2 family covers its text model)",
-}
+# Architectures with an example config but no tiny e2e model yet, and why (architecture ->
+# reason).  Empty: every architecture with an example config has one.  A family added to the
+# table with an example config fails the test below until its e2e model exists or it is named
+# here; adding the e2e family means removing the entry (the test fails on a stale one).
+E2E_NOT_YET: dict[str, str] = {}
 
 
 def _examples() -> dict[str, dict]:
@@ -67,3 +66,19 @@ def test_every_family_with_an_example_has_an_e2e_model():
         f"stale E2E_NOT_YET entries: {sorted(set(E2E_NOT_YET) - missing)}")
     served = {a for f in mf.FAMILIES for a in f.architectures}
     assert set(e2e.values()) <= served, "an e2e family builds a model the family table does not serve"
+
+
+def test_every_e2e_family_builds_the_config_class_the_table_serves():
+    """Each tiny e2e model is built on the config class SGLang builds for its architecture
+    (``model_families``' ``config_class``: Qwen3.5-MoE on ``Qwen3_5MoeConfig``, LFM2-VL on
+    ``Lfm2VlConfig``), so the e2e run exercises what serving that architecture resolves to."""
+    from tests.e2e import families as e2e
+
+    by_arch = {a: f for f in mf.FAMILIES for a in f.architectures}
+    for name, fam in e2e.FAMILIES.items():
+        served = by_arch[fam.sglang_model.rsplit(".", 1)[1]]
+        d = fam.config()
+        d.pop("architectures", None)
+        cfg = fam.wrap_config(d) if fam.wrap_config is not None else e2e._cls(fam.sglang_config)(**d)
+        assert f"{type(cfg).__module__}.{type(cfg).__name__}" == served.config_class, name
+        assert cfg.model_type == served.model_type, name

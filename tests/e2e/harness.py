@@ -266,6 +266,9 @@ class Request:
     done: int = 0  # tokens already in the caches
     generated: list = field(default_factory=list)
     logits: list = field(default_factory=list)  # one [vocab] row per generated token
+    # SGLang's ``MultimodalInputs`` of the request (its placeholder tokens in ``prompt`` already
+    # padded by the model's ``pad_input_ids``); the scheduler puts it into every EXTEND batch
+    mm_inputs: object = None
 
     @property
     def tokens(self) -> list:
@@ -318,6 +321,8 @@ class Scheduler:
             extend_prefix_lens=torch.tensor(prefix, dtype=torch.int32),
             extend_start_loc=torch.tensor(starts, dtype=torch.int32),
             extend_prefix_lens_cpu=list(prefix), extend_seq_lens_cpu=list(new))
+        if any(r.mm_inputs is not None for r, _ in parts):
+            fb.mm_inputs = [r.mm_inputs for r, _ in parts]
         if track is not None:
             rows = [track.get(r.name) for r, _ in parts]
             mask = [t is not None for t in rows]
@@ -455,10 +460,12 @@ class Comparison:
                 f"max_logit_gap={self.max_gap:.3g} ({self.seconds:.1f}s) {self.detail}")
 
 
-def compare(reqs, hf_model, seconds: float = 0.0) -> Comparison:
+def compare(reqs, hf_model, seconds: float = 0.0, reference=reference_logits) -> Comparison:
+    """``reference(hf_model, req)``: transformers' logits rows of the request's generated
+    tokens (default :func:`reference_logits`; a multimodal request passes its own)."""
     equal, decisive, gap, lines = True, True, 0.0, []
     for req in reqs:
-        ref = reference_logits(hf_model, req)
+        ref = reference(hf_model, req)
         got = torch.stack(req.logits)
         top2 = ref.topk(2, dim=-1).values
         margin = top2[:, 0] - top2[:, 1]
