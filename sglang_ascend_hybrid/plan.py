@@ -139,7 +139,26 @@ def short_conv_entry(facts: mf.ModelFacts, tp: int) -> dict[str, Any]:
     else:
         kernel = "torch (outside the NPU conv ops' limits: width 2-4, x / weight / state fp16 or bf16)"
     return {"kind": lay.kind, "width": lay.width, "channels": lay.channels,
-            "extra_state_channels": lay.extra_state_channels, "kernel": kernel}
+            "extra_state_channels": lay.extra_state_channels, "kernel": kernel,
+            "verify_kernel": short_conv_verify_kernel(lay, dtype)}
+
+
+def short_conv_verify_kernel(lay, dtype: str) -> str:
+    """What serves a TARGET_VERIFY (speculative decoding, linear chains) of this layout on an NPU,
+    from the verify ladder's contract facts (:mod:`sglang_ascend_hybrid.ops.conv.contract`)."""
+    import torch
+
+    from sglang_ascend_hybrid.ops.conv.contract import NPU_DTYPES, SPEC_WIDTH, WIDTHS
+
+    if lay.kind == "zaya_cca":
+        return "torch (the plugin's CCA verify: ZAYA1's grouped conv over the draft window, graph safe)"
+    torch_dtype = getattr(torch, dtype)
+    if lay.width == SPEC_WIDTH and torch_dtype in NPU_DTYPES:
+        return "npu (torch.ops.npu.causal_conv1d speculative mode; torch on Ascend 950 builds)"
+    if lay.width in WIDTHS and torch_dtype == torch.float16:
+        return "npu (causal_conv1d_update_v2 speculative mode, fp16)"
+    return (f"torch (torch.ops.npu.causal_conv1d's speculative mode takes width {SPEC_WIDTH} only, "
+            f"causal_conv1d_update_v2 fp16 only; this layer: width {lay.width}, {dtype})")
 
 
 def _overhead_limit() -> Optional[float]:
@@ -261,6 +280,7 @@ def render(doc: dict[str, Any], out: TextIO | None = None) -> None:
         if r["short_conv"]:
             s = r["short_conv"]
             w(f"  TP={r['tp']:<3} {s['kind']} width {s['width']}, {s['channels']} channels per rank: {s['kernel']}\n")
+            w(f"         speculative verify (EAGLE-family, topk 1): {s['verify_kernel']}\n")
         heads = r["attention_heads_per_rank"]
         w(f"         full attention: {m['full_attention_layers']} layers, {heads} "
           f"query head{'' if heads == 1 else 's'} per rank (Ascend attention backend)\n")
