@@ -1,6 +1,7 @@
 """Speculative decoding (MTP / NEXTN, topk 1) of whole GDN models through the plugin
-(:mod:`tests.e2e.spec`): prefills, then TARGET_VERIFY steps of 4-token windows through the
-plugin's verify hook, SGLang's greedy acceptance and SGLang's commit
+(:mod:`tests.e2e.spec`): prefills, then TARGET_VERIFY steps of 4-token windows (and one run of
+16-token windows, past the NPU verify op's 8) through the plugin's verify hook, SGLang's greedy
+acceptance and SGLang's commit
 (``update_mamba_state_after_mtp_verify`` -> ``move_intermediate_cache`` / ``conv_state_rollback``)
 with some drafts rejected, radix-cache tracking of the verify steps, and requests resumed from the
 tracked states -- on the pool SGLang builds with speculative decoding on (SGLang 0.5.20: a
