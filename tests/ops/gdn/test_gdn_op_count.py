@@ -13,12 +13,16 @@ their ``empty``).
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from benchmarks import harness
 from sglang_ascend_hybrid.ops.gdn import torch_impl as gdn_torch
 from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch
 from tests.ops.gdn.gdn_inputs import random_case
+
+# counts aten ops of the plugin's own torch path: no SGLang code runs (~65 s per release)
+pytestmark = pytest.mark.base_release_only
 
 HV, HK = 16, 8
 C, PAIRS = gdn_torch._compute_chunk(gdn_torch.CHUNK_SIZE, torch.device("cpu"))  # compute chunk, pairs per group
