@@ -594,7 +594,7 @@ def run_spec(name: str, *, dtype: torch.dtype = torch.float32, ssm_dtype: Option
 
     def runner(engine, _plan):
         held["result"] = run_spec_plan(engine, plan, DraftOracle(models.hf, known or {}, fallback),
-                                       models.hf.config.vocab_size)
+                                       getattr(models.hf.config, "text_config", models.hf.config).vocab_size)
         return held["result"].reqs + held["result"].resumed
 
     args = server_args(plan.draft_tokens)
