@@ -78,6 +78,25 @@ def gdn_verify_rung(value_heads: int, key_heads: int, head_dim: int, dtype: torc
     return gv.VERIFY.choose(call.signature(), call).name
 
 
+def gdn_decode_rung(value_heads: int, key_heads: int, head_dim: int, dtype: torch.dtype, state_dtype: torch.dtype,
+                    device: Optional[str] = None) -> str:
+    """The rung the serving decode ladder (SGLang's plain GDN decode step) picks first for this
+    layout: the installed SGLang's Triton decode entry where installed and probed value-first, the
+    recurrent op, the torch step (no kernel is called)."""
+    from sglang_ascend_hybrid.ops.gdn import decode, decode_contract
+
+    dev = device or _probe_device()
+    q = torch.zeros(1, 1, key_heads, head_dim, dtype=dtype, device=dev)
+    v = torch.zeros(1, 1, value_heads, head_dim, dtype=dtype, device=dev)
+    gates = torch.zeros(value_heads, dtype=dtype, device=dev)
+    pool = torch.zeros(2, value_heads, head_dim, head_dim, dtype=state_dtype, device=dev)
+    call = decode.GatedDecodeCall(q, q, v, gates, gates, gates.float(), gates.float(), pool,
+                                  torch.zeros(1, dtype=torch.int32, device=dev),
+                                  torch.tensor([0, 1], dtype=torch.int32, device=dev),
+                                  entry=decode_contract.installed_decode_entry())
+    return decode.SERVING_DECODE.choose(call.signature(), call).name
+
+
 def conv_update_rung(width: int, channels: int, dtype: torch.dtype, device: Optional[str] = None) -> str:
     from sglang_ascend_hybrid.ops.conv import dispatch as conv_dispatch
 
@@ -123,6 +142,7 @@ def family_rungs() -> list[FamilyRow]:
             rungs = {}
             for label, sd in (("bf16 pool", torch.bfloat16), ("fp32 pool", torch.float32)):
                 rungs[f"prefill ({label})"] = gdn_prefill_rung(hv_r, hk_r, GDN_HEAD_DIM, torch.bfloat16, sd)
+                rungs[f"decode ({label})"] = gdn_decode_rung(hv_r, hk_r, GDN_HEAD_DIM, torch.bfloat16, sd)
                 rungs[f"verify ({label})"] = gdn_verify_rung(hv_r, hk_r, GDN_HEAD_DIM, torch.bfloat16, sd)
             rows.append(FamilyRow(name, tp, f"({hv_r}, {hk_r}) D={GDN_HEAD_DIM}", rungs))
     for tp in (1, 2):

@@ -273,6 +273,35 @@ def _gdn_decode_case(device: str, quick: bool) -> tuple[float, float]:
     return max(_err(out, ref), _err(dev_pool, ref_pool)), ms
 
 
+def _gdn_serving_decode_case(device: str, quick: bool) -> tuple[float, float]:
+    """SGLang's plain GDN decode step (the serving decode ladder: raw q / k, gating inputs, the
+    value-first pool), a padded request as SGLang's graph replay pads (slot 0, length 0)."""
+    from sglang_ascend_hybrid.ops.gdn import decode, decode_contract
+
+    hk, hv, dim = (2, 4, 128) if quick else (4, 8, 128)
+    gen = torch.Generator().manual_seed(9)
+    slots = [2, 4, 0, 0]
+    B = len(slots)
+    q, k = (torch.randn(1, B, hk, dim, generator=gen).bfloat16() for _ in range(2))
+    v = torch.randn(1, B, hv, dim, generator=gen).bfloat16()
+    a, b = (torch.randn(B, hv, generator=gen).bfloat16() for _ in range(2))
+    A_log, dt_bias = torch.randn(hv, generator=gen) * 0.5, torch.randn(hv, generator=gen) * 0.5
+    pool = (torch.randn(5, hv, dim, dim, generator=gen) * 0.1).bfloat16()
+    idx = torch.tensor(slots, dtype=torch.int32)
+    qsl = torch.tensor([0, 1, 2, 3, 3], dtype=torch.int32)       # the last request is padding
+
+    def call(dev, p, dtype=torch.bfloat16):
+        return decode.GatedDecodeCall(q.to(dev, dtype), k.to(dev, dtype), v.to(dev, dtype), a.to(dev, dtype),
+                                      b.to(dev, dtype), A_log.to(dev), dt_bias.to(dev), p, idx.to(dev), qsl.to(dev),
+                                      entry=decode_contract.installed_decode_entry())
+
+    ref_pool = pool.float()
+    ref = decode.run_serving_decode(call("cpu", ref_pool, torch.float32), backend="torch")
+    dev_pool = pool.to(device)
+    out, ms = _timed(device, lambda: decode.run_serving_decode(call(device, dev_pool)))
+    return max(_err(out, ref), _err(dev_pool, ref_pool)), ms
+
+
 def _gdn_verify_case(device: str, quick: bool) -> tuple[float, float]:
     from sglang_ascend_hybrid.ops.gdn import verify as gv
 
@@ -389,6 +418,8 @@ def checks() -> list[Check]:
         Check("recurrent_gated_delta_rule", "decode D=128 bf16 pad slot", _gdn_decode_case, TOL_GDN_BF16,
               _gdn_emulators(gdn_emu.OP_NPU_RECURRENT), served("gdn_decode", "npu_recurrent"),
               npu_env={"SGLANG_ASCEND_HYBRID_GDN_BACKEND": "npu_recurrent"}),
+        Check("gdn serving decode", "SGLang's decode step D=128 bf16 pool, padded row", _gdn_serving_decode_case,
+              TOL_GDN_BF16, _gdn_emulators(gdn_emu.OP_NPU_RECURRENT), served("gdn_serving_decode", "npu_recurrent")),
         Check("recurrent_gated_delta_rule", "verify S<=4 D=128 bf16 (MTP)", _gdn_verify_case, TOL_GDN_BF16,
               _gdn_emulators(gdn_emu.OP_NPU_RECURRENT), served("gdn_verify", "npu_recurrent")),
         # The real op takes head dim 128 (or 192 / 128): no other head dim on a device.

@@ -38,6 +38,15 @@ def test_a3_with_the_post3_mega_kernel():
     assert row["rungs"]["prefill (fp32 pool)"] == "torch"       # no Triton entry installed here
     assert row["rungs"]["verify (bf16 pool)"] == "npu_recurrent"
     assert row["rungs"]["verify (fp32 pool)"] == "torch"
+    # SGLang's plain decode step (the serving decode ladder): no Triton decode entry installed here,
+    # the recurrent op takes bf16 pools only
+    assert row["rungs"]["decode (bf16 pool)"] == "npu_recurrent"
+    assert row["rungs"]["decode (fp32 pool)"] == "torch"
+    conv = _row(info, "LFM2", 1)
+    assert conv["rungs"]["decode (fp16)"] == "npu_v2"   # the emulated machine has the unmerged v2 ops too
+    # speculative verify of LFM2's width-3 conv: the aclnn op's speculative mode takes width 4 only
+    assert conv["rungs"]["verify (bf16)"] == "torch"
+    assert conv["rungs"]["verify (fp16)"] == "npu_update_v2"
     assert "chip: A3" in out.getvalue() and "Qwen3.6-27B" in out.getvalue()
 
 
