@@ -80,9 +80,8 @@ def speculative_draft_tokens(model_runner) -> Optional[int]:
     draft count."""
     from sglang.srt.mem_cache.memory_pool import MambaPool
 
-    server_args = getattr(model_runner, "server_args", None)
-    family = "LFM2-VL" if type(short_conv_config(model_runner.model_config)).__name__ == "Lfm2VlConfig" else ""
-    draft = short_conv_verify.check_speculative(server_args, family)
+    lfm2_vl = type(short_conv_config(model_runner.model_config)).__name__ == "Lfm2VlConfig"
+    draft = short_conv_verify.check_speculative(model_runner.server_args, lfm2_vl)
     cache = model_runner.req_to_token_pool.mamba_pool.mamba_cache
     if draft is None and isinstance(cache, MambaPool.SpeculativeState):
         raise ValueError("sglang-ascend-hybrid: the mamba pool was built for speculative decoding but "
@@ -118,7 +117,7 @@ def conv_pool_layout(model_runner, draft: Optional[int] = None) -> tuple:
         return [True] * len(convs), [None] * len(convs)
     flags, lens = [], []
     for i, (conv, (channels, state_len)) in enumerate(zip(convs, expected)):
-        tail = tuple(conv.shape[-2:])
+        tail = tuple(conv.shape[2:])  # the pool's [layers, slots, ...] per-slot shape
         if tail == (state_len + extra, channels):
             flags.append(True)
             lens.append(state_len)

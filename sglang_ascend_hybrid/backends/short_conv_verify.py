@@ -56,20 +56,21 @@ def _algorithm_name(algo) -> Optional[str]:
     return str(name).upper()
 
 
-def check_speculative(server_args, family: str) -> Optional[int]:
+def check_speculative(server_args, lfm2_vl: bool = False) -> Optional[int]:
     """The draft tokens per verify block when speculative decoding is on (None when off);
     ``ValueError`` naming the flag for an algorithm / topk this path cannot verify, and for
-    LFM2-VL (its vision tower's requests are not served here)."""
-    name = _algorithm_name(getattr(server_args, "speculative_algorithm", None))
+    LFM2-VL (``lfm2_vl``: its vision tower's requests are not served here).  ``server_args`` is
+    SGLang's ``ServerArgs`` (every ``speculative_*`` field is always set)."""
+    name = _algorithm_name(server_args.speculative_algorithm)
     if name in (None, "NONE"):
         return None
-    if family == "LFM2-VL":
+    if lfm2_vl:
         raise ValueError(f"sglang-ascend-hybrid: speculative decoding is not supported for LFM2-VL on Ascend "
                          f"(--speculative-algorithm {name}); drop the --speculative-* flags")
-    topk = getattr(server_args, "speculative_eagle_topk", None)
+    topk = server_args.speculative_eagle_topk
     if name not in LINEAR_CHAIN_ALGORITHMS or (topk not in (None, 1)):
         raise ValueError(f"{UNSUPPORTED} (got --speculative-algorithm {name}, --speculative-eagle-topk {topk})")
-    draft = getattr(server_args, "speculative_num_draft_tokens", None)
+    draft = server_args.speculative_num_draft_tokens
     if not isinstance(draft, int) or draft < 1:
         raise ValueError(f"speculative_num_draft_tokens={draft!r}: expected an int >= 1 with "
                          f"--speculative-algorithm {name}")
@@ -97,12 +98,12 @@ def current_slots() -> Optional[torch.Tensor]:
 
 def verify_draft(forward_batch, draft: Optional[int]) -> Optional[int]:
     """``draft`` when the step is a TARGET_VERIFY (a Python decision on the forward mode, never on
-    tensor values), else None."""
-    mode = getattr(forward_batch, "forward_mode", None)
-    if draft is None or mode is None or not mode.is_target_verify():
+    tensor values), else None.  ``draft`` is the server args' ``speculative_num_draft_tokens``,
+    the count SGLang's EAGLE-family workers build every verify input with
+    (``EagleVerifyInput.draft_token_num``), so the batch's ``spec_info`` is not read again."""
+    if draft is None or not forward_batch.forward_mode.is_target_verify():
         return None
-    spec = getattr(forward_batch, "spec_info", None)
-    return int(getattr(spec, "draft_token_num", draft) or draft)
+    return draft
 
 
 # --------------------------------------------------------------------------- LFM2 / LFM2-MoE
@@ -171,12 +172,14 @@ def commit_extra_conv_states(convs, rollback, state_indices, last_steps, track_i
     ``conv_state_rollback``) of the working slots and the track slots."""
     dst = state_indices.to(torch.int64)
     steps = last_steps.to(torch.int64)
+    if track_indices is not None:
+        track = track_indices.to(torch.int64)
+        track_steps = steps_to_track.to(torch.int64)
+        src = torch.where(track_steps >= 0, dst, track)
     for conv in convs:
         if track_indices is not None:
-            track = track_indices.to(torch.int64)
-            src = torch.where(steps_to_track.to(torch.int64) >= 0, dst, track)
             conv[:, track] = conv[:, src]
         if dst.numel() > 0:
             rollback(conv, dst, steps, draft_token_num)
-        if track_indices is not None and track_indices.numel() > 0:
-            rollback(conv, track_indices.to(torch.int64), steps_to_track.to(torch.int64), draft_token_num)
+        if track_indices is not None and track.numel() > 0:
+            rollback(conv, track, track_steps, draft_token_num)

@@ -270,3 +270,123 @@ def test_metadata_contract_extend_decode_and_graph(ascend_env):
     backend.init_forward_metadata_out_graph(fbg2)
     second = backend.conv_state_metadata(0, fbg2).cache_indices
     assert second.tolist() == [2, 7, 5, 3] and second.data_ptr() == first.data_ptr()
+
+
+# --------------------------------------------------------------------------- hook arguments, draft worker
+
+
+@pytest.mark.parametrize("npu", [True, False])
+def test_wrapper_hands_the_original_its_arguments_and_probes_what_it_built(ascend_env, monkeypatch, npu):
+    import sglang.srt.utils as sglang_utils
+
+    import sglang_ascend_hybrid.backends.gdn_hooks as gdn_hooks
+    import sglang_ascend_hybrid.pairing as pairing
+    from sglang.srt.configs.qwen3_next import Qwen3NextConfig
+
+    monkeypatch.setattr(sglang_utils, "is_npu", lambda: npu)
+    enforced, probed, seen = [], [], []
+    monkeypatch.setattr(pairing, "enforce_for_model", enforced.append)
+    monkeypatch.setattr(gdn_hooks, "probe_gdn_backend", lambda r, b: probed.append((r, b)))
+    cfg = Qwen3NextConfig()
+    runner = NS(model_config=NS(hf_config=cfg, hf_text_config=cfg, is_draft_model=False))
+    full, built = object(), object()
+
+    def original(*a, **k):
+        seen.append((a, k))
+        return built
+
+    assert short_conv.attn_backend_wrapper_around(original, runner, full, "pos", key=1) is built
+    assert len(seen) == 1 and seen[0][0][0] is runner and seen[0][0][1] is full
+    assert seen[0][0][2:] == ("pos",) and seen[0][1] == dict(key=1)
+    if npu:
+        assert enforced == [runner.model_config] and len(probed) == 1
+        assert probed[0][0] is runner and probed[0][1] is built
+    else:
+        assert enforced == [] and probed == []
+
+
+def test_short_conv_model_is_checked_for_its_kernels_before_the_backend_is_built(ascend_env, monkeypatch):
+    import sglang_ascend_hybrid.pairing as pairing
+
+    enforced = []
+    monkeypatch.setattr(pairing, "enforce_for_model", enforced.append)
+    runner, full, _ = make_runner(lfm2_config())
+    short_conv.attn_backend_wrapper_around(_must_not_call, runner, full)
+    assert enforced == [runner.model_config]
+
+
+def test_draft_worker_backend_has_one_full_attention_layer(ascend_env):
+    runner, full, _ = make_runner(lfm2_config())
+    runner.is_draft_worker = True
+    backend = short_conv.attn_backend_wrapper_around(_must_not_call, runner, full)
+    assert backend.full_attn_layers == [0] and list(lfm2_config().full_attention_layer_ids) != [0]
+
+
+# --------------------------------------------------------------------------- speculative: LFM2-VL, pool layout
+
+
+@pytest.mark.parametrize("which", ["Lfm2Config", "Lfm2VlConfig"])
+def test_speculative_decoding_is_refused_for_lfm2_vl_only(ascend_env, which):
+    runner, full, _ = make_runner(lfm2_config(which), speculative_algorithm="EAGLE", draft_tokens=3)
+    runner.server_args.speculative_eagle_topk = 1
+    runner.server_args.speculative_num_draft_tokens = 3
+    if which == "Lfm2Config":
+        assert short_conv.speculative_draft_tokens(runner) == 3
+        return
+    with pytest.raises(ValueError, match=re.escape("not supported for LFM2-VL on Ascend "
+                                                   "(--speculative-algorithm EAGLE)")):
+        short_conv.speculative_draft_tokens(runner)
+
+
+def _layout_runner(cfg, convs):
+    return NS(req_to_token_pool=NS(mamba_pool=NS(mamba_cache=NS(conv=convs))),
+              model_config=NS(hf_config=cfg, hf_text_config=getattr(cfg, "text_config", cfg), is_draft_model=False))
+
+
+def test_conv_pool_layout_window_major_and_cuda_layout_pools(ascend_env):
+    cfg = zaya_config()
+    (c0, s0), (c1, s1) = [tuple(shape) for shape in cfg.mamba2_cache_params.shape.conv]
+    wm = [torch.zeros(2, 5, s0, c0), torch.zeros(2, 5, s1, c1)]
+    assert short_conv.conv_pool_layout(_layout_runner(cfg, wm)) == ([True, True], [s0, s1])
+    cuda = [torch.zeros(2, 5, c0, s0), torch.zeros(2, 5, c1, s1)]
+    assert short_conv.conv_pool_layout(_layout_runner(cfg, cuda)) == ([False, False], [None, None])
+    mixed = [wm[0], cuda[1]]
+    assert short_conv.conv_pool_layout(_layout_runner(cfg, mixed)) == ([True, False], [s0, None])
+    draft = [torch.zeros(2, 5, s0 + 2, c0), torch.zeros(2, 5, s1 + 2, c1)]
+    assert short_conv.conv_pool_layout(_layout_runner(cfg, draft), 3) == ([True, True], [s0, s1])
+
+
+def test_conv_pool_layout_refuses_other_shapes_naming_the_expected_ones(ascend_env):
+    cfg = zaya_config()
+    (c0, s0), (c1, s1) = [tuple(shape) for shape in cfg.mamba2_cache_params.shape.conv]
+    bad = [torch.zeros(2, 5, s0 + 1, c0), torch.zeros(2, 5, s1, c1)]
+    with pytest.raises(ValueError, match=re.escape(
+            f"conv state 0 of the mamba pool has shape (2, 5, {s0 + 1}, {c0}): expected (layers, slots, {s0}, {c0}) "
+            f"window-major or (layers, slots, {c0}, {s0})")):
+        short_conv.conv_pool_layout(_layout_runner(cfg, bad))
+    # with draft rows only the window-major draft pool is right: a CUDA-layout pool has no draft rows
+    cuda = [torch.zeros(2, 5, c0, s0), torch.zeros(2, 5, c1, s1)]
+    with pytest.raises(ValueError) as err:
+        short_conv.conv_pool_layout(_layout_runner(cfg, cuda), 3)
+    assert str(err.value) == (f"conv state 0 of the mamba pool has shape (2, 5, {c0}, {s0}): expected "
+                              f"(layers, slots, {s0 + 2}, {c0}) window-major")
+    no_draft_rows = [torch.zeros(2, 5, s0, c0), torch.zeros(2, 5, s1, c1)]
+    with pytest.raises(ValueError, match=re.escape(f"expected (layers, slots, {s0 + 2}, {c0}) window-major")):
+        short_conv.conv_pool_layout(_layout_runner(cfg, no_draft_rows), 3)
+
+
+def test_conv_pool_layout_without_readable_config_shapes(ascend_env, monkeypatch):
+    from transformers import LlamaConfig
+
+    convs = [torch.zeros(2, 5, 2, 8), torch.zeros(2, 5, 1, 4)]
+    unreadable = _layout_runner(LlamaConfig(), convs)            # not a short-conv config: no conv shapes
+    assert short_conv.conv_pool_layout(unreadable) == ([True, True], [None, None])
+    with pytest.raises(ValueError, match=re.escape(
+            "sglang-ascend-hybrid: the model config's conv state shapes are not readable, so the state rows of "
+            "the speculative draft window are unknown")):
+        short_conv.conv_pool_layout(unreadable, 3)
+    # shapes for another number of conv states than the pool holds: the same as unreadable
+    monkeypatch.setattr(short_conv, "_expected_cuda_conv_shapes", lambda runner: [(8, 2)])
+    assert short_conv.conv_pool_layout(_layout_runner(zaya_config(), convs)) == ([True, True], [None, None])
+    with pytest.raises(ValueError, match="not readable"):
+        short_conv.conv_pool_layout(_layout_runner(zaya_config(), convs), 2)

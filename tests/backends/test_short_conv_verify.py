@@ -5,6 +5,7 @@ speculative settings are served, and the LFM2 hook's routing."""
 
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace as NS
 
 import pytest
@@ -12,7 +13,12 @@ import torch
 from torch import nn
 
 from sglang_ascend_hybrid.backends import short_conv_verify as scv
-from sglang_ascend_hybrid.backends.conv_state_layout import cuda_layout_view, draft_window
+from sglang_ascend_hybrid.backends.conv_state_layout import (
+    cuda_layout_view,
+    draft_window,
+    layer_cache_cuda_view,
+    shares_storage,
+)
 from tests.sync_counter import SyncCounter
 
 CH, HID, T0, T1, HEADS = 8, 6, 2, 2, 4   # CCA channels, hidden, the two conv kernels, q + k heads
@@ -144,27 +150,35 @@ def test_commit_of_further_conv_states_tracks_then_rolls_back():
     assert calls == [([1], [0], 3)]
 
 
-@pytest.mark.parametrize("args,family,text", [
-    (dict(speculative_algorithm="NGRAM", speculative_eagle_topk=None, speculative_num_draft_tokens=4), "",
+@pytest.mark.parametrize("args,lfm2_vl,text", [
+    (dict(speculative_algorithm="NGRAM", speculative_eagle_topk=None, speculative_num_draft_tokens=4), False,
      "--speculative-algorithm NGRAM"),
-    (dict(speculative_algorithm="EAGLE", speculative_eagle_topk=2, speculative_num_draft_tokens=4), "",
+    (dict(speculative_algorithm="EAGLE", speculative_eagle_topk=2, speculative_num_draft_tokens=4), False,
      "--speculative-eagle-topk 2"),
-    (dict(speculative_algorithm="EAGLE", speculative_eagle_topk=1, speculative_num_draft_tokens=None), "",
+    (dict(speculative_algorithm="EAGLE", speculative_eagle_topk=1, speculative_num_draft_tokens=None), False,
      "speculative_num_draft_tokens=None"),
-    (dict(speculative_algorithm="EAGLE", speculative_eagle_topk=1, speculative_num_draft_tokens=4), "LFM2-VL",
-     "not supported for LFM2-VL"),
+    (dict(speculative_algorithm="EAGLE", speculative_eagle_topk=1, speculative_num_draft_tokens=0), False,
+     r"speculative_num_draft_tokens=0: expected an int >= 1 with --speculative-algorithm EAGLE"),
+    (dict(speculative_algorithm="EAGLE", speculative_eagle_topk=1, speculative_num_draft_tokens=4), True,
+     r"not supported for LFM2-VL on Ascend \(--speculative-algorithm EAGLE\)"),
 ])
-def test_speculative_settings_outside_linear_chains_are_refused_naming_the_flag(args, family, text):
+def test_speculative_settings_outside_linear_chains_are_refused_naming_the_flag(args, lfm2_vl, text):
     with pytest.raises(ValueError, match=text):
-        scv.check_speculative(NS(**args), family)
+        scv.check_speculative(NS(**args), lfm2_vl)
 
 
 @pytest.mark.parametrize("algo", ["EAGLE", "eagle3", "NEXTN", "STANDALONE", NS(name="EAGLE")])
 def test_linear_chain_settings_give_the_draft_count(algo):
     assert scv.check_speculative(NS(speculative_algorithm=algo, speculative_eagle_topk=1,
-                                    speculative_num_draft_tokens=5), "") == 5
-    assert scv.check_speculative(NS(speculative_algorithm=None), "") is None
-    assert scv.check_speculative(NS(speculative_algorithm="NONE"), "") is None
+                                    speculative_num_draft_tokens=5)) == 5
+    assert scv.check_speculative(NS(speculative_algorithm=None)) is None
+    assert scv.check_speculative(NS(speculative_algorithm="NONE"), True) is None
+
+
+def test_one_draft_token_and_an_unset_topk_are_served():
+    # a chain of one token (the root alone) is a valid verify block; topk None is SGLang's "not set"
+    assert scv.check_speculative(NS(speculative_algorithm="EAGLE", speculative_eagle_topk=None,
+                                    speculative_num_draft_tokens=1)) == 1
 
 
 def test_verify_draft_is_published_only_for_target_verify_steps():
@@ -195,3 +209,180 @@ def test_lfm2_hook_serves_window_major_pools_and_passes_cuda_layout_pools_throug
     cuda_meta = NS(layer_cache=NS(conv=[torch.zeros(4, dim, width - 1)]), cache_indices=torch.tensor([1, 3]))
     assert scv.shortconv_target_verify_around(lambda *a, **k: "original", conv, x, cuda_meta, draft, "LFM2") \
         == "original"
+
+
+# --------------------------------------------------------------------------- the draft-window views
+
+
+def test_cuda_layout_view_of_a_single_slot_and_its_refusals():
+    window = torch.arange(5 * 3, dtype=torch.float32).reshape(5, 3)     # one slot [window, C]
+    assert torch.equal(cuda_layout_view(window), window.t())           # state_len None: every row
+    assert torch.equal(cuda_layout_view(window, 2), window[3:].t())
+    with pytest.raises(ValueError, match=re.escape("window_major has shape (5,): expected (..., window, channels)")):
+        cuda_layout_view(torch.zeros(5))
+    with pytest.raises(ValueError, match=re.escape("state_len=6: expected 1 <= state_len <= window (5)")):
+        cuda_layout_view(window, 6)
+    with pytest.raises(ValueError, match=re.escape("state_len=0: expected 1 <= state_len <= window (5)")):
+        cuda_layout_view(window, 0)
+
+
+def test_shares_storage_tells_a_pool_view_from_a_copy():
+    pool = torch.zeros(2, 5, 3)
+    view = cuda_layout_view(pool, 2)
+    assert shares_storage(view, pool) and shares_storage(draft_window(view, 5), pool)
+    assert not shares_storage(view.contiguous(), pool)
+
+
+def test_draft_window_refusals_name_the_view_and_the_pool_layout():
+    pool = torch.zeros(2, 5, 3)
+    view = cuda_layout_view(pool, 2)
+    not_transposed = pool[:, 3:]                                  # window major itself: (slots, S, C)
+    with pytest.raises(ValueError, match=re.escape(
+            "conv state view has shape (2, 2, 3) and strides (15, 3, 1): expected the (slots, C, S) transposed "
+            "view of a window-major pool")):
+        draft_window(not_transposed, 5)
+    with pytest.raises(ValueError, match=re.escape("conv state view has shape (3, 2) and strides (1, 3): expected")):
+        draft_window(view[0], 5)                                  # one slot, no slot dimension
+    with pytest.raises(ValueError, match=re.escape(
+            "rows=4: expected the pool's rows per slot (its slot stride 15 is 5 rows of 3 channels, the view "
+            "holds 2)")):
+        draft_window(view, 4)
+    narrow = torch.zeros(2, 5, 1)                                 # one channel
+    with pytest.raises(ValueError, match=re.escape("(its slot stride 5 is 5 rows of 1 channels, the view holds 2)")):
+        draft_window(cuda_layout_view(narrow, 2), 3)
+    with pytest.raises(ValueError, match=re.escape("rows=5: the view does not hold the last 2 of 5 rows")):
+        draft_window(pool[:, :2].transpose(1, 2), 5)              # the FIRST two rows of each slot
+    # a one-slot tensor may carry any slot stride: one of exactly rows * C with rows < state_len is
+    # still fewer rows than the view holds
+    odd = torch.zeros(20).as_strided((1, 4, 3), (6, 3, 1))
+    with pytest.raises(ValueError, match=re.escape("rows=2: expected the pool's rows per slot")):
+        draft_window(odd.transpose(1, 2), 2)
+
+
+def test_layer_cache_cuda_view_defaults_flags_and_state_lens():
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class State:
+        conv: list
+        temporal: object = "shared"
+
+    wm0, wm1 = torch.zeros(2, 4, 3), torch.zeros(2, 2, 5)        # window major [slots, window, C]
+    cuda = torch.zeros(2, 3, 2)                                   # already CUDA layout
+    out = layer_cache_cuda_view(State([wm0, wm1]))                # defaults: all window major, all rows
+    assert [tuple(c.shape) for c in out.conv] == [(2, 3, 4), (2, 5, 2)] and out.temporal == "shared"
+    assert shares_storage(out.conv[0], wm0) and torch.equal(out.conv[1], wm1.transpose(1, 2))
+    out = layer_cache_cuda_view(State([wm0, cuda]), [True, False])
+    assert tuple(out.conv[0].shape) == (2, 3, 4) and out.conv[1] is cuda
+    out = layer_cache_cuda_view(State([wm0, wm1]), state_lens=[2, 1])
+    assert [tuple(c.shape) for c in out.conv] == [(2, 3, 2), (2, 5, 1)]
+    assert torch.equal(out.conv[0], wm0[:, 2:].transpose(1, 2))
+    out = layer_cache_cuda_view(State([wm0, wm1]), [True, True], [3, None])
+    assert [tuple(c.shape) for c in out.conv] == [(2, 3, 3), (2, 5, 2)]
+    with pytest.raises(ValueError, match=re.escape(
+            "window_major has 1 entries and state_lens 2: expected one per conv state (2)")):
+        layer_cache_cuda_view(State([wm0, wm1]), [True], [2, 1])
+    with pytest.raises(ValueError, match=re.escape(
+            "window_major has 2 entries and state_lens 3: expected one per conv state (2)")):
+        layer_cache_cuda_view(State([wm0, wm1]), [True, True], [2, 1, 1])
+
+
+# --------------------------------------------------------------------------- the commit, more cases
+
+
+def _recording_rollback(calls):
+    def rollback(conv, idx, steps, draft):
+        assert idx.dtype == torch.int64 and steps.dtype == torch.int64   # sgl-kernel-npu's index dtype
+        calls.append((conv, idx.tolist(), steps.tolist(), draft))
+    return rollback
+
+
+def test_commit_rolls_back_every_further_conv_with_int64_indices_and_tracks_step_zero():
+    calls = []
+    convs = [torch.arange(6 * 3 * 2, dtype=torch.float32).reshape(1, 6, 3, 2) + 100 * i for i in range(2)]
+    before = [c.clone() for c in convs]
+    i32 = dict(dtype=torch.int32)
+    scv.commit_extra_conv_states(convs, _recording_rollback(calls), torch.tensor([1, 2], **i32),
+                                 torch.tensor([0, 2], **i32), torch.tensor([4, 5], **i32),
+                                 torch.tensor([0, -1], **i32), 3)
+    for conv, old in zip(convs, before):
+        assert torch.equal(conv[:, 4], old[:, 1])     # tracked at step 0: the request's verify-time window
+        assert torch.equal(conv[:, 5], old[:, 5])     # not tracked (-1): its own
+    assert [c is conv for (c, *_), conv in zip(calls, [convs[0], convs[0], convs[1], convs[1]])] == [True] * 4
+    assert [call[1:] for call in calls] == [([1, 2], [0, 2], 3), ([4, 5], [0, -1], 3)] * 2
+
+
+def test_commit_with_one_track_slot_and_with_empty_index_lists():
+    calls = []
+    conv = torch.arange(6 * 3 * 2, dtype=torch.float32).reshape(1, 6, 3, 2)
+    before = conv.clone()
+    scv.commit_extra_conv_states([conv], _recording_rollback(calls), torch.tensor([2]), torch.tensor([1]),
+                                 torch.tensor([5]), torch.tensor([1]), 3)
+    assert torch.equal(conv[:, 5], before[:, 2])
+    assert [call[1:] for call in calls] == [([2], [1], 3), ([5], [1], 3)]
+    calls.clear()
+    empty = torch.zeros(0, dtype=torch.int64)
+    scv.commit_extra_conv_states([conv], _recording_rollback(calls), empty, empty, empty, empty, 3)
+    assert calls == []                                # nothing to roll back: the kernel is not called
+    scv.commit_extra_conv_states([conv], _recording_rollback(calls), torch.tensor([2]), torch.tensor([1]),
+                                 empty, empty, 3)
+    assert [call[1:] for call in calls] == [([2], [1], 3)]
+
+
+# --------------------------------------------------------------------------- the LFM2 hook, more cases
+
+
+def _lfm2_case(draft=3, width=3, dim=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    pool = torch.randn(4, (width - 1) + (draft - 1), dim, generator=g)
+    conv = NS(conv_weight=torch.randn(dim, width, generator=g), conv_bias=torch.randn(dim, generator=g))
+    x = torch.randn(2 * draft, dim, generator=g)
+    meta = NS(layer_cache=NS(conv=[cuda_layout_view(pool, width - 1)]), cache_indices=torch.tensor([1, 3]))
+    return pool, conv, x, meta
+
+
+def test_lfm2_hook_output_is_the_biased_conv_over_state_and_block():
+    draft, width = 3, 3
+    pool, conv, x, meta = _lfm2_case(draft, width)
+    old = pool.clone()
+    out = scv.shortconv_target_verify_around(_must_not_call, conv, x, meta, draft, "LFM2")
+    for b, slot in enumerate([1, 3]):
+        stream = torch.cat([old[slot, -(width - 1):], x[b * draft:(b + 1) * draft]])       # [W-1+d, C]
+        want = torch.stack([(stream[t:t + width].t() * conv.conv_weight).sum(-1) + conv.conv_bias
+                            for t in range(draft)])
+        torch.testing.assert_close(out[b * draft:(b + 1) * draft], want)
+        assert torch.equal(pool[slot], stream[1:])    # the draft window for the rollback
+
+
+def _must_not_call(*a, **k):
+    raise AssertionError("the original ran on a window-major pool")
+
+
+def test_lfm2_hook_hands_the_original_exactly_its_arguments():
+    draft, dim, width = 3, 4, 3
+    conv = NS(conv_weight=torch.randn(dim, width), conv_bias=None)
+    x = torch.randn(2 * draft, dim)
+    meta = NS(layer_cache=NS(conv=[torch.zeros(4, dim, width - 1)]), cache_indices=torch.tensor([1, 3]))
+    seen = []
+
+    def original(*a, **k):
+        seen.append((a, k))
+        return "original"
+
+    assert scv.shortconv_target_verify_around(original, conv, x, meta, draft, "LFM2", "extra", flag=7) == "original"
+    (args, kwargs), = seen
+    assert args[0] is conv and args[1] is x and args[2] is meta and args[3:] == (draft, "LFM2", "extra")
+    assert kwargs == dict(flag=7)
+
+
+def test_lfm2_hook_reads_no_value_on_the_host_unless_debug_checks_are_on(monkeypatch):
+    draft = 3
+    pool, conv, x, meta = _lfm2_case(draft)
+    meta.cache_indices = torch.tensor([1, 1])         # one slot twice: only a value check sees it
+    monkeypatch.delenv("SGLANG_ASCEND_HYBRID_DEBUG_CHECKS", raising=False)
+    with SyncCounter(device_of_interest="cpu") as counter:
+        scv.shortconv_target_verify_around(_must_not_call, conv, x, meta, draft, "LFM2")
+    assert counter.total == 0, counter.counts
+    monkeypatch.setenv("SGLANG_ASCEND_HYBRID_DEBUG_CHECKS", "1")
+    with pytest.raises(ValueError, match="cache_indices uses slot 1 for more than one sequence"):
+        scv.shortconv_target_verify_around(_must_not_call, conv, x, meta, draft, "LFM2")
