@@ -140,3 +140,78 @@ def test_bad_input_names_the_argument_and_leaves_the_pool(mutate, text):
     with pytest.raises(ValueError, match=re.escape(text)):
         causal_conv1d_verify(**args)
     assert torch.equal(args["conv_window"], before)
+
+
+# --------------------------------------------------------------------------- the NPU rungs' predicates
+
+
+def _counting_emulators(calls, refuse_first=()):
+    """The CPU emulators, recording each op called; ops in ``refuse_first`` refuse their first call."""
+    from sglang_ascend_hybrid.ops.conv.contract import ERR_DTYPE
+
+    def wrap(name, fn):
+        def op(*a, **k):
+            calls.append(name)
+            if name in refuse_first and calls.count(name) == 1:
+                raise RuntimeError(ERR_DTYPE)
+            return fn(*a, **k)
+        return op
+    return {n: wrap(n, f) for n, f in emu.emulators().items()}
+
+
+def test_a_refusal_is_remembered_per_draft_window_shape():
+    """The ladder remembers a call-time refusal by signature, which carries the window's row count: a
+    refusal at one draft length leaves the op tried again at another of the same width and channels."""
+    dispatch.reset_state()
+    calls = []
+    with seam.install_emulators(_counting_emulators(calls, refuse_first=(dispatch.OP_ACLNN,))):
+        for draft in (4, 4, 3):
+            x, window, weight, bias, idx = _case(4, draft, torch.bfloat16)
+            got = window.clone()
+            out = causal_conv1d_verify(x, got, weight, bias, None, idx, draft)
+            exp_out, scale, exp_window = oracle_verify(x, window, weight, bias, idx, draft, silu=False)
+            assert_close_to_oracle(out, exp_out, scale, torch.bfloat16, f"draft {draft}")
+            assert torch.equal(got, exp_window)
+    # draft 4: refused, then the torch path; draft 4 again: not asked; draft 3: asked and served
+    assert calls == [dispatch.OP_ACLNN, dispatch.OP_ACLNN]
+    dispatch.reset_state()
+
+
+def _call(width=4, draft=4, dtype=torch.float16, slots=6, bias=True, window_dtype=None):
+    x, window, weight, b, idx = _case(width, draft, dtype, slots=slots)
+    window = window if window_dtype is None else window.to(window_dtype)
+    return dispatch._VerifyCall(x, window, weight, b if bias else None, None, idx, -1, draft)
+
+
+def test_aclnn_verify_takes_one_dtype_and_remembers_tiling_shapes_per_dtype():
+    dispatch.reset_state()
+    with seam.install_emulators(emu.emulators()):
+        assert dispatch._verify_aclnn_ok(_call()) is None
+        assert "not of one dtype" in dispatch._verify_aclnn_ok(_call(window_dtype=torch.bfloat16))
+        assert "not of one dtype" in dispatch._verify_aclnn_ok(_call(dtype=torch.float32))
+        dispatch._verify_aclnn(_call())                                   # fp16: its tiling shape recorded
+        assert dispatch._verify_aclnn_ok(_call()) is None                 # the same shape, the same dtype
+        assert "tiling cache holds this shape for float16" in dispatch._verify_aclnn_ok(_call(dtype=torch.bfloat16))
+        # the tiling key carries the pool's slot count and whether there is a bias: other shapes are free
+        assert dispatch._verify_aclnn_ok(_call(dtype=torch.bfloat16, slots=7)) is None
+        assert dispatch._verify_aclnn_ok(_call(dtype=torch.bfloat16, bias=False)) is None
+    dispatch.reset_state()
+
+
+def test_device_verify_rungs_serve_only_npu_tensors(monkeypatch):
+    """Without emulators a real NPU op serves only when x AND the draft window are NPU tensors."""
+    from types import SimpleNamespace as NS
+
+    monkeypatch.setattr(seam, "available", lambda name: True)
+    c = _call()
+    npu_x = NS(device=NS(type="npu"), dtype=c.x.dtype, shape=c.x.shape)
+    for ok in (dispatch._verify_aclnn_ok, dispatch._verify_update_v2_ok):
+        assert isinstance(ok(dispatch._VerifyCall(npu_x, c.conv_window, c.weight, c.bias, None, c.cache_indices,
+                                                  -1, 4)), dispatch.Absent), ok.__name__
+        assert isinstance(ok(c), dispatch.Absent), ok.__name__           # both on the CPU
+
+
+def test_bad_bias_names_the_argument():
+    x, window, weight, bias, idx = _case(3, 4, torch.float32)
+    with pytest.raises(ValueError, match=re.escape("bias has shape (23,): expected (24,)")):
+        causal_conv1d_verify(x, window, weight, bias[:-1], None, idx, 4)
