@@ -126,20 +126,32 @@ def test_serving_call_reads_no_tensor_value_on_the_host():
 
 @pytest.mark.parametrize("mutate,text", [
     (lambda a: a.update(draft_token_num=0), "draft_token_num=0"),
-    (lambda a: a.update(x=a["x"][:-1]), "expected batch (3) * draft_token_num (4)"),
-    (lambda a: a.update(conv_window=a["conv_window"][:, 1:]), "(window major, (W-1) + (draft_token_num-1) rows)"),
+    (lambda a: a.update(x=a["x"][:-1]), "x has 11 tokens: expected batch (3) * draft_token_num (4)"),
+    (lambda a: a.update(x=a["x"][:, 0]), "x has shape (12,): expected (batch * draft_token_num, dim)"),
+    (lambda a: a.update(x=None), "x has shape (): expected (batch * draft_token_num, dim)"),
+    (lambda a: a.update(x=a["x"].to(torch.int64)), "x has dtype torch.int64: expected a floating dtype"),
+    (lambda a: a.update(conv_window=a["conv_window"][:, 1:]),
+     "conv_window has shape (6, 4, 24): expected (slots, 5, 24) (window major, (W-1) + (draft_token_num-1) rows)"),
+    (lambda a: a.update(conv_window=None), "conv_window has shape (): expected (slots, 5, 24)"),
+    (lambda a: a.update(conv_window=a["conv_window"].to(torch.int64)),
+     "conv_window has dtype torch.int64: expected a floating dtype"),
     (lambda a: a.update(cache_indices=None), "cache_indices is None"),
-    (lambda a: a.update(cache_indices=torch.tensor([4, 4, 1], dtype=torch.int32)), "more than one sequence"),
-    (lambda a: a.update(cache_indices=torch.tensor([4, 9, 1], dtype=torch.int32)), "contains slot 9"),
+    (lambda a: a.update(cache_indices=torch.tensor([[4, 1, 2]])), "cache_indices has shape (1, 3): expected (batch,)"),
+    (lambda a: a.update(cache_indices=[4, 1, 2]), "cache_indices has shape (): expected (batch,)"),
+    (lambda a: a.update(cache_indices=torch.tensor([4.0, 1.0, 2.0])), "cache_indices has dtype torch.float32"),
+    (lambda a: a.update(cache_indices=torch.tensor([4, 4, 1], dtype=torch.int32)),
+     "cache_indices uses slot 4 for more than one sequence"),
+    (lambda a: a.update(cache_indices=torch.tensor([4, 9, 1], dtype=torch.int32)), "cache_indices contains slot 9"),
+    (lambda a: a.update(activation="relu"), "activation='relu': expected None, 'silu' or 'swish'"),
 ])
 def test_bad_input_names_the_argument_and_leaves_the_pool(mutate, text):
     x, window, weight, bias, idx = _case(3, 4, torch.float32)
     args = dict(x=x, conv_window=window.clone(), weight=weight, bias=bias, cache_indices=idx, draft_token_num=4)
     mutate(args)
-    before = args["conv_window"].clone()
+    before = None if args["conv_window"] is None else args["conv_window"].clone()
     with pytest.raises(ValueError, match=re.escape(text)):
         causal_conv1d_verify(**args)
-    assert torch.equal(args["conv_window"], before)
+    assert before is None or torch.equal(args["conv_window"], before)
 
 
 # --------------------------------------------------------------------------- the NPU rungs' predicates
@@ -177,10 +189,10 @@ def test_a_refusal_is_remembered_per_draft_window_shape():
     dispatch.reset_state()
 
 
-def _call(width=4, draft=4, dtype=torch.float16, slots=6, bias=True, window_dtype=None):
+def _call(width=4, draft=4, dtype=torch.float16, slots=6, bias=True, window_dtype=None, activation=None):
     x, window, weight, b, idx = _case(width, draft, dtype, slots=slots)
     window = window if window_dtype is None else window.to(window_dtype)
-    return dispatch._VerifyCall(x, window, weight, b if bias else None, None, idx, -1, draft)
+    return dispatch._VerifyCall(x, window, weight, b if bias else None, activation, idx, -1, draft)
 
 
 def test_aclnn_verify_takes_one_dtype_and_remembers_tiling_shapes_per_dtype():
@@ -195,6 +207,7 @@ def test_aclnn_verify_takes_one_dtype_and_remembers_tiling_shapes_per_dtype():
         # the tiling key carries the pool's slot count and whether there is a bias: other shapes are free
         assert dispatch._verify_aclnn_ok(_call(dtype=torch.bfloat16, slots=7)) is None
         assert dispatch._verify_aclnn_ok(_call(dtype=torch.bfloat16, bias=False)) is None
+        assert dispatch._verify_aclnn_ok(_call(dtype=torch.bfloat16, activation="silu")) is None
     dispatch.reset_state()
 
 
@@ -205,13 +218,71 @@ def test_device_verify_rungs_serve_only_npu_tensors(monkeypatch):
     monkeypatch.setattr(seam, "available", lambda name: True)
     c = _call()
     npu_x = NS(device=NS(type="npu"), dtype=c.x.dtype, shape=c.x.shape)
+    npu_window = NS(device=NS(type="npu"), dtype=c.conv_window.dtype, shape=c.conv_window.shape,
+                    is_contiguous=lambda: True)
     for ok in (dispatch._verify_aclnn_ok, dispatch._verify_update_v2_ok):
-        assert isinstance(ok(dispatch._VerifyCall(npu_x, c.conv_window, c.weight, c.bias, None, c.cache_indices,
-                                                  -1, 4)), dispatch.Absent), ok.__name__
-        assert isinstance(ok(c), dispatch.Absent), ok.__name__           # both on the CPU
+        for x, window in ((npu_x, c.conv_window), (c.x, npu_window), (c.x, c.conv_window)):
+            call = dispatch._VerifyCall(x, window, c.weight, c.bias, None, c.cache_indices, -1, 4)
+            assert isinstance(ok(call), dispatch.Absent), ok.__name__
+        reason = ok(dispatch._VerifyCall(npu_x, npu_window, c.weight, c.bias, None, c.cache_indices, -1, 4))
+        assert not isinstance(reason, dispatch.Absent), ok.__name__
+        assert "is not installed for these tensors" in str(ok(c))
 
 
 def test_bad_bias_names_the_argument():
     x, window, weight, bias, idx = _case(3, 4, torch.float32)
     with pytest.raises(ValueError, match=re.escape("bias has shape (23,): expected (24,)")):
         causal_conv1d_verify(x, window, weight, bias[:-1], None, idx, 4)
+
+
+def test_torch_rung_applies_silu_and_the_default_is_one_draft_token():
+    x, window, weight, bias, idx = _case(3, 4, torch.float32)
+    exp_out, scale, exp_window = oracle_verify(x, window, weight, bias, idx, 4, silu=True)
+    got = window.clone()
+    with forced_backend("torch"):
+        out = causal_conv1d_verify(x, got, weight, bias, "silu", idx, 4)
+    assert_close_to_oracle(out, exp_out, scale, torch.float32, "silu")
+    assert torch.equal(got, exp_window)
+    x1, window1, weight1, bias1, idx1 = _case(3, 1, torch.float32)
+    exp_out, scale, _ = oracle_verify(x1, window1, weight1, bias1, idx1, 1, silu=False)
+    with forced_backend("torch"):
+        out = causal_conv1d_verify(x1, window1.clone(), weight1, bias1, None, idx1)   # draft_token_num: 1
+    assert_close_to_oracle(out, exp_out, scale, torch.float32, "one draft token")
+
+
+@pytest.mark.parametrize("batch", [0, 1])
+def test_empty_and_single_request_batches(batch):
+    x, window, weight, bias, idx = _case(3, 4, torch.float32, batch=max(batch, 1))
+    x, idx = x[:4 * batch], idx[:batch]
+    got = window.clone()
+    with forced_backend("torch"):
+        out = causal_conv1d_verify(x, got, weight, bias, None, idx, 4)
+    assert out.shape == x.shape
+    exp_out, scale, exp_window = oracle_verify(x, window, weight, bias, idx, 4, silu=False)
+    if batch:
+        assert_close_to_oracle(out, exp_out, scale, torch.float32, "one request")
+    assert torch.equal(got, exp_window)
+
+
+@pytest.mark.parametrize("rung,width", [("npu_aclnn", 4), ("npu_update_v2", 3)])
+def test_device_rungs_without_bias_or_silu_and_another_pad_id(rung, width):
+    dispatch.reset_state()
+    x, window, weight, _, _ = _case(width, 4, torch.float16)
+    idx = torch.tensor([4, -7, 2], dtype=torch.int32)
+    exp_out, scale, exp_window = oracle_verify(x, window, weight, None, torch.tensor([4, -1, 2]), 4, silu=False)
+    got = window.clone()
+    with seam.install_emulators(emu.emulators()), forced_backend(rung):
+        out = causal_conv1d_verify(x, got, weight, None, None, idx, 4, pad_slot_id=-7)
+    mask = idx.repeat_interleave(4) != -7
+    assert torch.allclose(out[mask].double(), exp_out[mask], rtol=4e-3, atol=4e-3)
+    assert torch.equal(got, exp_window)
+    dispatch.reset_state()
+
+
+def test_update_v2_verify_takes_fp16_x_and_window_only_and_widths_2_to_4():
+    with seam.install_emulators(emu.emulators()):
+        assert dispatch._verify_update_v2_ok(_call(width=3)) is None
+        assert "takes fp16 x and state only" in dispatch._verify_update_v2_ok(_call(window_dtype=torch.bfloat16))
+        assert "takes fp16 x and state only" in dispatch._verify_update_v2_ok(_call(dtype=torch.bfloat16,
+                                                                                    window_dtype=torch.float16))
+        assert dispatch._verify_update_v2_ok(_call(width=5)) == "width 5; the NPU conv kernels take 2-4"
