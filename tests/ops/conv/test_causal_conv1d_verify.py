@@ -201,6 +201,10 @@ def test_aclnn_verify_takes_one_dtype_and_remembers_tiling_shapes_per_dtype():
         assert dispatch._verify_aclnn_ok(_call()) is None
         assert "not of one dtype" in dispatch._verify_aclnn_ok(_call(window_dtype=torch.bfloat16))
         assert "not of one dtype" in dispatch._verify_aclnn_ok(_call(dtype=torch.float32))
+        c = _call()
+        for x, weight in ((c.x.bfloat16(), c.weight), (c.x, c.weight.bfloat16())):   # x or weight the odd one
+            odd = dispatch._VerifyCall(x, c.conv_window, weight, None, None, c.cache_indices, -1, 4)
+            assert "not of one dtype" in dispatch._verify_aclnn_ok(odd)
         dispatch._verify_aclnn(_call())                                   # fp16: its tiling shape recorded
         assert dispatch._verify_aclnn_ok(_call()) is None                 # the same shape, the same dtype
         assert "tiling cache holds this shape for float16" in dispatch._verify_aclnn_ok(_call(dtype=torch.bfloat16))
