@@ -80,8 +80,7 @@ def speculative_draft_tokens(model_runner) -> Optional[int]:
     draft count."""
     from sglang.srt.mem_cache.memory_pool import MambaPool
 
-    lfm2_vl = type(short_conv_config(model_runner.model_config)).__name__ == "Lfm2VlConfig"
-    draft = short_conv_verify.check_speculative(model_runner.server_args, lfm2_vl)
+    draft = short_conv_verify.check_speculative(model_runner.server_args)
     cache = model_runner.req_to_token_pool.mamba_pool.mamba_cache
     if draft is None and isinstance(cache, MambaPool.SpeculativeState):
         raise ValueError("sglang-ascend-hybrid: the mamba pool was built for speculative decoding but "

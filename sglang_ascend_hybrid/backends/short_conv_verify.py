@@ -56,17 +56,15 @@ def _algorithm_name(algo) -> Optional[str]:
     return str(name).upper()
 
 
-def check_speculative(server_args, lfm2_vl: bool = False) -> Optional[int]:
+def check_speculative(server_args) -> Optional[int]:
     """The draft tokens per verify block when speculative decoding is on (None when off);
-    ``ValueError`` naming the flag for an algorithm / topk this path cannot verify, and for
-    LFM2-VL (``lfm2_vl``: its vision tower's requests are not served here).  ``server_args`` is
-    SGLang's ``ServerArgs`` (every ``speculative_*`` field is always set)."""
+    ``ValueError`` naming the flag for an algorithm / topk this path cannot verify.  Every
+    short-conv family is served alike (LFM2-VL's verify steps are text tokens through its LFM2
+    language model).  ``server_args`` is SGLang's ``ServerArgs`` (every ``speculative_*`` field is
+    always set)."""
     name = _algorithm_name(server_args.speculative_algorithm)
     if name in (None, "NONE"):
         return None
-    if lfm2_vl:
-        raise ValueError(f"sglang-ascend-hybrid: speculative decoding is not supported for LFM2-VL on Ascend "
-                         f"(--speculative-algorithm {name}); drop the --speculative-* flags")
     topk = server_args.speculative_eagle_topk
     if name not in LINEAR_CHAIN_ALGORITHMS or (topk not in (None, 1)):
         raise ValueError(f"{UNSUPPORTED} (got --speculative-algorithm {name}, --speculative-eagle-topk {topk})")

@@ -326,15 +326,13 @@ def test_draft_worker_backend_has_one_full_attention_layer(ascend_env):
 
 
 @pytest.mark.parametrize("which", ["Lfm2Config", "Lfm2VlConfig"])
-def test_speculative_decoding_is_refused_for_lfm2_vl_only(ascend_env, which):
+def test_speculative_decoding_is_served_for_lfm2_and_lfm2_vl(ascend_env, which):
     runner, full, _ = make_runner(lfm2_config(which), speculative_algorithm="EAGLE", draft_tokens=3)
     runner.server_args.speculative_eagle_topk = 1
     runner.server_args.speculative_num_draft_tokens = 3
-    if which == "Lfm2Config":
-        assert short_conv.speculative_draft_tokens(runner) == 3
-        return
-    with pytest.raises(ValueError, match=re.escape("not supported for LFM2-VL on Ascend "
-                                                   "(--speculative-algorithm EAGLE)")):
+    assert short_conv.speculative_draft_tokens(runner) == 3
+    runner.server_args.speculative_algorithm = "NGRAM"
+    with pytest.raises(ValueError, match="--speculative-algorithm NGRAM"):
         short_conv.speculative_draft_tokens(runner)
 
 

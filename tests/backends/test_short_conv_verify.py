@@ -150,21 +150,19 @@ def test_commit_of_further_conv_states_tracks_then_rolls_back():
     assert calls == [([1], [0], 3)]
 
 
-@pytest.mark.parametrize("args,lfm2_vl,text", [
-    (dict(speculative_algorithm="NGRAM", speculative_eagle_topk=None, speculative_num_draft_tokens=4), False,
+@pytest.mark.parametrize("args,text", [
+    (dict(speculative_algorithm="NGRAM", speculative_eagle_topk=None, speculative_num_draft_tokens=4),
      "--speculative-algorithm NGRAM"),
-    (dict(speculative_algorithm="EAGLE", speculative_eagle_topk=2, speculative_num_draft_tokens=4), False,
+    (dict(speculative_algorithm="EAGLE", speculative_eagle_topk=2, speculative_num_draft_tokens=4),
      "--speculative-eagle-topk 2"),
-    (dict(speculative_algorithm="EAGLE", speculative_eagle_topk=1, speculative_num_draft_tokens=None), False,
+    (dict(speculative_algorithm="EAGLE", speculative_eagle_topk=1, speculative_num_draft_tokens=None),
      "speculative_num_draft_tokens=None"),
-    (dict(speculative_algorithm="EAGLE", speculative_eagle_topk=1, speculative_num_draft_tokens=0), False,
+    (dict(speculative_algorithm="EAGLE", speculative_eagle_topk=1, speculative_num_draft_tokens=0),
      r"speculative_num_draft_tokens=0: expected an int >= 1 with --speculative-algorithm EAGLE"),
-    (dict(speculative_algorithm="EAGLE", speculative_eagle_topk=1, speculative_num_draft_tokens=4), True,
-     r"not supported for LFM2-VL on Ascend \(--speculative-algorithm EAGLE\)"),
 ])
-def test_speculative_settings_outside_linear_chains_are_refused_naming_the_flag(args, lfm2_vl, text):
+def test_speculative_settings_outside_linear_chains_are_refused_naming_the_flag(args, text):
     with pytest.raises(ValueError, match=text):
-        scv.check_speculative(NS(**args), lfm2_vl)
+        scv.check_speculative(NS(**args))
 
 
 @pytest.mark.parametrize("algo", ["EAGLE", "eagle3", "NEXTN", "STANDALONE", NS(name="EAGLE")])
@@ -172,7 +170,7 @@ def test_linear_chain_settings_give_the_draft_count(algo):
     assert scv.check_speculative(NS(speculative_algorithm=algo, speculative_eagle_topk=1,
                                     speculative_num_draft_tokens=5)) == 5
     assert scv.check_speculative(NS(speculative_algorithm=None)) is None
-    assert scv.check_speculative(NS(speculative_algorithm="NONE"), True) is None
+    assert scv.check_speculative(NS(speculative_algorithm="NONE")) is None
 
 
 def test_one_draft_token_and_an_unset_topk_are_served():

@@ -1,5 +1,5 @@
 """Speculative decoding (EAGLE-family linear chains, topk 1) of whole short-conv models on Ascend:
-LFM2, LFM2-MoE and ZAYA1 (its CCA conv) through the plugin's verify paths
+LFM2, LFM2-MoE, LFM2-VL (text requests) and ZAYA1 (its CCA conv) through the plugin's verify paths
 (:mod:`sglang_ascend_hybrid.backends.short_conv_verify`), driven as :mod:`tests.e2e.spec` drives
 SGLang's EAGLE worker: prefills, TARGET_VERIFY steps of 4-token windows with drafts partly rejected,
 SGLang's greedy acceptance, SGLang's NPU commit (``update_mamba_state_after_mtp_verify`` ->
@@ -34,7 +34,7 @@ GRAPH_PLAN = dataclasses.replace(PLAN, graph_buckets=(1, 2, 4))
 CONTROL_PLAN = spec.SpecPlan(batches=PLAN.batches[:3], wrong=PLAN.wrong[:3], track=False)
 FP32, BF16 = torch.float32, torch.bfloat16
 # conv states per layer in the pool: LFM2's one window, ZAYA1's conv_qk window and prev_hs lag
-CONV_STATES = {"lfm2": 1, "lfm2_moe": 1, "zaya": 2}
+CONV_STATES = {"lfm2": 1, "lfm2_moe": 1, "lfm2_vl": 1, "zaya": 2}
 
 
 def _state_rows(name: str) -> int:
@@ -52,6 +52,7 @@ CASES = [
     pytest.param("lfm2", FP32, PLAN, id="lfm2-fp32"),
     pytest.param("lfm2_moe", FP32, PLAN, id="lfm2_moe-fp32"),
     pytest.param("zaya", FP32, PLAN, id="zaya-fp32"),
+    pytest.param("lfm2_vl", FP32, PLAN, id="lfm2_vl-fp32-text"),
     pytest.param("lfm2", BF16, PLAN, id="lfm2-bf16"),
     pytest.param("lfm2", FP32, GRAPH_PLAN, id="lfm2-fp32-graph-metadata"),
     pytest.param("zaya", FP32, GRAPH_PLAN, id="zaya-fp32-graph-metadata"),
