@@ -18,8 +18,10 @@ from tests.e2e.runner import run_family
 def pool_copies(mp):
     """The sidecar hands the model copies of the conv states instead of pool views:
     writes never reach the pool, so a continuation or a decode step starts from stale state."""
-    def copies(layer_cache, window_major=None):
-        return dataclasses.replace(layer_cache, conv=[cuda_layout_view(c).clone() for c in layer_cache.conv])
+    def copies(layer_cache, window_major=None, state_lens=None):
+        lens = state_lens or [None] * len(layer_cache.conv)
+        return dataclasses.replace(layer_cache, conv=[cuda_layout_view(c, n).clone()
+                                                      for c, n in zip(layer_cache.conv, lens)])
 
     mp.setattr(short_conv, "layer_cache_cuda_view", copies)
 
