@@ -319,13 +319,22 @@ def _update_aclnn(c: _UpdateCall) -> torch.Tensor:
     return out[..., 0] if c.x.dim() == 2 else out
 
 
-def _update_v2_main_ok(c: _UpdateCall) -> Optional[str]:
-    if not seam.serves(OP_UPDATE_V2_MAIN, c.x, c.conv_state):
+def _update_v2_main_reason(x: torch.Tensor, state: torch.Tensor, width: int) -> Optional[str]:
+    """The released ``causal_conv1d_update_v2``'s rule, for decode and verify: installed for these
+    tensors, width 2-4, fp16 x and state (it casts to fp16 inside)."""
+    if not seam.serves(OP_UPDATE_V2_MAIN, x, state):
         return Absent(f"{OP_UPDATE_V2_MAIN} is not installed for these tensors")
-    if c.width not in WIDTHS:
-        return _width_refused(c.width)
-    if not (c.x.dtype == torch.float16 and c.conv_state.dtype == torch.float16):
+    if width not in WIDTHS:
+        return _width_refused(width)
+    if not (x.dtype == torch.float16 and state.dtype == torch.float16):
         return "it casts to fp16 inside: it takes fp16 x and state only"
+    return None
+
+
+def _update_v2_main_ok(c: _UpdateCall) -> Optional[str]:
+    reason = _update_v2_main_reason(c.x, c.conv_state, c.width)
+    if reason is not None:
+        return reason
     if not is_window_major(c.conv_state):
         return "the state is not a window-major pool"
     return None
@@ -417,13 +426,7 @@ def _verify_aclnn(c: _VerifyCall) -> torch.Tensor:
 
 
 def _verify_update_v2_ok(c: _VerifyCall) -> Optional[str]:
-    if not seam.serves(OP_UPDATE_V2_MAIN, c.x, c.conv_window):
-        return Absent(f"{OP_UPDATE_V2_MAIN} is not installed for these tensors")
-    if c.width not in WIDTHS:
-        return _width_refused(c.width)
-    if not (c.x.dtype == torch.float16 and c.conv_window.dtype == torch.float16):
-        return "it casts to fp16 inside: it takes fp16 x and state only"
-    return None
+    return _update_v2_main_reason(c.x, c.conv_window, c.width)
 
 
 def _verify_update_v2(c: _VerifyCall) -> torch.Tensor:
