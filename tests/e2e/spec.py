@@ -580,6 +580,24 @@ def run_spec_plan(engine: harness.Engine, plan: SpecPlan, oracle: DraftOracle, v
     return SpecResult([a, b, c], resumed, sched.steps, snaps, layout, dict(calls), shapes)
 
 
+def assert_matches_plain(run, res: SpecResult, base, plan: SpecPlan, fp32: bool) -> list:
+    """The checks every speculative whole-model run makes against the same model without speculative
+    decoding (``base``) and transformers: fp32, every token equal and the planned acceptance; bf16,
+    both runs decisive-equal (a caller adds its own near-tie rule).  Returns A, B, C of the run."""
+    cmp = run.compare()
+    a_b_c = run.reqs[:3]
+    if fp32:
+        assert base.compare().fp32_ok(), str(base.compare())
+        assert cmp.fp32_ok(), str(cmp)
+        for got, want in zip(a_b_c, base.reqs):
+            assert got.generated == want.generated[:len(got.generated)], (got.name, got.generated, want.generated)
+        assert [(s.name, s.accepted) for s in res.steps[:len(plan.planned_accepts())]] == plan.planned_accepts()
+    else:
+        assert base.compare().bf16_ok(), str(base.compare())
+        assert cmp.bf16_ok(), str(cmp)
+    return a_b_c
+
+
 def run_spec(name: str, *, dtype: torch.dtype = torch.float32, ssm_dtype: Optional[torch.dtype] = None,
              device: Optional[Callable] = None, breakage: Optional[Callable] = None, plan: SpecPlan = SpecPlan(),
              known: Optional[dict] = None, fallback: bool = True):

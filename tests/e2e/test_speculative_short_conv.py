@@ -86,17 +86,7 @@ def test_speculative_decoding_matches_plain_decoding_and_transformers(name, dtyp
     base = without_spec(name, dtype)
     verify_calls: dict = {}
     run, res = _run(name, dtype, breakage=lambda mp: _count_verify(mp, verify_calls), plan=plan)
-    cmp = run.compare()
-    a_b_c = run.reqs[:3]
-    if dtype == FP32:
-        assert base.compare().fp32_ok(), str(base.compare())
-        assert cmp.fp32_ok(), str(cmp)
-        for got, want in zip(a_b_c, base.reqs):
-            assert got.generated == want.generated[:len(got.generated)], (got.name, got.generated, want.generated)
-        assert [(s.name, s.accepted) for s in res.steps[:len(PLAN.planned_accepts())]] == PLAN.planned_accepts()
-    else:
-        assert base.compare().bf16_ok(), str(base.compare())
-        assert cmp.bf16_ok(), str(cmp)
+    spec.assert_matches_plain(run, res, base, PLAN, fp32=dtype == FP32)
     accepted = [s.accepted for s in res.steps]
     assert {0, 1, 2, 3} <= set(accepted), accepted
     assert all(s.committed_step == s.accepted for s in res.steps), res.steps
