@@ -43,7 +43,7 @@ from sglang_ascend_hybrid.ops.conv.torch_impl import pad_redirect
 LINEAR_CHAIN_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
 
 UNSUPPORTED = (
-    "sglang-ascend-hybrid: speculative decoding for short-conv hybrid models (LFM2 / LFM2-MoE / "
+    "sglang-ascend-hybrid: speculative decoding for short-conv hybrid models (LFM2 / LFM2-MoE / LFM2-VL / "
     "ZAYA1) on Ascend verifies linear draft chains only: --speculative-algorithm one of "
     f"{', '.join(LINEAR_CHAIN_ALGORITHMS)} with --speculative-eagle-topk 1"
 )
