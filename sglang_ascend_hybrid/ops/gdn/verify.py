@@ -17,7 +17,7 @@ Rungs:
                    last scratch row no request names, found on the device
                    (:func:`_padding_row`): with ``rows >= B*S`` one exists whenever padding
                    does, and no request reads or writes it (a shared last entry could be a live
-                   request's rows: project issue 35).  Padding's initial-state reads stay in
+                   request's rows).  Padding's initial-state reads stay in
                    bounds (cache index clamped to 0).
 ``torch``          :func:`verify_torch`: the op's semantics (pre-sigmoid beta, internal
                    l2norm, initial state from ``cache_indices`` on a request's first step,

@@ -1,4 +1,4 @@
-"""Empty sequences in a prefill batch (issue 35): sgl-kernel-npu's Triton entry numbers chunks by the
+"""Empty sequences in a prefill batch: sgl-kernel-npu's Triton entry numbers chunks by the
 non-empty sequences before them (``prepare_chunk_indices``, SKN f425bdf1 ``fla/utils.py`` ~155-164),
 so an empty sequence followed by a non-empty one leaves the later sequences uncomputed; its emulator
 refuses such cu_seqlens, and the ladder hands the rungs fed by cu_seqlens (triton, mega) only the

@@ -1,4 +1,4 @@
-"""The serving GDN decode path's inputs (issue 35): without ``query_start_loc`` the Triton rung hands the
+"""The serving GDN decode path's inputs: without ``query_start_loc`` the Triton rung hands the
 kernel one offset per request (not ``cu_seqlens=None``, which it reads as one sequence of the whole
 batch); shapes and dtypes are checked on every call, slots and offsets only with
 ``SGLANG_ASCEND_HYBRID_DEBUG_CHECKS=1`` (or ``check_values=True``), each error naming the argument."""

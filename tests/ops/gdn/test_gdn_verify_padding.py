@@ -1,4 +1,4 @@
-"""GDN verify: graph-padding rows (index -1) on the npu_recurrent rung (project issue 35).
+"""GDN verify: graph-padding rows (index -1) on the npu_recurrent rung.
 
 The op (sgl-project/sgl-kernel-npu f425bdf1 ``csrc/recurrent_gated_delta_rule/op_kernel/
 recurrent_gated_delta_rule_kernel.cpp``, ``Process`` / ``Compute``) has no padding skip: every token
