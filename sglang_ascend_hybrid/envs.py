@@ -53,6 +53,13 @@ def _parse_bool(raw: str) -> bool:
 _NUMBER = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf|infinity|nan)", re.ASCII | re.IGNORECASE)
 
 
+def _parse_path(raw: str) -> str:
+    """An absolute file path (read by processes with other working directories)."""
+    if not os.path.isabs(raw):
+        raise ValueError("expected an absolute file path")
+    return raw
+
+
 def _parse_overhead(raw: str) -> float:
     """A compute-overhead limit: a number >= 1, or ``inf`` for no limit."""
     if not _NUMBER.fullmatch(raw):
@@ -141,6 +148,22 @@ class _Registry:
         "decode path too, and compares caller-given host boundary copies with their "
         "device tensors; they read tensor values on the host, so they break NPU graph "
         "capture: for debugging only.",
+    )
+    EMULATED_NPU = EnvVar(
+        "SGLANG_ASCEND_HYBRID_EMULATED_NPU", False, _parse_bool,
+        "1 lets the emulated Ascend device (test and rehearsal tooling, "
+        "sglang_ascend_hybrid.testing.emulated_npu) install itself at `import torch` where its "
+        "site folder is on the Python path; never set it on a machine with a real NPU.",
+    )
+    EMULATED_NPU_WIDEN_FP32 = EnvVar(
+        "SGLANG_ASCEND_HYBRID_EMULATED_NPU_WIDEN_FP32", False, _parse_bool,
+        "1 lets the emulated Ascend device's attention and KV-cache emulators take fp32, which the real "
+        "ATB ops refuse: an instrument for fp32 numerics checks against transformers, never a contract.",
+    )
+    EMULATED_NPU_RECORDS = EnvVar(
+        "SGLANG_ASCEND_HYBRID_EMULATED_NPU_RECORDS", "", _parse_path,
+        "A file the emulated Ascend device appends one JSON line to for each distinct device op "
+        "and plugin kernel that served, in every process (rehearsals and the runtime tests read it).",
     )
 
 

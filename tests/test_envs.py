@@ -26,7 +26,7 @@ def test_package_reads_no_undeclared_plugin_variable():
     pkg = Path(envs.__file__).parent
     used = set()
     for path in pkg.rglob("*.py"):
-        used |= set(re.findall(r"SGLANG_ASCEND_HYBRID_[A-Z_]+", path.read_text()))
+        used |= set(re.findall(r"SGLANG_ASCEND_HYBRID_[A-Z0-9_]+", path.read_text()))
     assert used <= declared, used - declared
 
 
@@ -54,6 +54,7 @@ BOOL_VARS = [v for v in envs.all_vars() if v.parse is envs._parse_bool]
 CHOICE_VARS = [v for v in envs.all_vars() if v.choices]
 INVALID = {var.name: ["maybe", "2", "-1", "nan", "inf", "yes please"] for var in BOOL_VARS}
 INVALID.update({var.name: ["bogus", "AUTO", "-1", "nan", "inf", "torch,mega"] for var in CHOICE_VARS})
+INVALID["SGLANG_ASCEND_HYBRID_EMULATED_NPU_RECORDS"] = ["records.jsonl", "./records.jsonl", "~/records"]
 INVALID["SGLANG_ASCEND_HYBRID_GDN_MAX_OVERHEAD"] = ["nan", "NaN", "-inf", "0.99", "0", "-1", "lots", "1.5x", "true",
                                                    "1_0", "\u0663", "0x10", "1e", "."]
 

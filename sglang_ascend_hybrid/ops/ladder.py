@@ -81,6 +81,41 @@ class DeclinedCall(RuntimeError):
 # Exception types a device rung's unexpected failure may have and still be a refusal.
 DEVICE_REFUSAL_TYPES = (RuntimeError, AttributeError)
 
+# (op, rung) pairs that have served a call in this process, and who wants to hear of a new one
+# (the emulated device's records; nothing on a real machine listens).  One set lookup per call.
+_served: set[tuple[str, str]] = set()
+_served_listeners: list[Callable[[str, str], None]] = []
+_served_lock = threading.Lock()
+
+
+def _note_served(op: str, rung: str) -> None:
+    key = (op, rung)
+    if key in _served:
+        return
+    with _served_lock:
+        if key in _served:
+            return
+        _served.add(key)
+        listeners = list(_served_listeners)
+    for listener in listeners:
+        listener(op, rung)
+
+
+def served() -> frozenset[tuple[str, str]]:
+    """The ``(op, rung)`` pairs that have served at least one call in this process."""
+    with _served_lock:
+        return frozenset(_served)
+
+
+def on_first_serve(listener: Callable[[str, str], None]) -> None:
+    """Call ``listener(op, rung)`` once for each ``(op, rung)`` pair when it first serves a call
+    (and now, for each pair that already has)."""
+    with _served_lock:
+        _served_listeners.append(listener)
+        done = sorted(_served)
+    for op, rung in done:
+        listener(op, rung)
+
 
 def is_fatal_device_error(exc: BaseException) -> bool:
     """Memory exhaustion or device loss: propagates from every rung, never a refusal."""
@@ -219,11 +254,13 @@ class Ladder:
         if backend != "auto":
             r = self.forced(backend, signature, *args, **kwargs)
             try:
-                return r.run(*args, **kwargs)
+                result = r.run(*args, **kwargs)
             except DeclinedCall as exc:
                 raise ForcedRungUnavailable(
                     f"{self.op}: the forced kernel {backend!r} declined this call for {signature} ({exc}); "
                     f"use 'auto' to let the ladder {self.names} choose") from exc
+            _note_served(self.op, r.name)
+            return result
         for i, r in enumerate(self.rungs):
             if not self._serves(r, signature, *args, **kwargs):
                 continue
@@ -254,5 +291,6 @@ class Ladder:
                         "now on. Full error: %s: %s",
                         self.op, r.name, signature, taken, type(exc).__name__, exc, level=logging.WARNING)
                 continue
+            _note_served(self.op, r.name)
             return result
         raise RuntimeError(f"{self.op}: every rung refused {signature!r}")

@@ -188,18 +188,6 @@ def test_layer_norm_rejects_a_3d_gate_as_the_device_asserts():
         emu.layer_norm_fwd_npu(x, _randn(4), None, 1e-6, z=_randn(3, 2, 4), is_rms_norm=True)
 
 
-# ----------------------------------------------------------------------------- sigmoid gate
-
-
-def test_fused_sigmoid_mul_matches_fp64():
-    x, gate = _randn(3, 8, dtype=torch.bfloat16), _randn(3, 8, dtype=torch.bfloat16, seed=1)
-    got = emu.fused_sigmoid_mul(x, gate)
-    want = x.double() * torch.sigmoid(gate.double())
-    assert got.dtype == torch.bfloat16 and torch.allclose(got.double(), want, atol=1e-2)
-    with pytest.raises(ValueError, match="same shape"):
-        emu.fused_sigmoid_mul(x, gate[:, :4])
-
-
 # ----------------------------------------------------------------------------- allocator
 
 

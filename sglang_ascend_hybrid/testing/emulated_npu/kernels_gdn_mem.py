@@ -26,7 +26,6 @@ import torch
 from sglang_ascend_hybrid.emulators.mamba_state_update import emulate_move_intermediate_cache
 
 SGL_KERNEL_NPU_COMMIT = "f425bdf1e191a7682296d3b2ed0b927d4e37d671"
-FUSED_SIGMOID_MUL_COMMIT = "5300df95a0eb63e3402309fb634216176b7c0557"
 
 
 # ----------------------------------------------------------------------------- checks
@@ -366,27 +365,6 @@ def layer_norm_fwd_npu(x, weight, bias, eps, z=None, out=None, group_size=None, 
     return out, mean, rstd
 
 
-# ----------------------------------------------------------------------------- activation/fused_sigmoid_mul.py
-
-
-def fused_sigmoid_mul(x, gate):
-    """``sgl_kernel_npu.activation.fused_sigmoid_mul.fused_sigmoid_mul``: ``x * sigmoid(gate)``.
-
-    Source: sgl-project/sgl-kernel-npu ``python/sgl_kernel_npu/sgl_kernel_npu/activation/fused_sigmoid_mul.py``
-    at 5300df95a0eb63e3402309fb634216176b7c0557 ("feat: fused kernels for Qwen3.5 35B optimization on NPU";
-    the file is not in the f425bdf1 tree).  Same-shape only (``ValueError`` with the source's text
-    otherwise); float32 math; a new tensor of ``x``'s shape and dtype (inputs made contiguous first).
-    SGLang: ``models/qwen3_5.py`` attention output gate (0.5.21-0.5.23),
-    ``npu_fused_sigmoid_mul(attn_output, gate_val.contiguous())``.
-    """
-    _require_tensor("x", x)
-    _require_tensor("gate", gate)
-    if x.shape != gate.shape:
-        raise ValueError(f"x and gate must have the same shape, got {x.shape} vs {gate.shape}")
-    x, gate = x.contiguous(), gate.contiguous()
-    return (x.float() * torch.sigmoid(gate.float())).to(x.dtype)
-
-
 # ----------------------------------------------------------------------------- mem_cache/allocator.py
 
 
@@ -505,7 +483,6 @@ OPS: dict[str, Callable] = {
         fused_gdn_gating_kernel_without_sigmoid,
     "sgl_kernel_npu.fla.l2norm:l2norm_fwd": l2norm_fwd,
     "sgl_kernel_npu.fla.layernorm_gated:layer_norm_fwd_npu": layer_norm_fwd_npu,
-    "sgl_kernel_npu.activation.fused_sigmoid_mul:fused_sigmoid_mul": fused_sigmoid_mul,
     "sgl_kernel_npu.mem_cache.allocator:alloc_extend_kernel": alloc_extend_kernel,
     "sgl_kernel_npu.mamba.mamba_state_update_triton:move_intermediate_cache": emulate_move_intermediate_cache,
 }

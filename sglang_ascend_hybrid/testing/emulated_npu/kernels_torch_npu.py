@@ -37,6 +37,15 @@ _FIA_DECODE_LAYOUT = "BSND"
 # --------------------------------------------------------------------------- checks
 
 
+def _attention_dtypes() -> tuple:
+    """fp16 / bf16, the ATB attention ops' and KV writes' dtypes; plus fp32 where the emulated device
+    is asked to widen them (``SGLANG_ASCEND_HYBRID_EMULATED_NPU_WIDEN_FP32``): an instrument for
+    fp32 numerics checks against transformers, not a contract -- on an NPU these ops refuse fp32."""
+    from sglang_ascend_hybrid.envs import ENV
+
+    return _FLOAT_DTYPES if ENV.EMULATED_NPU_WIDEN_FP32.get() else _HALF_DTYPES
+
+
 def _check_tensor(name: str, t, *, dtypes=None, dim=None) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
@@ -93,8 +102,8 @@ def _check_heads(num_heads, num_kv_heads) -> tuple[int, int]:
 
 def _check_paged_cache(key_cache, value_cache, num_kv_heads: int, dtype: torch.dtype) -> tuple[int, int, int]:
     """``[num_blocks, block_size, kv_heads, head_dim]`` K and V caches; returns (blocks, block, Dv)."""
-    _check_tensor("key_cache", key_cache, dtypes=_HALF_DTYPES, dim=4)
-    _check_tensor("value_cache", value_cache, dtypes=_HALF_DTYPES, dim=4)
+    _check_tensor("key_cache", key_cache, dtypes=_attention_dtypes(), dim=4)
+    _check_tensor("value_cache", value_cache, dtypes=_attention_dtypes(), dim=4)
     for name, cache in (("key_cache", key_cache), ("value_cache", value_cache)):
         if cache.dtype != dtype:
             raise TypeError(f"{name}: dtype {cache.dtype} differs from query dtype {dtype}")
@@ -189,7 +198,7 @@ def _check_out(out, shape_2d: tuple[int, int], shape_3d: tuple[int, int, int], d
 
 def _query_rows(query, num_heads: int, head_dim: int) -> torch.Tensor:
     """``[T, H*D]`` or ``[T, H, D]`` query as ``[T, H, D]``."""
-    _check_tensor("query", query, dtypes=_HALF_DTYPES, dim=(2, 3))
+    _check_tensor("query", query, dtypes=_attention_dtypes(), dim=(2, 3))
     expected = (num_heads * head_dim,) if query.dim() == 2 else (num_heads, head_dim)
     if tuple(query.shape[1:]) != expected:
         raise ValueError(f"query: shape {tuple(query.shape)} does not hold {num_heads} heads of dim {head_dim}")
@@ -254,7 +263,7 @@ def npu_paged_attention(query, key_cache, value_cache, num_kv_heads, num_heads, 
     if workspace is not None:
         raise ValueError(f"workspace: only None is emulated (graph capture is not), got {type(workspace).__name__}")
     num_heads, num_kv_heads = _check_heads(num_heads, num_kv_heads)
-    _check_tensor("query", query, dtypes=_HALF_DTYPES, dim=3)
+    _check_tensor("query", query, dtypes=_attention_dtypes(), dim=3)
     head_dim = _check_tensor("key_cache", key_cache, dim=4).shape[3]
     if tuple(query.shape[1:]) != (num_heads, head_dim):
         raise ValueError(f"query: shape {tuple(query.shape)}, expected [B, {num_heads}, {head_dim}]")
@@ -288,7 +297,7 @@ def _fia_unpaged(query, key, value, **kwargs):
 
 def _fia_cache_4d(name: str, cache, block_size: int, num_kv_heads: int) -> torch.Tensor:
     """SGLang's ``cache.view(-1, page_size, Hkv * D)`` as ``[blocks, page, Hkv, D]``."""
-    _check_tensor(name, cache, dtypes=_HALF_DTYPES, dim=3)
+    _check_tensor(name, cache, dtypes=_attention_dtypes(), dim=3)
     if cache.shape[1] != block_size or cache.shape[2] % num_kv_heads:
         raise ValueError(f"{name}: shape {tuple(cache.shape)}, expected [blocks, {block_size}, "
                          f"{num_kv_heads} * head_dim]")

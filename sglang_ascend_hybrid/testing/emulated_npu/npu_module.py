@@ -1,0 +1,387 @@
+"""``torch.npu`` of the emulated Ascend device: the names SGLang, the plugin and transformers read.
+
+Everything runs on the CPU: streams and events are ordered by construction (one host thread
+per stream), ``synchronize`` has nothing to wait for, memory figures are fixed, and
+:class:`NPUGraph` records the function SGLang's graph runner hands to ``_capture_graph`` and
+re-runs it at every ``replay()`` (SGLang's NPU graph runner captures by calling that function
+inside ``torch.npu.graph(...)``; ``hardware_backend/npu/graph_runner/npu_graph_runner.py``).
+What a real NPU graph would freeze -- the device work of the captured kernels -- is not
+emulated: a replay re-runs the Python forward on the tensors the capture used, so the
+"same tensors at every replay" rule is what makes its output right, as on a device.
+
+The device name is an Atlas A3 chip (``Ascend910_9391``), which the plugin's seam classifies as A3.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+import threading
+from types import SimpleNamespace
+from typing import Callable, Optional
+
+import torch
+
+DEVICE_NAME = "Ascend910_9391"
+TOTAL_MEMORY = 64 * 1024**3  # an Atlas A3 die's HBM, as torch_npu reports it
+# What mem_get_info reports free: small on purpose, so SGLang sizes its pools modestly when the
+# caller does not cap them (a CPU process cannot use 64 GiB of "device" memory).
+FREE_MEMORY = 8 * 1024**3
+
+_state = threading.local()
+_current_device = 0
+
+
+# --------------------------------------------------------------------------- device
+
+
+def is_available() -> bool:
+    return True
+
+
+def is_initialized() -> bool:
+    return True
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+def init() -> None:
+    return None
+
+
+def device_count() -> int:
+    return 1
+
+
+def current_device() -> int:
+    return _current_device
+
+
+def set_device(device) -> None:
+    global _current_device
+    index = device.index if isinstance(device, torch.device) else device
+    if isinstance(index, str):
+        index = torch.device(index).index
+    index = 0 if index is None else int(index)
+    if index != 0:
+        raise ValueError(f"set_device: device={device!r}: the emulated machine has one NPU, index 0")
+    _current_device = index
+
+
+def get_device_name(device=None) -> str:
+    return DEVICE_NAME
+
+
+def get_device_properties(device=None):
+    return SimpleNamespace(name=DEVICE_NAME, total_memory=TOTAL_MEMORY, major=9, minor=3,
+                           multi_processor_count=24, cube_core_num=24, vector_core_num=48)
+
+
+def get_device_capability(device=None) -> tuple[int, int]:
+    return (9, 3)
+
+
+def synchronize(device=None) -> None:
+    return None
+
+
+def empty_cache() -> None:
+    return None
+
+
+def mem_get_info(device=None) -> tuple[int, int]:
+    return (FREE_MEMORY, TOTAL_MEMORY)
+
+
+def memory_allocated(device=None) -> int:
+    return 0
+
+
+def max_memory_allocated(device=None) -> int:
+    return 0
+
+
+def memory_reserved(device=None) -> int:
+    return 0
+
+
+def max_memory_reserved(device=None) -> int:
+    return 0
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    return None
+
+
+def memory_stats(device=None) -> dict:
+    return {"allocated_bytes.all.current": 0, "reserved_bytes.all.current": 0}
+
+
+# "npu" tensors draw from the CPU generator, which torch.manual_seed seeds (and torch.manual_seed
+# calls these for the registered PrivateUse1 module: seeding the CPU generator here would recurse).
+def manual_seed(seed: int) -> None:
+    return None
+
+
+def manual_seed_all(seed: int) -> None:
+    return None
+
+
+def seed() -> None:
+    return None
+
+
+def initial_seed() -> int:
+    return torch.initial_seed()
+
+
+def set_compile_mode(jit_compile: bool = False) -> None:
+    return None
+
+
+def is_bf16_supported() -> bool:
+    return True
+
+
+def get_rng_state(device=None):
+    return torch.get_rng_state()
+
+
+def set_rng_state(state, device=None) -> None:
+    torch.set_rng_state(state)
+
+
+config = SimpleNamespace(allow_internal_format=False)
+utils = SimpleNamespace(get_device_name=get_device_name)
+
+
+# --------------------------------------------------------------------------- streams and events
+
+
+class Stream:
+    """A stream: work on it runs at once, in order, on the host thread."""
+
+    def __init__(self, device=None, priority: int = 0, **kwargs) -> None:
+        self.device_index = 0
+        self.priority = priority
+
+    @property
+    def device(self):
+        return torch.device("npu", self.device_index)
+
+    def synchronize(self) -> None:
+        return None
+
+    def wait_stream(self, other: "Stream") -> None:
+        return None
+
+    def wait_event(self, event: "Event") -> None:
+        return None
+
+    def record_event(self, event: Optional["Event"] = None) -> "Event":
+        event = event or Event()
+        event.record(self)
+        return event
+
+    def query(self) -> bool:
+        return True
+
+    def __eq__(self, other) -> bool:
+        return self is other
+
+    def __hash__(self) -> int:
+        return id(self)
+
+
+class Event:
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
+        self._recorded = False
+
+    def record(self, stream: Optional[Stream] = None) -> None:
+        self._recorded = True
+
+    def wait(self, stream: Optional[Stream] = None) -> None:
+        return None
+
+    def synchronize(self) -> None:
+        return None
+
+    def query(self) -> bool:
+        return True
+
+    def elapsed_time(self, end: "Event") -> float:
+        return 0.0
+
+
+_DEFAULT_STREAM: Optional[Stream] = None
+
+
+def _default() -> Stream:
+    global _DEFAULT_STREAM
+    if _DEFAULT_STREAM is None:
+        _DEFAULT_STREAM = Stream()
+    return _DEFAULT_STREAM
+
+
+def current_stream(device=None) -> Stream:
+    stack = getattr(_state, "streams", None)
+    return stack[-1] if stack else _default()
+
+
+def default_stream(device=None) -> Stream:
+    return _default()
+
+
+def set_stream(stream: Stream) -> None:
+    _state.streams = [stream]
+
+
+class StreamContext:
+    """``with torch.npu.stream(s):`` -- re-enterable (SGLang's scheduler re-enters its
+    ``forward_stream_ctx``, ``managers/scheduler.py``)."""
+
+    def __init__(self, stream: Optional[Stream]) -> None:
+        self.stream = stream
+
+    def __enter__(self):
+        stack = getattr(_state, "streams", None)
+        if stack is None:
+            stack = _state.streams = []
+        stack.append(self.stream or current_stream())
+        return self.stream
+
+    def __exit__(self, *exc) -> None:
+        _state.streams.pop()
+
+
+def stream(s: Optional[Stream]) -> StreamContext:
+    return StreamContext(s)
+
+
+# --------------------------------------------------------------------------- graphs
+
+
+class NPUGraph:
+    """Records the function captured inside :func:`graph` and re-runs it at ``replay()``."""
+
+    def __init__(self) -> None:
+        self._replay: Optional[Callable[[], object]] = None
+        self.captures = 0
+        self.replays = 0
+
+    def capture_begin(self, *args, **kwargs) -> None:
+        return None
+
+    def capture_end(self) -> None:
+        return None
+
+    def set_replay(self, fn: Callable[[], object]) -> None:
+        self._replay = fn
+        self.captures += 1
+
+    def replay(self) -> None:
+        if self._replay is None:
+            raise RuntimeError("NPUGraph.replay(): nothing was captured (the emulated device records the "
+                               "function SGLang's graph runner runs inside torch.npu.graph)")
+        self.replays += 1
+        self._replay()
+
+    def update(self, cpu_update_input=None, **kwargs) -> None:
+        """torch_npu's graph-parameter update (sequence lengths of paged attention): the replayed
+        forward reads the updated metadata tensors itself, so there is nothing to patch."""
+        return None
+
+    def reset(self) -> None:
+        self._replay = None
+
+    def pool(self):
+        return ("emulated-npu-graph-pool", id(self))
+
+
+class graph:  # noqa: N801  (torch.npu.graph is a class used as a context manager)
+    """``with torch.npu.graph(g, pool=..., stream=...):`` -- the body runs once, eagerly."""
+
+    def __init__(self, npu_graph: NPUGraph, pool=None, stream: Optional[Stream] = None,
+                 capture_error_mode: str = "global", **kwargs) -> None:
+        self.npu_graph = npu_graph
+        self.stream_ctx = StreamContext(stream)
+
+    def __enter__(self):
+        self.stream_ctx.__enter__()
+        self.npu_graph.capture_begin()
+        return self.npu_graph
+
+    def __exit__(self, *exc) -> None:
+        self.npu_graph.capture_end()
+        self.stream_ctx.__exit__(*exc)
+        if exc[0] is None:
+            self.npu_graph.set_replay(_captured_replay(sys._getframe(1)))
+
+
+def _captured_replay(frame) -> Callable[[], None]:
+    """What a replay re-runs: the function SGLang's ``_capture_graph(graph, pool, stream, run_once_fn)``
+    called inside the ``with`` (its local ``run_once_fn``), whose fresh outputs are copied into the
+    tensors the capture returned (its local ``out``), as a replayed device graph writes its
+    captured output buffers."""
+    run = frame.f_locals.get("run_once_fn")
+    captured = frame.f_locals.get("out")
+    if run is None or captured is None:
+        raise RuntimeError(
+            f"emulated torch.npu.graph: the capturing frame {frame.f_code.co_name!r} "
+            f"({frame.f_code.co_filename}:{frame.f_lineno}) has no local 'run_once_fn' / 'out'; the graph "
+            "stand-in follows SGLang's NPU graph runner's _capture_graph and cannot replay this capture")
+
+    def replay() -> None:
+        copy_into(captured, run())
+
+    return replay
+
+
+def copy_into(dst, src) -> None:
+    """Copy ``src``'s tensors into ``dst``'s, structure by structure (tensors, tuples / lists,
+    dicts, dataclass-like objects); a mismatch of structure or shape is an error."""
+    if isinstance(dst, torch.Tensor):
+        if not isinstance(src, torch.Tensor) or src.shape != dst.shape:
+            raise RuntimeError(f"emulated graph replay: output {getattr(src, 'shape', type(src))} does not match "
+                               f"the captured {tuple(dst.shape)}")
+        dst.copy_(src)
+    elif isinstance(dst, (tuple, list)):
+        for d, s in zip(dst, src, strict=True):
+            copy_into(d, s)
+    elif isinstance(dst, dict):
+        for key, d in dst.items():
+            copy_into(d, src[key])
+    elif dataclasses.is_dataclass(dst):
+        for field in dataclasses.fields(dst):
+            d = getattr(dst, field.name)
+            if d is not None:
+                copy_into(d, getattr(src, field.name))
+    elif hasattr(dst, "tensors"):  # SGLang's PPProxyTensors
+        copy_into(dst.tensors, src.tensors)
+
+
+def graph_pool_handle():
+    return ("emulated-npu-graph-pool", 0)
+
+
+def is_current_stream_capturing() -> bool:
+    return False
+
+
+# --------------------------------------------------------------------------- misc
+
+
+class _Amp:
+    @staticmethod
+    def autocast(*args, **kwargs):
+        return contextlib.nullcontext()
+
+
+amp = _Amp()
+
+
+def _lazy_init() -> None:
+    return None

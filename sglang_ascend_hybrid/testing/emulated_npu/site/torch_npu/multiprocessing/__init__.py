@@ -1,0 +1,1 @@
+"""``torch_npu.multiprocessing`` of the emulated Ascend device."""

@@ -1,0 +1,1 @@
+"""Imported by SGLang for its side effect on a real torchair; nothing to patch here."""
