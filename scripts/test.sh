@@ -33,7 +33,7 @@ for release in $releases; do
   venv="$(venv_for "$release")"
   echo "=== SGLang $release ($venv)"
   rc=0
-  "$venv/bin/python" -m pytest -n "${PYTEST_WORKERS:-2}" -q -p no:cacheprovider "$@" tests 2>&1 |
+  "$venv/bin/python" -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadgroup -q -p no:cacheprovider "$@" tests 2>&1 |
     tee "$logs/$release.log" || rc=$?
   [ "$rc" -eq 0 ] || status=1
   counts="$(grep -E '^[0-9]+ (passed|failed|error)|^=+ .*(passed|failed|error)' "$logs/$release.log" | tail -1 | tr -d '=' | sed 's/^ *//')"

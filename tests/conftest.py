@@ -89,6 +89,9 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "base_release_only: checks something no SGLang release changes (a benchmark script's "
         "output format); runs in the base release's environment (constraints.txt) only, for CI time")
+    config.addinivalue_line(
+        "markers", "runtime: the runtime tier -- SGLang's real Engine / server with the plugin on the emulated "
+        "Ascend device (tests/runtime); select with -m runtime, leave out with -m 'not runtime'")
 
 
 def _is_base_release() -> bool:
