@@ -27,13 +27,22 @@ def _torch_paths(model) -> None:
                 setattr(module, name, fn.__wrapped__)
 
 
+def _load(transformers, path: str, dtype):
+    """The checkpoint's transformers model: a causal LM, or an image-text-to-text model (LFM2-VL)
+    whose text requests run through its language model."""
+    config = transformers.AutoConfig.from_pretrained(path)
+    auto = transformers.AutoModelForCausalLM
+    if type(config) not in auto._model_mapping:
+        auto = transformers.AutoModelForImageTextToText
+    return auto.from_pretrained(path, torch_dtype=dtype, attn_implementation="eager").eval()
+
+
 def run(spec: dict) -> dict:
     import torch
     import transformers
 
     dtype = getattr(torch, spec.get("dtype", "float32"))
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        spec["model_path"], torch_dtype=dtype, attn_implementation="eager").eval()
+    model = _load(transformers, spec["model_path"], dtype)
     _torch_paths(model)
     rows = []
     with torch.no_grad():
