@@ -66,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "else float32); decides which GDN kernels can serve")
     st = sub.add_parser("selftest", help="check the plugin's ops against the pure-torch references on a device")
     add_selftest_arguments(st)
+    r = sub.add_parser("rehearse", help="rehearse a launch on the emulated Ascend device (CPU): a tiny model of "
+                       "the config, SGLang's real Engine with your flags, compared with transformers",
+                       usage=f"{PROG} rehearse --model-path DIR [sglang flags ...]")
+    r.add_argument("--model-path", required=True, help="a directory holding the model's config.json")
     return parser
 
 
@@ -89,7 +93,10 @@ def invalid_settings(command: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "rehearse":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     import logging
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -108,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
         from sglang_ascend_hybrid import selftest
 
         return selftest.main(args)
+    if args.command == "rehearse":  # test and rehearsal tooling: the emulated device, in child processes
+        from sglang_ascend_hybrid.testing.runtime import rehearse
+
+        return rehearse.main(args, extra)
     return 2
 
 

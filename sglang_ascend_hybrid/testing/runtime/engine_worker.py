@@ -1,7 +1,8 @@
 """Run one ``sglang.Engine`` on the emulated Ascend device and write what it answered.
 
 ``python -m sglang_ascend_hybrid.testing.runtime.engine_worker SPEC OUT``: SPEC is a JSON file
-``{"engine": {ServerArgs keywords}, "rounds": [[{"input_ids": [...], "max_new_tokens": n}, ...], ...],
+``{"engine": {ServerArgs keywords}`` (or ``"argv": [command-line flags]``, parsed by SGLang's own
+parser), ``"rounds": [[{"input_ids": [...], "max_new_tokens": n}, ...], ...],
 "top_logprobs": k}``; each round is one ``generate`` call (a batch), rounds run in order, so a later
 round can hit the radix cache an earlier one filled.  OUT receives ``{"startup_s", "rounds": [[{
 "output_ids", "logprobs", "top_logprobs", "cached_tokens", "finish_reason"}, ...]], "round_s",
@@ -39,10 +40,17 @@ def run(spec: dict) -> dict:
     import sglang
 
     t0 = time.perf_counter()
-    engine = sglang.Engine(**spec["engine"])
+    asked = None
+    if "argv" in spec:  # an operator's command-line flags, parsed by SGLang's own parser
+        server_args, asked = _server_args_from_argv(spec["argv"])
+        engine = sglang.Engine(server_args=server_args)
+    else:
+        engine = sglang.Engine(**spec["engine"])
     result = {"startup_s": time.perf_counter() - t0, "rounds": [], "round_s": []}
     try:
         result["server_args"] = {k: _jsonable(v) for k, v in vars(engine.server_args).items()}
+        if asked is not None:
+            result["adjusted"] = adjusted(asked, result["server_args"])
         for batch in spec["rounds"]:
             t0 = time.perf_counter()
             outs = engine.generate(
@@ -55,6 +63,42 @@ def run(spec: dict) -> dict:
     finally:
         engine.shutdown()
     return result
+
+
+# Settings worth reporting when SGLang or the plugin resolved them from "unset" at startup.
+RESOLVED_FIELDS = ("page_size", "attention_backend", "mamba_scheduler_strategy", "mamba_ssm_dtype",
+                   "disable_radix_cache", "chunked_prefill_size", "max_running_requests", "disable_cuda_graph",
+                   "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+                   "speculative_num_draft_tokens", "max_mamba_cache_size")
+
+
+def _server_args_from_argv(argv: list[str]):
+    """SGLang's ServerArgs from command-line flags, and the values as the flags asked (before
+    SGLang's and the plugin's startup resolution)."""
+    import argparse
+
+    from sglang.srt.plugins import load_plugins
+    from sglang.srt.server_args import ServerArgs
+
+    load_plugins()  # as `sglang serve` does before it builds its parser (the plugin's backend name)
+    parser = argparse.ArgumentParser(prog="sglang serve")
+    ServerArgs.add_cli_args(parser)
+    namespace = parser.parse_args(argv)
+    asked = {k: _jsonable(v) for k, v in vars(namespace).items()}
+    return ServerArgs.from_cli_args(namespace), asked
+
+
+def adjusted(asked: dict, final: dict) -> list[list]:
+    """``[field, asked, final]`` for every setting whose final value differs from what the flags asked
+    (an unset one only among :data:`RESOLVED_FIELDS`)."""
+    out = []
+    for name, want in sorted(asked.items()):
+        if name not in final or final[name] == want:
+            continue
+        if want is None and name not in RESOLVED_FIELDS:
+            continue
+        out.append([name, want, final[name]])
+    return out
 
 
 def _jsonable(value):

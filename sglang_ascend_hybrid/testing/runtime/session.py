@@ -53,6 +53,7 @@ class Served:
     server_args: dict
     log: str
     records: list[dict] = field(default_factory=list)
+    adjusted: list = field(default_factory=list)  # [setting, asked, final] (runs configured by argv)
 
     def requests(self) -> list[dict]:
         return [r for batch in self.rounds for r in batch]
@@ -91,14 +92,21 @@ def _run(module: str, spec: dict, env: dict, timeout: float, what: str) -> tuple
 
 
 def serve(model_path: str, rounds: Sequence[Sequence[Request]], *, engine_args: Optional[dict] = None,
-          env_extra: Optional[dict] = None, timeout: float = 600.0, top_logprobs: int = 2) -> Served:
-    """Serve ``rounds`` of greedy requests with SGLang's Engine on the emulated device."""
-    engine = {"model_path": model_path, "device": "npu", "attention_backend": "ascend_hybrid",
-              "skip_tokenizer_init": True, "log_level": "info", "random_seed": 0}
-    engine.update(engine_args or {})
-    spec = {"engine": engine, "top_logprobs": top_logprobs,
-            "rounds": [[{"input_ids": r.input_ids, "max_new_tokens": r.max_new_tokens} for r in batch]
-                       for batch in rounds]}
+          argv: Optional[Sequence[str]] = None, env_extra: Optional[dict] = None, timeout: float = 600.0,
+          top_logprobs: int = 2) -> Served:
+    """Serve ``rounds`` of greedy requests with SGLang's Engine on the emulated device, configured by
+    ``engine_args`` (Engine keywords) or ``argv`` (command-line flags through SGLang's own parser;
+    ``--model-path`` is given here)."""
+    spec: dict = {"top_logprobs": top_logprobs,
+                  "rounds": [[{"input_ids": r.input_ids, "max_new_tokens": r.max_new_tokens} for r in batch]
+                             for batch in rounds]}
+    if argv is not None:
+        spec["argv"] = ["--model-path", model_path, *argv]
+    else:
+        engine = {"model_path": model_path, "device": "npu", "attention_backend": "ascend_hybrid",
+                  "skip_tokenizer_init": True, "log_level": "info", "random_seed": 0}
+        engine.update(engine_args or {})
+        spec["engine"] = engine
     with tempfile.TemporaryDirectory(prefix="emulated-npu-records-") as tmp:
         records_path = os.path.join(tmp, "records.jsonl")
         env = runtime_env.environment(kernel_tree_dir(), records=records_path)
@@ -109,7 +117,8 @@ def serve(model_path: str, rounds: Sequence[Sequence[Request]], *, engine_args: 
         if os.path.exists(records_path):
             with open(records_path, encoding="utf-8") as fh:
                 records = [json.loads(line) for line in fh if line.strip()]
-    return Served(out["rounds"], out["startup_s"], out["round_s"], out.get("server_args", {}), log, records)
+    return Served(out["rounds"], out["startup_s"], out["round_s"], out.get("server_args", {}), log, records,
+                  out.get("adjusted", []))
 
 
 def reference(model_path: str, served: Served, rounds: Sequence[Sequence[Request]], *, dtype: str = "float32",
