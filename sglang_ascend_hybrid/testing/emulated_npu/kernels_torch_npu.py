@@ -22,7 +22,7 @@ naming the argument otherwise. The norms, SwiGLU and rotary ops follow the docum
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 
@@ -32,6 +32,7 @@ _ATB_MASK_LEN = 128
 _FIA_MASK_LEN = 2048
 _FIA_EXTEND_LAYOUT = "TND"
 _FIA_DECODE_LAYOUT = "BSND"
+_FIA_GRAPH_DECODE_LAYOUT = "BSH"
 
 
 # --------------------------------------------------------------------------- checks
@@ -318,10 +319,15 @@ def _fia_query_lens(layout: str, query, actual_seq_lengths, batch_rows: int) -> 
     return [e - s for s, e in zip([0] + ends[:-1], ends)]
 
 
-def npu_fused_infer_attention_score(query, key, value, *, atten_mask=None, actual_seq_lengths=None,
-                                    actual_seq_lengths_kv=None, block_table=None, num_heads=1, scale=1.0,
-                                    input_layout="BSH", num_key_value_heads=0, sparse_mode=0, block_size=0,
-                                    **unmodelled):
+def npu_fused_infer_attention_score(query, key, value, **kwargs):
+    """``torch_npu.npu_fused_infer_attention_score``: :func:`_fia` with the arguments a replayed NPU graph
+    passes (``actual_seq_lengths_kv`` as ``NPUGraph.update`` rebound it, torch_npu's IFA graph handler)."""
+    return _fia(query, key, value, **_graph_rebound("npu_fused_infer_attention_score", kwargs))
+
+
+def _fia(query, key, value, *, atten_mask=None, actual_seq_lengths=None, actual_seq_lengths_kv=None,
+         block_table=None, num_heads=1, scale=1.0, input_layout="BSH", num_key_value_heads=0, sparse_mode=0,
+         block_size=0, **unmodelled):
     """``torch_npu.npu_fused_infer_attention_score`` with a paged KV cache (``block_table``).
 
     Source: op-plugin 517f2e7d ``op_plugin/config/op_plugin_functions.yaml`` (signature) and
@@ -333,7 +339,8 @@ def npu_fused_infer_attention_score(query, key, value, *, atten_mask=None, actua
     * extend: ``input_layout="TND"``, query ``[T, H, D]``, key/value ``[blocks, page, Hkv*D]``,
       ``atten_mask`` = the 2048x2048 bool upper-triangular mask, ``sparse_mode=3``,
       ``actual_seq_lengths`` = cumulative query ends, ``actual_seq_lengths_kv`` = per-sequence KV lengths;
-    * decode: ``input_layout="BSND"``, query ``[B, 1, H, D]``, no mask, ``sparse_mode=0``.
+    * decode: ``input_layout="BSND"``, query ``[B, 1, H, D]``, no mask, ``sparse_mode=0``;
+    * graph decode (the ``.out`` form, ASCEND_USE_FIA unset): ``input_layout="BSH"``, see :func:`_fia_bsh_decode`.
 
     Calls without ``block_table`` go to :mod:`sglang_ascend_hybrid.emulators.fused_infer_attention`.
     Any other argument set raises. Returns ``(out, zeros(1) fp32)``, ``out`` shaped like the query
@@ -348,8 +355,14 @@ def npu_fused_infer_attention_score(query, key, value, *, atten_mask=None, actua
         raise ValueError(f"{sorted(unmodelled)}: not emulated with block_table (SGLang never passes them)")
     num_heads, num_kv_heads = _check_heads(num_heads, num_key_value_heads)
     block_size = _check_int("block_size", block_size)
+    if input_layout == _FIA_GRAPH_DECODE_LAYOUT:
+        return _fia_bsh_decode(query, key, value, atten_mask=atten_mask, actual_seq_lengths=actual_seq_lengths,
+                               actual_seq_lengths_kv=actual_seq_lengths_kv, block_table=block_table,
+                               num_heads=num_heads, num_kv_heads=num_kv_heads, scale=scale,
+                               sparse_mode=sparse_mode, block_size=block_size)
     if input_layout not in (_FIA_EXTEND_LAYOUT, _FIA_DECODE_LAYOUT):
-        raise ValueError(f"input_layout: {input_layout!r}, expected 'TND' (extend) or 'BSND' (decode)")
+        raise ValueError(f"input_layout: {input_layout!r}, expected 'TND' (extend), 'BSND' (decode) or 'BSH' "
+                         "(graph decode)")
     is_extend = input_layout == _FIA_EXTEND_LAYOUT
     if sparse_mode != (3 if is_extend else 0):
         raise ValueError(f"sparse_mode: {sparse_mode!r}, SGLang's {input_layout} call uses {3 if is_extend else 0}")
@@ -380,6 +393,87 @@ def npu_fused_infer_attention_score(query, key, value, *, atten_mask=None, actua
     return out, torch.zeros(1, dtype=torch.float32)
 
 
+def _graph_rebound(op: str, kwargs: dict) -> dict:
+    """``kwargs`` as a replayed NPU graph passes them to ``op`` (what ``NPUGraph.update`` rebound)."""
+    from sglang_ascend_hybrid.testing.emulated_npu import npu_module
+
+    return npu_module.graph_op_arguments(op, kwargs)
+
+
+def _fia_bsh_decode(query, key, value, *, atten_mask, actual_seq_lengths, actual_seq_lengths_kv, block_table,
+                    num_heads, num_kv_heads, scale, sparse_mode, block_size):
+    """FIA's ``input_layout="BSH"`` paged decode: SGLang's graph decode (``ascend_backend.py``
+    forward_decode_graph, 0.5.23): query ``[B, 1, H*D]``, key/value ``[blocks, page, Hkv*D]`` (the
+    doc's BnBsH cache, which BSH requires), no mask, ``sparse_mode=0``. A KV length of 0 -- SGLang's
+    graph padding rows (``get_cuda_graph_seq_len_fill_value`` is 0 on Ascend) -- gives a zero row, as
+    the doc's empty-KV rule ("key/value 为空（S2=0）则 attention_out 按对应shape返回全0") does for the
+    whole batch. Returns ``(out [B, 1, H*Dv], zeros(1) fp32)``."""
+    if atten_mask is not None or sparse_mode != 0 or actual_seq_lengths is not None:
+        raise ValueError(f"BSH decode: atten_mask={type(atten_mask).__name__}, sparse_mode={sparse_mode!r}, "
+                         f"actual_seq_lengths={actual_seq_lengths!r}; SGLang's graph decode passes None / 0 / None")
+    k4 = _fia_cache_4d("key", key, block_size, num_kv_heads)
+    v4 = _fia_cache_4d("value", value, block_size, num_kv_heads)
+    _check_same_dtype("value", value, "key", key)
+    _check_tensor("query", query, dtypes=(key.dtype,), dim=3)
+    if query.shape[1] != 1 or query.shape[2] != num_heads * k4.shape[3]:
+        raise ValueError(f"query: shape {tuple(query.shape)}, expected [B, 1, {num_heads} * {k4.shape[3]}]")
+    kv_lens = _int_list("actual_seq_lengths_kv", actual_seq_lengths_kv)
+    batch = query.shape[0]
+    if len(kv_lens) != batch or any(n < 0 for n in kv_lens):
+        raise ValueError(f"actual_seq_lengths_kv: {kv_lens}, expected {batch} lengths >= 0")
+    _check_block_table(block_table, batch, kv_lens, block_size, k4.shape[0])
+    rows = query.reshape(batch, num_heads, k4.shape[3])
+    out = torch.zeros(batch, num_heads, v4.shape[3], dtype=torch.float32)
+    live = [b for b, n in enumerate(kv_lens) if n > 0]
+    if live:
+        index = torch.tensor(live)
+        out[index] = _paged_attention_rows(rows[index], k4, v4, block_table[index], [1] * len(live),
+                                           [kv_lens[b] for b in live], _scale("scale", scale), causal=False)
+    return out.to(query.dtype).reshape(batch, 1, num_heads * v4.shape[3]), torch.zeros(1, dtype=torch.float32)
+
+
+def npu_fused_infer_attention_score_get_max_workspace(query, key, value, **kwargs) -> torch.Tensor:
+    """``torch_npu._npu_fused_infer_attention_score_get_max_workspace``: the workspace the ``.out`` call
+    takes (op-plugin 517f2e7d ``op_plugin/config/op_plugin_functions.yaml``: same arguments as the op,
+    returns a Tensor; ``test/test_custom_ops/test_npu_fused_infer_attention_score_with_workspace.py``).
+    Its content is the kernel's scratch: the emulated one is a 1-element uint8 tensor the ``.out``
+    emulator asks for and never reads. The arguments are checked by running the op's emulator."""
+    _fia(query, key, value, **kwargs)
+    return torch.zeros(1, dtype=torch.uint8)
+
+
+def npu_fused_infer_attention_score_out(query, key, value, *, workspace=None, out=None, softmax_lse_flag=False,
+                                        **kwargs):
+    """``torch_npu.npu_fused_infer_attention_score.out``: the op writing ``out=[attention_out, softmax_lse]``
+    (op-plugin 517f2e7d ``op_plugin_functions.yaml``: ``... Tensor? workspace=None, Tensor(a!) attention_out,
+    Tensor(b!) softmax_lse``); SGLang's graph decode (``ascend_backend.py`` forward_decode_graph) passes a
+    workspace from ``_npu_fused_infer_attention_score_get_max_workspace`` and ``softmax_lse`` of shape (1,)
+    (``softmax_lse_flag`` False: a (1,) zero, per the doc). STRICT: ``out`` two contiguous tensors of the
+    result's shape / dtype and (1,) fp32. Returns ``out``."""
+    if softmax_lse_flag:
+        raise ValueError("softmax_lse_flag: only False is emulated (SGLang's graph decode does not ask the LSE)")
+    if not isinstance(workspace, torch.Tensor):
+        raise ValueError(f"workspace: expected the tensor _npu_fused_infer_attention_score_get_max_workspace "
+                         f"returned, got {type(workspace).__name__}")
+    if not isinstance(out, (list, tuple)) or len(out) != 2:
+        raise ValueError(f"out: expected [attention_out, softmax_lse], got {type(out).__name__}")
+    result, _ = _fia(query, key, value, **_graph_rebound("npu_fused_infer_attention_score.out", kwargs))
+    attention_out, softmax_lse = out
+    _check_tensor("attention_out", attention_out, dtypes=(result.dtype,))
+    if tuple(attention_out.shape) != tuple(result.shape):
+        raise ValueError(f"attention_out: shape {tuple(attention_out.shape)}, expected {tuple(result.shape)}")
+    _check_contiguous("attention_out", attention_out)
+    _check_tensor("softmax_lse", softmax_lse, dtypes=(torch.float32, query.dtype))
+    if softmax_lse.numel() != 1:
+        raise ValueError(f"softmax_lse: shape {tuple(softmax_lse.shape)}, expected (1,) without softmax_lse_flag")
+    attention_out.copy_(result)
+    softmax_lse.zero_()
+    return out
+
+
+npu_fused_infer_attention_score.out = npu_fused_infer_attention_score_out
+
+
 # --------------------------------------------------------------------------- KV-cache writes
 
 
@@ -391,7 +485,10 @@ def npu_reshape_and_cache(key, value, key_cache, value_cache, slot_indices) -> N
     is block ``s // block_size``, offset ``s % block_size``). Closed ATB kernel: STRICT to SGLang's call
     (``memory_pool_npu.py`` set_kv_buffer, 0.5.20 - 0.5.23): key ``[N, Hkv, D]``, value ``[N, Hkv, Dv]``,
     caches ``[blocks, page, Hkv, D]`` of the same dtype, ``slot_indices`` int32 ``[N]`` of distinct slots
-    inside the cache (the op's behaviour on repeated slots is not documented). Returns None.
+    inside the cache (the op's behaviour on repeated slots is not documented), except SGLang's padding slot 0
+    (``memory_pool_npu.py``: "The padded slot 0 is used for writing dummy outputs from padded tokens"; graph
+    capture and padded graph replays write every padded token there): slot 0 may repeat, and its content is
+    then undefined, so it is filled with NaN (float caches) where a read of it would show. Returns None.
     """
     _check_tensor("key", key, dtypes=_FLOAT_DTYPES + (torch.int8,), dim=3)
     _check_tensor("value", value, dim=3)
@@ -406,18 +503,24 @@ def npu_reshape_and_cache(key, value, key_cache, value_cache, slot_indices) -> N
     if key_cache.shape[:2] != value_cache.shape[:2]:
         raise ValueError(f"value_cache: blocks {tuple(value_cache.shape[:2])} differ from key_cache's "
                          f"{tuple(key_cache.shape[:2])}")
-    _check_slots("slot_indices", slot_indices, key_cache.shape[0] * key_cache.shape[1])
+    _check_slots("slot_indices", slot_indices, key_cache.shape[0] * key_cache.shape[1], padding_slot=0)
     slots = slot_indices.long()
     key_cache.view(-1, *key_cache.shape[2:])[slots] = key
     value_cache.view(-1, *value_cache.shape[2:])[slots] = value
+    if int((slots == 0).sum()) > 1:  # several padded tokens wrote the padding slot: which one landed is undefined
+        for cache in (key_cache, value_cache):
+            if cache.is_floating_point():
+                cache.view(-1, *cache.shape[2:])[0] = float("nan")
 
 
-def _check_slots(name: str, slots: torch.Tensor, capacity: int) -> None:
+def _check_slots(name: str, slots: torch.Tensor, capacity: int, padding_slot: Optional[int] = None) -> None:
     if slots.numel() == 0:
         return
     low, high = int(slots.min()), int(slots.max())
     if low < 0 or high >= capacity:
         raise ValueError(f"{name}: values in [{low}, {high}], expected within [0, {capacity})")
+    if padding_slot is not None:
+        slots = slots[slots != padding_slot]
     if torch.unique(slots).numel() != slots.numel():
         raise ValueError(f"{name}: repeated slots {slots.tolist()}; the op's order on duplicates is undocumented")
 
@@ -638,6 +741,7 @@ TORCH_NPU: dict[str, Callable] = {
     "_npu_flash_attention_qlens": npu_flash_attention_qlens,
     "_npu_paged_attention": npu_paged_attention,
     "npu_fused_infer_attention_score": npu_fused_infer_attention_score,
+    "_npu_fused_infer_attention_score_get_max_workspace": npu_fused_infer_attention_score_get_max_workspace,
     "_npu_reshape_and_cache": npu_reshape_and_cache,
     "npu_scatter_nd_update_": npu_scatter_nd_update_,
     "npu_format_cast": npu_format_cast,

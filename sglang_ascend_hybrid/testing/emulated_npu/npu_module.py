@@ -263,17 +263,47 @@ def stream(s: Optional[Stream]) -> StreamContext:
 
 # --------------------------------------------------------------------------- graphs
 
+# The ops torch_npu's graph handlers record under ``auto_dispatch_capture`` and ``NPUGraph.update`` can
+# rebind (torch_npu ``torch_npu/npu/_npugraph_handlers/ifa_handler.py`` and ``simple_handler.py``,
+# Ascend/pytorch), with the parameter each handler's ``update_args`` also rebinds by position.
+UPDATABLE_OPS = {
+    "npu_fused_infer_attention_score": "actual_seq_lengths_kv",
+    "npu_fused_infer_attention_score.out": "actual_seq_lengths_kv",
+    "_npu_paged_attention": "context_lens",
+}
+# How long a replayed updatable op waits for the NPUGraph.update that releases it (a device would hang).
+UPDATE_WAIT_S = 60.0
+
+
+@dataclasses.dataclass
+class _OpRecord:
+    """One updatable op call a capture recorded (torch_npu's ``_GraphDispatchRecord``)."""
+
+    op: str
+    kwargs: dict
+    released: threading.Event = dataclasses.field(default_factory=threading.Event)
+
 
 class NPUGraph:
-    """Records the function captured inside :func:`graph` and re-runs it at ``replay()``."""
+    """Records the function captured inside :func:`graph` and re-runs it at ``replay()``.
+
+    With ``auto_dispatch_capture=True`` the capture also records each call of an op in
+    :data:`UPDATABLE_OPS` (torch_npu's ``_GraphDispatchMode``); ``update(cpu_update_input)`` rebinds
+    their arguments as torch_npu's ``update_capture_record`` does, and a replayed call of such an op
+    waits for the update that releases it (the captured external event), then runs with the rebound
+    arguments instead of those the re-run forward passes.
+    """
 
     def __init__(self) -> None:
         self._replay: Optional[Callable[[], object]] = None
+        self.auto_dispatch_capture = False
+        self.records: list[_OpRecord] = []
         self.captures = 0
         self.replays = 0
+        self.updates = 0
 
     def capture_begin(self, *args, **kwargs) -> None:
-        return None
+        self.records = []
 
     def capture_end(self) -> None:
         return None
@@ -281,58 +311,133 @@ class NPUGraph:
     def set_replay(self, fn: Callable[[], object]) -> None:
         self._replay = fn
         self.captures += 1
+        _count("captures")
 
     def replay(self) -> None:
         if self._replay is None:
             raise RuntimeError("NPUGraph.replay(): nothing was captured (the emulated device records the "
                                "function SGLang's graph runner runs inside torch.npu.graph)")
         self.replays += 1
-        self._replay()
+        _count("replays")
+        previous = getattr(_state, "replaying", None)
+        _state.replaying = [self, 0]
+        try:
+            self._replay()
+            if _state.replaying[1] != len(self.records):
+                raise RuntimeError(f"emulated NPUGraph replay: the re-run forward called {_state.replaying[1]} "
+                                   f"updatable ops, the capture recorded {len(self.records)}")
+        finally:
+            _state.replaying = previous
 
     def update(self, cpu_update_input=None, **kwargs) -> None:
-        """torch_npu's graph-parameter update (sequence lengths of paged attention): the replayed
-        forward reads the updated metadata tensors itself, so there is nothing to patch."""
-        return None
+        """torch_npu's ``NPUGraph.update`` / ``_GraphDispatchMode.update_capture_record`` (Ascend/pytorch
+        ``torch_npu/npu/graphs.py``): needs ``auto_dispatch_capture``; one dict applies to every recorded
+        op, otherwise one dict per recorded op; each key an op has is rebound; then the op is released."""
+        if not self.auto_dispatch_capture:
+            raise RuntimeError("NPUGraph.update: the graph was not captured with auto_dispatch_capture=True")
+        updates = list(cpu_update_input or [])
+        if len(updates) == 1:
+            updates = [dict(updates[0]) for _ in self.records]
+        if len(updates) != len(self.records):
+            raise RuntimeError(f"NPUGraph.update: {len(self.records)} recorded ops, {len(updates)} inputs")
+        for record, update in zip(self.records, updates):
+            for key, value in update.items():
+                if key in record.kwargs or key == UPDATABLE_OPS[record.op]:
+                    record.kwargs[key] = value
+            record.released.set()
+        self.updates += 1
+        _count("updates")
 
     def reset(self) -> None:
         self._replay = None
+        self.records = []
 
     def pool(self):
         return ("emulated-npu-graph-pool", id(self))
 
 
+def graph_op_arguments(op: str, kwargs: dict) -> dict:
+    """The keyword arguments an op emulator runs with: ``kwargs`` outside graphs; recorded at a capture
+    (for ops in :data:`UPDATABLE_OPS`); at a replay, the recorded call's arguments as the last
+    ``NPUGraph.update`` rebound them, once that update released the call."""
+    if op not in UPDATABLE_OPS:
+        return kwargs
+    capturing = getattr(_state, "capturing", None)
+    replaying = getattr(_state, "replaying", None)
+    if replaying is not None:
+        npu_graph, index = replaying
+        if not npu_graph.auto_dispatch_capture:
+            return kwargs
+        if index >= len(npu_graph.records) or npu_graph.records[index].op != op:
+            raise RuntimeError(f"emulated NPUGraph replay: call {index} is {op}, the capture recorded "
+                               f"{[r.op for r in npu_graph.records]}")
+        record = npu_graph.records[index]
+        replaying[1] += 1
+        if not record.released.wait(UPDATE_WAIT_S):
+            raise RuntimeError(f"emulated NPUGraph replay: {op} (recorded call {index}) waited {UPDATE_WAIT_S} s for "
+                               "the NPUGraph.update that releases it (the captured event; a device would hang)")
+        record.released.clear()
+        key = UPDATABLE_OPS[op]  # the rebindable argument; the others are the re-run forward's (see the docstring)
+        return {**kwargs, key: record.kwargs[key]} if key in record.kwargs else kwargs
+    if capturing is not None and capturing.auto_dispatch_capture:
+        capturing.records.append(_OpRecord(op, dict(kwargs)))
+    return kwargs
+
+
+# per-process counts of graph captures / replays / updates, for the records file (see :func:`_count`)
+COUNTS = {"captures": 0, "replays": 0, "updates": 0}
+
+
+def _count(what: str) -> None:
+    COUNTS[what] += 1
+    n = COUNTS[what]
+    if what == "captures" or n & (n - 1) == 0:  # every capture; replays / updates at 1, 2, 4, 8, ...
+        from sglang_ascend_hybrid.testing.emulated_npu import surface
+
+        surface.record("npu-graph", what, count=n)
+
+
 class graph:  # noqa: N801  (torch.npu.graph is a class used as a context manager)
-    """``with torch.npu.graph(g, pool=..., stream=...):`` -- the body runs once, eagerly."""
+    """``with torch.npu.graph(g, pool=..., stream=..., auto_dispatch_capture=...):`` -- the body runs
+    once, eagerly; its updatable op calls are recorded when ``auto_dispatch_capture``."""
 
     def __init__(self, npu_graph: NPUGraph, pool=None, stream: Optional[Stream] = None,
-                 capture_error_mode: str = "global", **kwargs) -> None:
+                 capture_error_mode: str = "global", auto_dispatch_capture: bool = False, **kwargs) -> None:
         self.npu_graph = npu_graph
         self.stream_ctx = StreamContext(stream)
+        npu_graph.auto_dispatch_capture = bool(auto_dispatch_capture)
 
     def __enter__(self):
         self.stream_ctx.__enter__()
         self.npu_graph.capture_begin()
+        self._previous = getattr(_state, "capturing", None)
+        _state.capturing = self.npu_graph
         return self.npu_graph
 
     def __exit__(self, *exc) -> None:
+        _state.capturing = self._previous
         self.npu_graph.capture_end()
         self.stream_ctx.__exit__(*exc)
         if exc[0] is None:
             self.npu_graph.set_replay(_captured_replay(sys._getframe(1)))
 
 
+# the local names of the function SGLang's capturing frame runs inside ``torch.npu.graph``:
+# ``NPUCudaGraphBackend.capture_one`` (0.5.23: ``forward_fn``), ``NPUGraphRunner._capture_graph`` (``run_once_fn``)
+_CAPTURED_FUNCTION_NAMES = ("forward_fn", "run_once_fn")
+
+
 def _captured_replay(frame) -> Callable[[], None]:
-    """What a replay re-runs: the function SGLang's ``_capture_graph(graph, pool, stream, run_once_fn)``
-    called inside the ``with`` (its local ``run_once_fn``), whose fresh outputs are copied into the
-    tensors the capture returned (its local ``out``), as a replayed device graph writes its
-    captured output buffers."""
-    run = frame.f_locals.get("run_once_fn")
+    """What a replay re-runs: the function SGLang's capturing frame called inside the ``with`` (its
+    local ``forward_fn`` / ``run_once_fn``), whose fresh outputs are copied into the tensors the capture
+    returned (its local ``out``), as a replayed device graph writes its captured output buffers."""
+    run = next((frame.f_locals[n] for n in _CAPTURED_FUNCTION_NAMES if n in frame.f_locals), None)
     captured = frame.f_locals.get("out")
     if run is None or captured is None:
         raise RuntimeError(
             f"emulated torch.npu.graph: the capturing frame {frame.f_code.co_name!r} "
-            f"({frame.f_code.co_filename}:{frame.f_lineno}) has no local 'run_once_fn' / 'out'; the graph "
-            "stand-in follows SGLang's NPU graph runner's _capture_graph and cannot replay this capture")
+            f"({frame.f_code.co_filename}:{frame.f_lineno}) has no local {' / '.join(_CAPTURED_FUNCTION_NAMES)} "
+            "or 'out'; the graph stand-in follows SGLang's NPU graph capture and cannot replay this capture")
 
     def replay() -> None:
         copy_into(captured, run())
@@ -368,7 +473,7 @@ def graph_pool_handle():
 
 
 def is_current_stream_capturing() -> bool:
-    return False
+    return getattr(_state, "capturing", None) is not None
 
 
 # --------------------------------------------------------------------------- misc

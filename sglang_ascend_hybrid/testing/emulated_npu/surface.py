@@ -78,6 +78,12 @@ class _Recorded:
         record(self.kind, self.name, probe=bool(probes.probing()))
         return self.__wrapped__(*args, **kwargs)
 
+    def __getattr__(self, attr: str):
+        """An overload of the op (``torch_npu.<op>.out``), recorded under its own name."""
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return _Recorded(self.kind, f"{self.name}.{attr}", getattr(self.__wrapped__, attr))
+
     def __getitem__(self, grid):
         return _Recorded(self.kind, self.name, self.__wrapped__[grid])
 
@@ -165,10 +171,12 @@ def install_plugin_emulators() -> None:
     ladder.on_first_serve(lambda op, rung: record("rung", op, rung=rung))
 
 
-# torch_npu names imported at module top by code that runs in SGLang's processes but never called
-# there: transformers' NPU flash-attention integration (``integrations/npu_flash_attention.py``)
-# imports these as soon as ``torch_npu`` is importable; SGLang's own models never reach them.
-IMPORTED_NOT_CALLED = ("npu_fusion_attention", "npu_fusion_attention_grad")
+# torch_npu names imported at module top by code that runs in SGLang's processes but not called on
+# the paths the runtime tests cover: transformers' NPU flash-attention integration
+# (``integrations/npu_flash_attention.py``) imports the first two as soon as ``torch_npu`` is
+# importable; SGLang 0.5.20's ``distributed/device_communicators/npu_communicator.py`` imports
+# ``npu_dynamic_quant`` for its quantised all-reduce.
+IMPORTED_NOT_CALLED = ("npu_fusion_attention", "npu_fusion_attention_grad", "npu_dynamic_quant")
 
 
 def _not_emulated(name: str) -> Callable:
