@@ -1,14 +1,27 @@
 """``torch.npu`` of the emulated Ascend device: the names SGLang, the plugin and transformers read.
 
 Everything runs on the CPU: streams and events are ordered by construction (one host thread
-per stream), ``synchronize`` has nothing to wait for, memory figures are fixed, and
-:class:`NPUGraph` records the function SGLang's graph runner hands to ``_capture_graph`` and
-re-runs it at every ``replay()`` (SGLang's NPU graph runner captures by calling that function
-inside ``torch.npu.graph(...)``; ``hardware_backend/npu/graph_runner/npu_graph_runner.py``).
-What a real NPU graph would freeze -- the device work of the captured kernels -- is not
-emulated: a replay re-runs the Python forward on the tensors the capture used, so the
-"same tensors at every replay" rule is what makes its output right, as on a device.
+per stream), ``synchronize`` has nothing to wait for, and memory figures are fixed.
 
+Graphs: :class:`NPUGraph` records the function SGLang's capture runs inside ``torch.npu.graph(...)``
+(``NPUCudaGraphBackend.capture_one``'s ``forward_fn``, 0.5.23; ``_capture_graph``'s ``run_once_fn``
+in ``hardware_backend/npu/graph_runner/``) and re-runs it at every ``replay()``, copying the fresh
+outputs into the tensors the capture returned.  With ``auto_dispatch_capture=True`` it also records
+the calls of the ops torch_npu's graph handlers can update (FIA, paged attention), and
+``update(cpu_update_input=...)`` rebinds their KV lengths the way torch_npu does; a replayed call of
+such an op waits for that update and runs with the rebound lengths.
+
+What this can show: that SGLang's graph runner captures, pads and replays decode batches on the
+plugin's backends; that everything the replay reads lives in the static buffers the capture bound
+(a replay re-runs on the capture's tensors, so an input copied anywhere else is missed, as on a
+device); that the attention KV lengths reach the kernel only through ``graph.update`` (the forward's
+own host-side list stays the capture-time one, as on a device); that outputs are read from the
+captured buffers.  What it cannot show: a replay re-runs Python, so host-side work inside the forward
+(Python branches, ``.tolist()``, ``.item()``, fresh allocations, a plugin's Python dispatch between
+rungs) is redone at every replay with the current values, where a device graph would have frozen the
+capture-time result: a forward that only works because it recomputes a host value per step passes
+here and fails on a device.  Nor does it show device timing, graph memory pools or capture-unsafe
+operations (syncs, allocations during capture).
 The device name is an Atlas A3 chip (``Ascend910_9391``), which the plugin's seam classifies as A3.
 """
 
@@ -28,6 +41,10 @@ TOTAL_MEMORY = 64 * 1024**3  # an Atlas A3 die's HBM, as torch_npu reports it
 # What mem_get_info reports free: small on purpose, so SGLang sizes its pools modestly when the
 # caller does not cap them (a CPU process cannot use 64 GiB of "device" memory).
 FREE_MEMORY = 8 * 1024**3
+
+# NPUs the machine reports, all backed by the same host memory: one per TP / DP rank SGLang starts
+# (each rank's process calls set_device(its gpu_id)); tensors of every index are CPU tensors.
+DEVICE_COUNT = 8
 
 _state = threading.local()
 _current_device = 0
@@ -53,7 +70,7 @@ def init() -> None:
 
 
 def device_count() -> int:
-    return 1
+    return DEVICE_COUNT
 
 
 def current_device() -> int:
@@ -66,8 +83,8 @@ def set_device(device) -> None:
     if isinstance(index, str):
         index = torch.device(index).index
     index = 0 if index is None else int(index)
-    if index != 0:
-        raise ValueError(f"set_device: device={device!r}: the emulated machine has one NPU, index 0")
+    if not 0 <= index < DEVICE_COUNT:
+        raise ValueError(f"set_device: device={device!r}: the emulated machine has NPUs 0 .. {DEVICE_COUNT - 1}")
     _current_device = index
 
 
@@ -165,7 +182,7 @@ class Stream:
     """A stream: work on it runs at once, in order, on the host thread."""
 
     def __init__(self, device=None, priority: int = 0, **kwargs) -> None:
-        self.device_index = 0
+        self.device_index = _current_device if device is None else (torch.device(device).index or 0)
         self.priority = priority
 
     @property

@@ -1,0 +1,63 @@
+"""SGLang's NPU graph runner (decode graphs captured and replayed on the emulated device) and tensor
+parallelism (SGLang's own TP worker processes over the "hccl" process group, gloo underneath), each
+serving LFM2 through the real Engine, against transformers."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.runtime import tier
+
+pytestmark = [pytest.mark.runtime, pytest.mark.xdist_group("runtime-graphs-tp")]
+
+# decode graphs on (SGLang's default on NPU), three small batch sizes to keep the capture short
+GRAPHS = {"disable_cuda_graph": False, "cuda_graph_bs_decode": [1, 2, 4]}
+
+
+def _graph_counts(served) -> dict[str, int]:
+    """Largest count of each NPU-graph event (captures / replays / updates) any process recorded."""
+    counts: dict[str, int] = {}
+    for r in served.records:
+        if r["kind"] == "npu-graph":
+            counts[r["name"]] = max(counts.get(r["name"], 0), r["count"])
+    return counts
+
+
+def test_lfm2_graphs_match_transformers():
+    r = tier.run("lfm2", "float32", engine=GRAPHS)
+    tier.assert_served_whole(r)
+    tier.assert_matches_transformers(r)
+
+
+def test_lfm2_decode_steps_replay_npu_graphs():
+    served = tier.run("lfm2", "float32", engine=GRAPHS).served
+    assert "Capture target decode NPU graph end. bs=[1, 2, 4]" in served.log
+    counts = _graph_counts(served)
+    assert counts.get("captures") == 3, counts
+    # two rounds of 8 / 6 new tokens: at least 8 decode steps replay a graph, each after a graph.update
+    assert counts.get("replays", 0) >= 8 and counts.get("updates", 0) >= 8, counts
+    # graph decode attention is FIA's .out form with the lengths graph.update rebinds
+    assert {"torch_npu.npu_fused_infer_attention_score.out",
+            "torch_npu._npu_fused_infer_attention_score_get_max_workspace"} <= served.device_ops()
+    assert "torch_npu._npu_paged_attention" not in served.device_ops()
+
+
+TP2 = {"tp_size": 2}
+
+
+def test_lfm2_tp2_matches_transformers():
+    r = tier.run("lfm2", "float32", engine=TP2)
+    tier.assert_served_whole(r)
+    tier.assert_matches_transformers(r)
+
+
+def test_lfm2_tp2_runs_two_ranks():
+    served = tier.run("lfm2", "float32", engine=TP2).served
+    assert "TP0]" in served.log and "TP1]" in served.log
+    pids: dict[str, set] = {}
+    for r in served.records:
+        pids.setdefault(r["name"], set()).add(r["pid"])
+    # each rank's process runs the sharded layers: the same ops, recorded by two processes
+    for op in ("causal_conv1d_fn", "causal_conv1d_update", "torch_npu._npu_flash_attention_qlens",
+               "torch_npu._npu_paged_attention", "torch_npu._npu_reshape_and_cache"):
+        assert len(pids.get(op, ())) == 2, (op, pids.get(op))
