@@ -324,8 +324,65 @@ def test_ops_keys_name_the_import_paths():
     assert set(ops.OPS) == {
         "sgl_kernel_npu.norm.split_qkv_rmsnorm_mrope:triton_split_qkv_rmsnorm_mrope",
         "sgl_kernel_npu.norm.split_qkv_rmsnorm_rope:split_qkvgate_gemma_rmsnorm_rope",
+        "sgl_kernel_npu.norm.split_qkv_rmsnorm_rope:split_qkv_rmsnorm_rope",
         "sgl_kernel_npu.activation.fused_sigmoid_mul:fused_sigmoid_mul",
         "sgl_kernel_npu.norm.gemma_rmsnorm:npu_gemma_rms_norm",
         "sgl_kernel_npu.norm.add_rmsnorm_bias:add_gemma_rms_norm",
         "sgl_kernel_npu.norm.fused_rope_qk_mqa:fused_rope_qk_mqa",
     }
+
+
+# ---------------------------------------------------------------------------
+# split_qkv_rmsnorm_rope: the Llama-family NPU prepare (a full-attention STANDALONE draft model)
+# ---------------------------------------------------------------------------
+
+
+def _rope_fp64(x, pos, rope_dim, neox):
+    """Rope of ``x`` [T, heads, D] at positions ``pos`` in fp64, written from the formula."""
+    half = rope_dim // 2
+    inv = 10000.0 ** (-torch.arange(half, dtype=torch.float64) * 2 / rope_dim)
+    ang = pos.double()[:, None, None] * inv
+    cos, sin = ang.cos(), ang.sin()
+    out = x.double().clone()
+    if neox:
+        a, b = x[..., :half].double(), x[..., half:rope_dim].double()
+        out[..., :half], out[..., half:rope_dim] = a * cos - b * sin, b * cos + a * sin
+    else:
+        a, b = x[..., 0:rope_dim:2].double(), x[..., 1:rope_dim:2].double()
+        out[..., 0:rope_dim:2], out[..., 1:rope_dim:2] = a * cos - b * sin, b * cos + a * sin
+    return out, cos, sin
+
+
+@pytest.mark.parametrize("neox", [True, False])
+@pytest.mark.parametrize("rope_dim", [16, 8])
+def test_split_qkv_rmsnorm_rope_without_norms_is_split_and_rope(neox, rope_dim):
+    torch.manual_seed(0)
+    T, heads, kv_heads, D = 5, 4, 2, 16
+    qkv = torch.randn(T, (heads + 2 * kv_heads) * D)
+    pos = torch.tensor([0, 3, 7, 1, 30])
+    q_ref, cos, sin = _rope_fp64(qkv[:, :heads * D].view(T, heads, D), pos, rope_dim, neox)
+    k_ref, _, _ = _rope_fp64(qkv[:, heads * D:(heads + kv_heads) * D].view(T, kv_heads, D), pos, rope_dim, neox)
+    # SGLang's rotary_emb.position_sin / position_cos: (T, 1, 1, rope_dim), the half repeated
+    sin_rows = torch.cat((sin, sin), dim=-1).float().view(T, 1, 1, rope_dim)
+    cos_rows = torch.cat((cos, cos), dim=-1).float().view(T, 1, 1, rope_dim)
+    fn = ops.OPS["sgl_kernel_npu.norm.split_qkv_rmsnorm_rope:split_qkv_rmsnorm_rope"]
+    q, k, v = fn(qkv, sin_rows, cos_rows, heads * D, kv_heads * D, D, is_neox_style=neox)
+    assert (q.double() - q_ref.view(T, -1)).abs().max() < 1e-5
+    assert (k.double() - k_ref.view(T, -1)).abs().max() < 1e-5
+    assert torch.equal(v, qkv[:, (heads + kv_heads) * D:])
+
+
+def test_split_qkv_rmsnorm_rope_norms_and_refusals():
+    torch.manual_seed(1)
+    T, D = 3, 8
+    qkv = torch.randn(T, 4 * D)
+    w = torch.rand(D) + 0.5
+    zeros, ones = torch.zeros(T, 1, 1, D), torch.ones(T, 1, 1, D)  # sin 0, cos 1: rope is the identity
+    q, k, _ = ops.split_qkv_rmsnorm_rope(qkv, zeros, ones, 2 * D, D, D, eps=1e-6, q_weight=w, k_weight=w)
+    x = qkv[:, :2 * D].view(T, 2, D).double()
+    want = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w.double()
+    assert (q.double() - want.view(T, -1)).abs().max() < 1e-5
+    with pytest.raises(ValueError, match="power of two"):
+        ops.split_qkv_rmsnorm_rope(torch.randn(T, 24), zeros[..., :6], ones[..., :6], 12, 6, 6)
+    with pytest.raises(ValueError, match="q_bias / k_bias"):
+        ops.split_qkv_rmsnorm_rope(qkv, zeros, ones, 2 * D, D, D, eps=1e-6, q_weight=w, k_weight=w, q_bias=w)

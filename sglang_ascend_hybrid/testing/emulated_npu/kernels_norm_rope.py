@@ -246,6 +246,84 @@ def _position_sin_cos(name: str, tensor: torch.Tensor, batch: int, rope_dim: int
     return _flat_rows(name, tensor, batch, rope_dim).float().unsqueeze(1)
 
 
+def _gptj_rope(x: torch.Tensor, cos_rows: torch.Tensor, sin_rows: torch.Tensor, rope_dim: int) -> torch.Tensor:
+    """The kernel's non-neox branch (``DO_HALF`` False): lanes ``2i`` / ``2i+1`` rotate as a pair with
+    ``sin[i]`` / ``cos[i]`` (the first half of the row, each value spread to both lanes), the
+    rotated pair is ``(-x[2i+1], x[2i])``."""
+    half = rope_dim // 2
+    sin = sin_rows[..., :half].repeat_interleave(2, dim=-1)
+    cos = cos_rows[..., :half].repeat_interleave(2, dim=-1)
+    rot = x[..., :rope_dim]
+    rotated = torch.stack((-rot[..., 1::2], rot[..., 0::2]), dim=-1).flatten(-2)
+    return torch.cat((rotated * sin + rot * cos, x[..., rope_dim:]), dim=-1)
+
+
+def split_qkv_rmsnorm_rope(
+    input: torch.Tensor,
+    sin: torch.Tensor,
+    cos: torch.Tensor,
+    q_hidden_size: int,
+    kv_hidden_size: int,
+    head_dim: int,
+    eps=None,
+    q_weight=None,
+    k_weight=None,
+    q_bias=None,
+    k_bias=None,
+    is_neox_style: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Emulates ``sgl_kernel_npu.norm.split_qkv_rmsnorm_rope.split_qkv_rmsnorm_rope``.
+
+    Source read: sgl-project/sgl-kernel-npu, ``python/sgl_kernel_npu/sgl_kernel_npu/norm/
+    split_qkv_rmsnorm_rope.py`` (``split_qkv_rmsnorm_rope`` and ``split_qkv_rmsnorm_rope_kernel``),
+    commit f425bdf1e191a7682296d3b2ed0b927d4e37d671.
+
+    ``input`` rows are ``[q | k | v]``; q and k per head: an fp32 RMSNorm times the weight (plus the
+    bias) when ``eps`` is given (``NORMS``), then rope on the first ``rope_dim = sin.shape[-1]``
+    lanes with ``sin`` / ``cos`` rows read at ``token * rope_dim`` (neox halves, or GPT-J pairs from
+    the row's first half when ``is_neox_style`` is False); v is copied.  Returns ``(q, k, v)`` in
+    ``input.dtype``.  The wrapper asserts ``head_dim`` is a power of two and ``kv_hidden_size``
+    divides ``q_hidden_size``; SGLang's Llama-family NPU prepare (``models/llama.py``
+    ``forward_prepare_npu``) calls it without norms.
+    """
+    _require_tensor("input", input)
+    _require_ndim("input", input, 2)
+    _require_contiguous("input", input)
+    _require_int("head_dim", head_dim, minimum=2)
+    _require_int("q_hidden_size", q_hidden_size)
+    _require_int("kv_hidden_size", kv_hidden_size)
+    if head_dim & (head_dim - 1):
+        raise ValueError(f"head_dim: the wrapper asserts a power of two, got {head_dim}")
+    if q_hidden_size % kv_hidden_size:
+        raise ValueError(f"q_hidden_size: must be a multiple of kv_hidden_size={kv_hidden_size}, got {q_hidden_size}")
+    if kv_hidden_size % head_dim:
+        raise ValueError(f"kv_hidden_size: must be a multiple of head_dim={head_dim}, got {kv_hidden_size}")
+    batch, row_len = input.shape
+    if row_len != q_hidden_size + 2 * kv_hidden_size:
+        raise ValueError(f"input: the kernel reads rows of q_hidden_size + 2 * kv_hidden_size = "
+                         f"{q_hidden_size + 2 * kv_hidden_size} elements, got shape {tuple(input.shape)}")
+    rope_dim = _require_rope_dim(int(sin.shape[-1]), head_dim)
+    sin_rows = _position_sin_cos("sin", sin, batch, rope_dim)
+    cos_rows = _position_sin_cos("cos", cos, batch, rope_dim)
+    rope = _neox_rope if is_neox_style else _gptj_rope
+    norms = eps is not None
+    if norms:
+        eps = _require_eps("eps", eps)
+    if (q_bias is None) != (k_bias is None):
+        raise ValueError("q_bias / k_bias: the kernel reads both or neither (BIAS = q_bias is not None)")
+
+    def prepare(x: torch.Tensor, weight, bias) -> torch.Tensor:
+        x = x.float().view(batch, -1, head_dim)
+        if norms:
+            x = _rms_normalize(x, eps) * _leading_vector("weight", weight, head_dim)
+            if bias is not None:
+                x = x + _leading_vector("bias", bias, head_dim)
+        return rope(x, cos_rows, sin_rows, rope_dim).reshape(batch, -1).to(input.dtype)
+
+    q_in, k_in, v_in = input.split([q_hidden_size, kv_hidden_size, kv_hidden_size], dim=-1)
+    return prepare(q_in, q_weight, q_bias), prepare(k_in, k_weight, k_bias), v_in.clone()
+
+
 def split_qkvgate_gemma_rmsnorm_rope(
     input: torch.Tensor,
     sin: torch.Tensor,
@@ -497,6 +575,7 @@ def fused_rope_qk_mqa(
 OPS: dict[str, Callable] = {
     "sgl_kernel_npu.norm.split_qkv_rmsnorm_mrope:triton_split_qkv_rmsnorm_mrope": triton_split_qkv_rmsnorm_mrope,
     "sgl_kernel_npu.norm.split_qkv_rmsnorm_rope:split_qkvgate_gemma_rmsnorm_rope": split_qkvgate_gemma_rmsnorm_rope,
+    "sgl_kernel_npu.norm.split_qkv_rmsnorm_rope:split_qkv_rmsnorm_rope": split_qkv_rmsnorm_rope,
     "sgl_kernel_npu.activation.fused_sigmoid_mul:fused_sigmoid_mul": fused_sigmoid_mul,
     "sgl_kernel_npu.norm.gemma_rmsnorm:npu_gemma_rms_norm": npu_gemma_rms_norm,
     "sgl_kernel_npu.norm.add_rmsnorm_bias:add_gemma_rms_norm": add_gemma_rms_norm,
