@@ -72,7 +72,43 @@ def check_speculative(server_args) -> Optional[int]:
     if not isinstance(draft, int) or draft < 1:
         raise ValueError(f"speculative_num_draft_tokens={draft!r}: expected an int >= 1 with "
                          f"--speculative-algorithm {name}")
+    if name == "STANDALONE":
+        _check_standalone_draft(getattr(server_args, "speculative_draft_model_path", None))
     return draft
+
+
+def _check_standalone_draft(path: Optional[str]) -> None:
+    """SGLang builds a STANDALONE draft model's attention backends without the hybrid wrapper
+    (``speculative/draft_utils.py``: ``create_draft_extend_backend`` wraps only Inkling / Dots3
+    drafts, ``create_decode_backend`` refuses any draft that needs a conv sidecar): a draft with
+    short-conv or linear-attention layers of its own fails in its first draft extend
+    (``'AscendAttnBackend' object has no attribute 'conv_state_metadata'``, found by running SGLang's
+    Engine).  Refused here at startup, naming the draft."""
+    from sglang_ascend_hybrid.model_families import GDN_ARCHS, SHORT_CONV_ARCHS
+
+    arch = _architecture_of(path)
+    if arch in SHORT_CONV_ARCHS or arch in GDN_ARCHS:
+        raise ValueError(
+            f"sglang-ascend-hybrid: --speculative-algorithm STANDALONE with --speculative-draft-model-path "
+            f"{path} ({arch}): SGLang gives a STANDALONE draft model no conv or linear-attention state "
+            "backend, so a draft with short-conv or GDN layers cannot run; use a draft model of full-attention "
+            "layers only (e.g. a small Llama / Qwen3 model with the same vocabulary)")
+
+
+def _architecture_of(path: Optional[str]) -> Optional[str]:
+    """``architectures[0]`` of a local model directory's config.json, or None (a hub id, no file)."""
+    import json
+    import os
+
+    if not path:
+        return None
+    config = os.path.join(path, "config.json") if os.path.isdir(path) else path
+    try:
+        with open(config, encoding="utf-8") as fh:
+            archs = json.load(fh).get("architectures") or [None]
+    except (OSError, ValueError, AttributeError):
+        return None
+    return archs[0]
 
 
 # --------------------------------------------------------------------------- the step's verify fact

@@ -173,6 +173,24 @@ def test_linear_chain_settings_give_the_draft_count(algo):
     assert scv.check_speculative(NS(speculative_algorithm="NONE")) is None
 
 
+@pytest.mark.parametrize("arch", ["Lfm2ForCausalLM", "Lfm2MoeForCausalLM", "Qwen3_5ForConditionalGeneration"])
+def test_standalone_draft_with_conv_or_gdn_layers_is_refused_naming_it(tmp_path, arch):
+    (tmp_path / "config.json").write_text('{"architectures": ["%s"]}' % arch)
+    args = NS(speculative_algorithm="STANDALONE", speculative_eagle_topk=1, speculative_num_draft_tokens=4,
+              speculative_draft_model_path=str(tmp_path))
+    with pytest.raises(ValueError, match=f"--speculative-draft-model-path {tmp_path} \\({arch}\\)"):
+        scv.check_speculative(args)
+    args.speculative_algorithm = "EAGLE"  # an EAGLE head is the target's own layer, not checked here
+    assert scv.check_speculative(args) == 4
+
+
+def test_standalone_draft_of_full_attention_layers_is_served(tmp_path):
+    (tmp_path / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    for path in (str(tmp_path), str(tmp_path / "config.json"), "org/hub-model-id", None):
+        assert scv.check_speculative(NS(speculative_algorithm="STANDALONE", speculative_eagle_topk=1,
+                                        speculative_num_draft_tokens=3, speculative_draft_model_path=path)) == 3
+
+
 def test_one_draft_token_and_an_unset_topk_are_served():
     # a chain of one token (the root alone) is a valid verify block; topk None is SGLang's "not set"
     assert scv.check_speculative(NS(speculative_algorithm="EAGLE", speculative_eagle_topk=None,
