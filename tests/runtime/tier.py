@@ -52,6 +52,27 @@ def checkpoint(family: str, dtype: str) -> tuple[str, str]:
     return _CHECKPOINTS[key]
 
 
+def draft_checkpoint() -> str:
+    """A tiny full-attention draft model (LlamaForCausalLM, 2 layers) with the families' vocabulary,
+    for STANDALONE speculative decoding (SGLang runs a STANDALONE draft without any conv or GDN
+    state backend, so the draft must have only full-attention layers)."""
+    if "draft" not in _CHECKPOINTS:
+        import transformers
+
+        from tests.e2e import harness
+
+        cfg = transformers.LlamaConfig(vocab_size=160, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                                       tie_word_embeddings=False)
+        torch.manual_seed(1)
+        model = transformers.LlamaForCausalLM(cfg).eval()
+        harness.randomize_(model, 1)
+        dest = tempfile.mkdtemp(prefix="runtime-draft-")
+        model.save_pretrained(dest, safe_serialization=True)
+        _CHECKPOINTS["draft"] = dest
+    return _CHECKPOINTS["draft"]
+
+
 def run(family: str, dtype: str = "float32", engine: dict | None = None, env: dict | None = None,
         rounds=ROUNDS) -> Run:
     """The (cached) run of one configuration; a failed start or request fails the calling test."""
