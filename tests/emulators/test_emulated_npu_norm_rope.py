@@ -320,12 +320,35 @@ def test_fused_sigmoid_mul_matches_sigmoid_gate(dtype):
         ops.fused_sigmoid_mul(attn, gate[:, :32])
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fused_sigmoid_mul_broadcast_gates_each_row(dtype):
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(NUM_TOKENS, 48, generator=gen).to(dtype)
+    gate = torch.randn(NUM_TOKENS, 1, generator=gen).mul(3).to(dtype)
+    op = ops.OPS["sgl_kernel_npu.activation.fused_sigmoid_mul:fused_sigmoid_mul_broadcast"]
+    expected = (x.float() * torch.sigmoid(gate.float())).to(dtype)
+    for g in (gate, gate[:, 0], torch.cat([gate, gate])):  # (N, 1), (N,), a 2-D gate with extra rows
+        out = op(x, g)
+        assert out.dtype == dtype and out.shape == x.shape and torch.equal(out, expected)
+    with pytest.raises(ValueError, match="2-D"):
+        op(x[0], gate[0])
+    with pytest.raises(ValueError, match="one column|shape"):
+        op(x, torch.cat([gate, gate], dim=1))
+    with pytest.raises(ValueError, match="gate must be"):
+        op(x, gate[1:, 0])
+    with pytest.raises(ValueError, match="out of bounds"):
+        op(x, gate[1:])
+    with pytest.raises(ValueError, match="row-major"):
+        op(x.t().contiguous().t(), gate)
+
+
 def test_ops_keys_name_the_import_paths():
     assert set(ops.OPS) == {
         "sgl_kernel_npu.norm.split_qkv_rmsnorm_mrope:triton_split_qkv_rmsnorm_mrope",
         "sgl_kernel_npu.norm.split_qkv_rmsnorm_rope:split_qkvgate_gemma_rmsnorm_rope",
         "sgl_kernel_npu.norm.split_qkv_rmsnorm_rope:split_qkv_rmsnorm_rope",
         "sgl_kernel_npu.activation.fused_sigmoid_mul:fused_sigmoid_mul",
+        "sgl_kernel_npu.activation.fused_sigmoid_mul:fused_sigmoid_mul_broadcast",
         "sgl_kernel_npu.norm.gemma_rmsnorm:npu_gemma_rms_norm",
         "sgl_kernel_npu.norm.add_rmsnorm_bias:add_gemma_rms_norm",
         "sgl_kernel_npu.norm.fused_rope_qk_mqa:fused_rope_qk_mqa",

@@ -412,6 +412,43 @@ def fused_sigmoid_mul(x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def fused_sigmoid_mul_broadcast(x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    """Emulates ``sgl_kernel_npu.activation.fused_sigmoid_mul.fused_sigmoid_mul_broadcast`` (the shared
+    expert's gate of SGLang's Qwen2-MoE block, which Qwen3-Next and Qwen3.5-MoE use on NPU:
+    ``models/qwen2_moe.py`` ``_forward_shared_experts``).
+
+    Source read: sgl-project/sgl-kernel-npu, ``python/sgl_kernel_npu/sgl_kernel_npu/activation/
+    fused_sigmoid_mul.py`` at a18c0c2f4b1c28c12e71b6dc9e9ea5fce766fc44 (pull request 740).
+
+    ``x`` [N, D], ``gate`` [N] or [N, 1]: ``out[n, :] = x[n, :] * sigmoid(gate[n])`` in float32, stored
+    in ``x.dtype`` into a new tensor.  The wrapper's checks (``ValueError``, its texts): x 2-D; a 2-D gate
+    has one column; a 1-D gate has N entries.  It does not check a 2-D gate's row count: the kernel reads
+    ``gate[row]`` for every row of x, so fewer rows would be read out of bounds (raised here); extra rows
+    are not read.  It allocates ``out = empty_like(x)`` before making x contiguous and writes ``out``
+    row-major, so an x whose dense strides are not row-major would get its rows scattered (raised here).
+    """
+    _require_tensor("x", x)
+    _require_tensor("gate", gate)
+    if x.ndim != 2:
+        raise ValueError(f"x must be 2-D, got ndim={x.ndim}, shape={x.shape}")
+    bs = x.shape[0]
+    if gate.ndim == 2:
+        if gate.shape[1] != 1:
+            raise ValueError(f"2-D gate must have shape ({bs}, 1), got {gate.shape}")
+        if gate.shape[0] < bs:
+            raise ValueError(f"gate {tuple(gate.shape)} has fewer rows than x ({bs}): the kernel would read "
+                             "gate out of bounds (the wrapper does not check a 2-D gate's rows)")
+    elif gate.ndim != 1 or gate.shape[0] != bs:
+        raise ValueError(f"gate must be ({bs},) or ({bs}, 1), got {gate.shape}")
+    out = torch.empty_like(x)
+    if not out.is_contiguous():
+        raise ValueError(f"x strides {x.stride()}: out = empty_like(x) keeps them, but the kernel writes out "
+                         "row-major (rows would land transposed)")
+    g = torch.sigmoid(gate.reshape(-1)[:bs].float()).unsqueeze(1)
+    out.copy_(x.float() * g)
+    return out
+
+
 # ---------------------------------------------------------------------------
 # sgl_kernel_npu.norm.gemma_rmsnorm:npu_gemma_rms_norm  (-> torch_npu.npu_gemma_rms_norm)
 # ---------------------------------------------------------------------------
@@ -577,6 +614,7 @@ OPS: dict[str, Callable] = {
     "sgl_kernel_npu.norm.split_qkv_rmsnorm_rope:split_qkvgate_gemma_rmsnorm_rope": split_qkvgate_gemma_rmsnorm_rope,
     "sgl_kernel_npu.norm.split_qkv_rmsnorm_rope:split_qkv_rmsnorm_rope": split_qkv_rmsnorm_rope,
     "sgl_kernel_npu.activation.fused_sigmoid_mul:fused_sigmoid_mul": fused_sigmoid_mul,
+    "sgl_kernel_npu.activation.fused_sigmoid_mul:fused_sigmoid_mul_broadcast": fused_sigmoid_mul_broadcast,
     "sgl_kernel_npu.norm.gemma_rmsnorm:npu_gemma_rms_norm": npu_gemma_rms_norm,
     "sgl_kernel_npu.norm.add_rmsnorm_bias:add_gemma_rms_norm": add_gemma_rms_norm,
     "sgl_kernel_npu.norm.fused_rope_qk_mqa:fused_rope_qk_mqa": fused_rope_qk_mqa,
