@@ -342,6 +342,21 @@ def test_fused_sigmoid_mul_broadcast_gates_each_row(dtype):
         op(x.t().contiguous().t(), gate)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_l1_norm_renormalises_each_row_into_fp32(dtype):
+    gen = torch.Generator().manual_seed(8)
+    weights = torch.rand(NUM_TOKENS, 4, generator=gen).add(0.1).to(dtype)
+    out = ops.OPS["sgl_kernel_npu.norm.l1_norm:l1_norm"](weights)
+    assert out.dtype == torch.float32 and out.shape == weights.shape
+    expected = (weights / weights.float().sum(-1, keepdim=True).to(dtype)).float()
+    assert torch.equal(out, expected)
+    assert torch.allclose(out.sum(-1), torch.ones(NUM_TOKENS), atol=1e-2 if dtype != torch.float32 else 1e-6)
+    with pytest.raises(ValueError, match="wrong rows"):
+        ops.l1_norm(torch.rand(NUM_TOKENS, 5)[:, :4])  # SGLang's topk_weights[:, :-1] slice
+    with pytest.raises(ValueError, match="power of two"):
+        ops.l1_norm(torch.rand(NUM_TOKENS, 3))
+
+
 def test_ops_keys_name_the_import_paths():
     assert set(ops.OPS) == {
         "sgl_kernel_npu.norm.split_qkv_rmsnorm_mrope:triton_split_qkv_rmsnorm_mrope",
@@ -349,6 +364,7 @@ def test_ops_keys_name_the_import_paths():
         "sgl_kernel_npu.norm.split_qkv_rmsnorm_rope:split_qkv_rmsnorm_rope",
         "sgl_kernel_npu.activation.fused_sigmoid_mul:fused_sigmoid_mul",
         "sgl_kernel_npu.activation.fused_sigmoid_mul:fused_sigmoid_mul_broadcast",
+        "sgl_kernel_npu.norm.l1_norm:l1_norm",
         "sgl_kernel_npu.norm.gemma_rmsnorm:npu_gemma_rms_norm",
         "sgl_kernel_npu.norm.add_rmsnorm_bias:add_gemma_rms_norm",
         "sgl_kernel_npu.norm.fused_rope_qk_mqa:fused_rope_qk_mqa",

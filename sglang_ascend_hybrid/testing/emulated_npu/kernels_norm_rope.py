@@ -450,6 +450,38 @@ def fused_sigmoid_mul_broadcast(x: torch.Tensor, gate: torch.Tensor) -> torch.Te
 
 
 # ---------------------------------------------------------------------------
+# sgl_kernel_npu.norm.l1_norm:l1_norm
+# ---------------------------------------------------------------------------
+
+
+def l1_norm(input: torch.Tensor) -> torch.Tensor:
+    """Emulates ``sgl_kernel_npu.norm.l1_norm.l1_norm`` (SGLang's NPU top-k renormalisation:
+    ``hardware_backend/npu/moe/topk.py``, after ``npu_moe_gating_top_k_softmax``).
+
+    Source read: sgl-project/sgl-kernel-npu, ``python/sgl_kernel_npu/sgl_kernel_npu/norm/l1_norm.py`` at
+    f425bdf1e191a7682296d3b2ed0b927d4e37d671.
+
+    ``input`` [B, H]: each row divided by its sum (``tl.sum`` of the loaded row, the division in the
+    input's dtype), stored into a new float32 [B, H].  The kernel addresses row ``r`` at
+    ``input_ptr + r * H`` with ``tl.arange(0, H)`` and no mask: a non-contiguous input (e.g. SGLang's
+    ``topk_weights[:, :-1]`` with shared-expert slots) would be read with the wrong rows (raised here),
+    and ``tl.arange`` needs a power-of-two H (Triton refuses to compile otherwise; raised here).
+    """
+    _require_tensor("input", input)
+    if input.dim() != 2:
+        raise ValueError(f"input: expected [batch, hidden], got shape {tuple(input.shape)}")
+    hidden = input.shape[1]
+    if hidden <= 0 or hidden & (hidden - 1):
+        raise ValueError(f"input: hidden size {hidden} is not a power of two: the kernel's tl.arange(0, {hidden}) "
+                         "does not compile")
+    if not input.is_contiguous():
+        raise ValueError(f"input strides {input.stride()}: the kernel reads row r at r * {hidden} (a contiguous "
+                         "[batch, hidden]); this input would be read with the wrong rows")
+    total = input.float().sum(dim=-1, keepdim=True).to(input.dtype)
+    return (input / total).to(torch.float32)
+
+
+# ---------------------------------------------------------------------------
 # sgl_kernel_npu.norm.gemma_rmsnorm:npu_gemma_rms_norm  (-> torch_npu.npu_gemma_rms_norm)
 # ---------------------------------------------------------------------------
 
@@ -615,6 +647,7 @@ OPS: dict[str, Callable] = {
     "sgl_kernel_npu.norm.split_qkv_rmsnorm_rope:split_qkv_rmsnorm_rope": split_qkv_rmsnorm_rope,
     "sgl_kernel_npu.activation.fused_sigmoid_mul:fused_sigmoid_mul": fused_sigmoid_mul,
     "sgl_kernel_npu.activation.fused_sigmoid_mul:fused_sigmoid_mul_broadcast": fused_sigmoid_mul_broadcast,
+    "sgl_kernel_npu.norm.l1_norm:l1_norm": l1_norm,
     "sgl_kernel_npu.norm.gemma_rmsnorm:npu_gemma_rms_norm": npu_gemma_rms_norm,
     "sgl_kernel_npu.norm.add_rmsnorm_bias:add_gemma_rms_norm": add_gemma_rms_norm,
     "sgl_kernel_npu.norm.fused_rope_qk_mqa:fused_rope_qk_mqa": fused_rope_qk_mqa,
