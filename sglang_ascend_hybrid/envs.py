@@ -35,6 +35,10 @@ GDN_DECODE_RUNGS = ("triton_decode", "npu_recurrent", "torch")  # triton_decode:
 GDN_RUNGS = tuple(dict.fromkeys(GDN_PREFILL_RUNGS + GDN_DECODE_RUNGS))
 CONV_RUNGS = ("npu_v2", "npu_aclnn", "npu_update_v2", "torch")  # npu_update_v2: decode only
 
+# The emulated device's negative controls (sglang_ascend_hybrid/testing/emulated_npu/breakages.py;
+# tests/test_envs.py checks they equal its table).
+EMULATED_NPU_BREAKAGES = ("none", "ignore-saved-conv-state", "ignore-saved-ssm-state")
+
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
@@ -159,6 +163,12 @@ class _Registry:
         "SGLANG_ASCEND_HYBRID_EMULATED_NPU_WIDEN_FP32", False, _parse_bool,
         "1 lets the emulated Ascend device's attention and KV-cache emulators take fp32, which the real "
         "ATB ops refuse: an instrument for fp32 numerics checks against transformers, never a contract.",
+    )
+    EMULATED_NPU_BREAK = EnvVar(
+        "SGLANG_ASCEND_HYBRID_EMULATED_NPU_BREAK", "none", _choice(EMULATED_NPU_BREAKAGES),
+        "Test tooling (the runtime tier's negative controls): on the emulated Ascend device, break one "
+        "plugin function in every process (sglang_ascend_hybrid.testing.emulated_npu.breakages); none "
+        "(default) breaks nothing.",
     )
     EMULATED_NPU_RECORDS = EnvVar(
         "SGLANG_ASCEND_HYBRID_EMULATED_NPU_RECORDS", "", _parse_path,

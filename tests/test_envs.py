@@ -213,3 +213,9 @@ def test_fuzzed_values_parse_or_fail_naming_the_variable(monkeypatch):
 
     check()
     assert outcomes["ok"] >= 5 and outcomes["error"] >= 100, outcomes
+
+
+def test_emulated_device_breakage_names_equal_its_table():
+    from sglang_ascend_hybrid.testing.emulated_npu import breakages
+
+    assert set(envs.EMULATED_NPU_BREAKAGES) == {"none"} | set(breakages.BREAKAGES)

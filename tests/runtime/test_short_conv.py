@@ -53,3 +53,11 @@ def test_zaya_bf16_matches_transformers():
     tier.assert_served_whole(r)
     tier.assert_matches_transformers(r)
     assert "torch.ops.npu.npu_grouped_matmul" in r.served.device_ops()
+
+
+def test_negative_control_a_broken_conv_prefix_fails_the_comparison():
+    """The short-conv sidecar broken in SGLang's scheduler process (no request has a saved conv state:
+    chunked-prefill continuations and radix hits restart from zeros): the tier must see it."""
+    r = tier.run("lfm2", "float32", env={"SGLANG_ASCEND_HYBRID_EMULATED_NPU_BREAK": "ignore-saved-conv-state"})
+    assert not r.comparison.tokens_equal or r.comparison.max_gap > 100 * tier.FP32_LOGPROB_TOL, str(r.comparison)
+    assert r.comparison.max_gap > 100 * tier.FP32_LOGPROB_TOL, str(r.comparison)  # not a near miss

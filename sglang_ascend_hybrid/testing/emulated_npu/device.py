@@ -49,6 +49,13 @@ def install() -> None:
     _register_hccl(torch)
     os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "1")  # the processes SGLang spawns install it too
     _installed = True
+    from sglang_ascend_hybrid.envs import ENV
+
+    breakage = ENV.EMULATED_NPU_BREAK.get()
+    if breakage != "none":  # a negative control of the runtime tier
+        from sglang_ascend_hybrid.testing.emulated_npu import breakages
+
+        breakages.apply(breakage)
 
 
 def installed() -> bool:
