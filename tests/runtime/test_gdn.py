@@ -1,0 +1,101 @@
+"""The Gated DeltaNet families served whole by SGLang's real Engine on the emulated Ascend device, against
+transformers: Qwen3.5 dense (the real checkpoint form, ``Qwen3_5ForConditionalGeneration`` with
+``language_model_only``) with both SSM pool dtypes -- the config's fp32 pool (SGLang's
+``--mamba-ssm-dtype float32``) and a bf16 pool (``mamba_ssm_dtype="bfloat16"``) --, Qwen3-Next with a
+bf16 pool and Qwen3.5-MoE with its fp32 pool (one run each: every family meets the plugin's GDN ladders,
+each pool dtype is served by a dense and a MoE family).
+
+Every run is a bf16 model: SGLang's Ascend GDN backend calls ``torch.ops.npu.causal_conv1d`` itself, not
+through the plugin (``hardware_backend/npu/attention/ascend_gdn_backend.py``: ``forward_extend`` and
+``forward_decode``, SGLang 0.5.23), and that op's host refuses fp32 activations (sgl-project/sgl-kernel-npu
+``csrc/causal_conv1d/op_host/causal_conv1d.cpp`` at f425bdf1: ``TORCH_CHECK(dtype == at::kBFloat16 ||
+dtype == at::kHalf, "Only BF16 and FP16 are supported")``): an fp32 GDN model does not run on SGLang's
+Ascend stack (the in-process harness of ``tests/e2e`` serves fp32 GDN models only with an fp32 stand-in for
+that call).  The MoE family would be bf16-only anyway: SGLang's NPU MoE (``hardware_backend/npu/moe/
+matmul.py``) asks ``npu_grouped_matmul`` for a bf16 output, which the op refuses for fp32 activations.
+bf16 runs are compared decisively (tokens equal wherever transformers' top-2 margin is clear).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.runtime import tier
+
+# one Engine per configuration: the tests of a family share a worker (scripts/test.sh: --dist loadgroup)
+pytestmark = [pytest.mark.runtime, pytest.mark.xdist_group("runtime-gdn")]
+
+BF16_POOL = {"mamba_ssm_dtype": "bfloat16"}
+CONFIGS = {
+    "qwen3_5-fp32-pool": ("qwen3_5", None),
+    "qwen3_5-bf16-pool": ("qwen3_5", BF16_POOL),
+    "qwen3_next-bf16-pool": ("qwen3_next", BF16_POOL),
+    "qwen3_5_moe": ("qwen3_5_moe", None),
+}
+
+# SGLang's Ascend GDN path: its direct device calls, whatever the pool
+GDN_DEVICE_OPS = {"torch.ops.npu.causal_conv1d", "sgl_kernel_npu.fla.fused_gdn_gating:fused_gdn_gating_npu",
+                  "torch_npu._npu_flash_attention_qlens", "torch_npu._npu_paged_attention",
+                  "torch_npu._npu_reshape_and_cache"}
+# SGLang's NPU MoE (routing, grouped matmul, finalize; l1_norm renormalises the top-k) and the shared
+# expert's sigmoid gate
+MOE_DEVICE_OPS = {"torch.ops.npu.npu_moe_gating_top_k_softmax", "sgl_kernel_npu.norm.l1_norm:l1_norm",
+                  "torch.ops.npu.npu_moe_init_routing_v2", "torch.ops.npu.npu_grouped_matmul",
+                  "torch.ops.npu.npu_moe_finalize_routing",
+                  "sgl_kernel_npu.activation.fused_sigmoid_mul:fused_sigmoid_mul_broadcast"}
+# the plugin's GDN ladders on an fp32 pool (A3): the rungs that keep fp32; on a bf16 pool: the NPU ops
+# (radix tracking asks 64-token chunk states, which rules the mega kernel's 128-token chunks out)
+FP32_POOL_RUNGS = {("gdn_prefill", "torch"), ("gdn_serving_decode", "torch")}
+BF16_POOL_RUNGS = {("gdn_prefill", "npu_chunk"), ("gdn_serving_decode", "npu_recurrent")}
+
+
+def _gdn_rungs(served) -> set:
+    return {(op, rung) for op, rung in served.rungs() if op.startswith("gdn")}
+
+
+def _run(config: str) -> tier.Run:
+    family, engine = CONFIGS[config]
+    return tier.run(family, "bfloat16", engine=engine)
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_gdn_family_matches_transformers(config):
+    r = _run(config)
+    tier.assert_served_whole(r)
+    tier.assert_matches_transformers(r)
+    assert GDN_DEVICE_OPS <= r.served.device_ops(), sorted(r.served.device_ops())
+
+
+def test_qwen3_5_fp32_pool_keeps_fp32_on_the_torch_rungs():
+    served = _run("qwen3_5-fp32-pool").served
+    assert "sglang-ascend-hybrid: --attention-backend ascend_hybrid runs on SGLang's Ascend stack" in served.log
+    assert "Qwen3_5ForConditionalGeneration keeps its SSM state in float32" in served.log
+    # the fused chunk op keeps bf16 states on A2/A3, the mega kernel fp16, the recurrent op is bf16-only
+    assert _gdn_rungs(served) == FP32_POOL_RUNGS, served.rungs()
+    assert "cannot use the npu_chunk kernel: it keeps float32 states only on Ascend 950" in served.log
+    assert "cannot use the npu_recurrent kernel: the op is bf16-only" in served.log
+    assert not {"chunk_gated_delta_rule", "recurrent_gated_delta_rule"} & served.device_ops()
+    # Qwen3.5's attention layer: the fused split / norm / mrope kernel and the sigmoid output gate
+    assert {"sgl_kernel_npu.norm.split_qkv_rmsnorm_mrope:triton_split_qkv_rmsnorm_mrope",
+            "sgl_kernel_npu.activation.fused_sigmoid_mul:fused_sigmoid_mul",
+            "sgl_kernel_npu.fla.layernorm_gated:layer_norm_fwd_npu"} <= served.device_ops()
+
+
+@pytest.mark.parametrize("config", ["qwen3_5-bf16-pool", "qwen3_next-bf16-pool"])
+def test_bf16_pool_serves_on_the_npu_gdn_ops(config):
+    served = _run(config).served
+    assert "keeps its SSM state in bfloat16" in served.log
+    assert _gdn_rungs(served) == BF16_POOL_RUNGS, served.rungs()
+    assert {"chunk_gated_delta_rule", "recurrent_gated_delta_rule"} <= served.device_ops()
+
+
+@pytest.mark.parametrize("config", ["qwen3_next-bf16-pool", "qwen3_5_moe"])
+def test_moe_families_serve_on_the_npu_moe_ops(config):
+    served = _run(config).served
+    assert MOE_DEVICE_OPS <= served.device_ops(), sorted(served.device_ops())
+
+
+def test_qwen3_5_moe_fp32_pool_keeps_fp32_on_the_torch_rungs():
+    served = _run("qwen3_5_moe").served
+    assert "Qwen3_5MoeForConditionalGeneration keeps its SSM state in float32" in served.log
+    assert _gdn_rungs(served) == FP32_POOL_RUNGS, served.rungs()
