@@ -96,9 +96,12 @@ class NpuCausalConv1d:
     One instance stands for one process: it keeps the host's tiling cache (see module doc).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, widen_fp32: bool = False) -> None:
+        """``widen_fp32``: also take fp32 (computed as every dtype is, in fp32): the emulated Ascend
+        device's instrument for fp32 numerics checks of SGLang's direct calls, not the op's contract."""
         self._tiling: dict[tuple, torch.dtype] = {}
         self._lock = threading.Lock()
+        self._dtypes = NPU_DTYPES + ((torch.float32,) if widen_fp32 else ())
         self.calls = 0
 
     def __call__(self, x, weight, conv_states, bias=None, query_start_loc=None, cache_indices=None,
@@ -111,7 +114,7 @@ class NpuCausalConv1d:
         if weight.dim() != 2:
             raise RuntimeError(ERR_W_DIM)
         dtype = x.dtype
-        if dtype not in NPU_DTYPES:
+        if dtype not in self._dtypes:
             raise RuntimeError(ERR_DTYPE)
         if weight.dtype != dtype:
             raise RuntimeError(ERR_W_DTYPE)

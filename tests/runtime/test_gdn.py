@@ -5,15 +5,18 @@ transformers: Qwen3.5 dense (the real checkpoint form, ``Qwen3_5ForConditionalGe
 bf16 pool and Qwen3.5-MoE with its fp32 pool (one run each: every family meets the plugin's GDN ladders,
 each pool dtype is served by a dense and a MoE family).
 
-Every run is a bf16 model: SGLang's Ascend GDN backend calls ``torch.ops.npu.causal_conv1d`` itself, not
-through the plugin (``hardware_backend/npu/attention/ascend_gdn_backend.py``: ``forward_extend`` and
-``forward_decode``, SGLang 0.5.23), and that op's host refuses fp32 activations (sgl-project/sgl-kernel-npu
+The model runs are bf16, plus one fp32 Qwen3.5 run as a numerics instrument: SGLang's Ascend GDN backend
+calls ``torch.ops.npu.causal_conv1d`` itself, not through the plugin
+(``hardware_backend/npu/attention/ascend_gdn_backend.py``: ``forward_extend`` and ``forward_decode``,
+SGLang 0.5.23), and that op's host refuses fp32 activations (sgl-project/sgl-kernel-npu
 ``csrc/causal_conv1d/op_host/causal_conv1d.cpp`` at f425bdf1: ``TORCH_CHECK(dtype == at::kBFloat16 ||
 dtype == at::kHalf, "Only BF16 and FP16 are supported")``): an fp32 GDN model does not run on SGLang's
-Ascend stack (the in-process harness of ``tests/e2e`` serves fp32 GDN models only with an fp32 stand-in for
-that call).  The MoE family would be bf16-only anyway: SGLang's NPU MoE (``hardware_backend/npu/moe/
-matmul.py``) asks ``npu_grouped_matmul`` for a bf16 output, which the op refuses for fp32 activations.
-bf16 runs are compared decisively (tokens equal wherever transformers' top-2 margin is clear).
+Ascend stack.  The fp32 run widens that op (and the ATB attention ops) to fp32 on the emulated device
+(``SGLANG_ASCEND_HYBRID_EMULATED_NPU_WIDEN_FP32``, which tier.run sets for fp32): the plugin's own ladders
+still decide from the real contracts.  The MoE family is bf16-only: SGLang's NPU MoE (``hardware_backend/
+npu/moe/matmul.py``) asks ``npu_grouped_matmul`` for a bf16 output, which the op refuses for fp32
+activations.  bf16 runs are compared decisively (tokens equal wherever transformers' top-2 margin is
+clear), the fp32 run exactly (tokens equal, log-probability gaps <= 1e-4).
 """
 
 from __future__ import annotations
@@ -26,12 +29,14 @@ from tests.runtime import tier
 pytestmark = [pytest.mark.runtime, pytest.mark.xdist_group("runtime-gdn")]
 
 BF16_POOL = {"mamba_ssm_dtype": "bfloat16"}
-CONFIGS = {
-    "qwen3_5-fp32-pool": ("qwen3_5", None),
-    "qwen3_5-bf16-pool": ("qwen3_5", BF16_POOL),
-    "qwen3_next-bf16-pool": ("qwen3_next", BF16_POOL),
-    "qwen3_5_moe": ("qwen3_5_moe", None),
+CONFIGS = {  # name: (family, Engine arguments, model dtype)
+    "qwen3_5-fp32": ("qwen3_5", None, "float32"),
+    "qwen3_5-fp32-pool": ("qwen3_5", None, "bfloat16"),
+    "qwen3_5-bf16-pool": ("qwen3_5", BF16_POOL, "bfloat16"),
+    "qwen3_next-bf16-pool": ("qwen3_next", BF16_POOL, "bfloat16"),
+    "qwen3_5_moe": ("qwen3_5_moe", None, "bfloat16"),
 }
+BREAK_SSM = {"SGLANG_ASCEND_HYBRID_EMULATED_NPU_BREAK": "ignore-saved-ssm-state"}
 
 # SGLang's Ascend GDN path: its direct device calls, whatever the pool
 GDN_DEVICE_OPS = {"torch.ops.npu.causal_conv1d", "sgl_kernel_npu.fla.fused_gdn_gating:fused_gdn_gating_npu",
@@ -53,17 +58,19 @@ def _gdn_rungs(served) -> set:
     return {(op, rung) for op, rung in served.rungs() if op.startswith("gdn")}
 
 
-# the MoE families' runs on the base release only, for CI time (Qwen3.5 dense runs on every release)
+# for CI time, every release runs Qwen3.5 dense with the config's fp32 pool; the other runs are the base
+# release's (the older releases' GDN speculative runs are in test_speculative.py)
 BASE_ONLY = pytest.mark.base_release_only
+EVERY_RELEASE = ("qwen3_5-fp32-pool",)
 
 
 def _params(configs) -> list:
-    return [pytest.param(c, marks=BASE_ONLY) if CONFIGS[c][0] != "qwen3_5" else c for c in configs]
+    return [c if c in EVERY_RELEASE else pytest.param(c, marks=BASE_ONLY) for c in configs]
 
 
-def _run(config: str) -> tier.Run:
-    family, engine = CONFIGS[config]
-    return tier.run(family, "bfloat16", engine=engine)
+def _run(config: str, env=None) -> tier.Run:
+    family, engine, dtype = CONFIGS[config]
+    return tier.run(family, dtype, engine=engine, env=env)
 
 
 @pytest.mark.parametrize("config", _params(CONFIGS))
@@ -109,3 +116,17 @@ def test_qwen3_5_moe_fp32_pool_keeps_fp32_on_the_torch_rungs():
     served = _run("qwen3_5_moe").served
     assert "Qwen3_5MoeForConditionalGeneration keeps its SSM state in float32" in served.log
     assert _gdn_rungs(served) == FP32_POOL_RUNGS, served.rungs()
+
+
+@BASE_ONLY
+def test_qwen3_5_fp32_model_serves_on_the_torch_rungs():
+    served = _run("qwen3_5-fp32").served
+    assert _gdn_rungs(served) == FP32_POOL_RUNGS, served.rungs()
+
+
+@BASE_ONLY
+def test_negative_control_dropped_ssm_states_fail_the_comparison():
+    """The GDN prefill ladder broken in SGLang's scheduler process (the gathered SSM states dropped:
+    chunked-prefill continuations and radix hits restart from zeros): the tier must see it."""
+    r = _run("qwen3_5-fp32", env=BREAK_SSM)
+    assert r.comparison.max_gap > 100 * tier.FP32_LOGPROB_TOL, str(r.comparison)

@@ -118,6 +118,15 @@ def torch_ops_npu() -> dict[str, Callable]:
     for name, fn in plugin_ops().items():  # the plugin's torch.ops.npu ops (seam names without a module)
         if ":" not in name:
             table[name] = fn
+    from sglang_ascend_hybrid.envs import ENV
+
+    if ENV.EMULATED_NPU_WIDEN_FP32.get() and "causal_conv1d" in table:
+        # SGLang's Ascend GDN backend calls torch.ops.npu.causal_conv1d itself; for fp32 numerics runs
+        # that call takes fp32 (a separate instance, so its tiling cache is not the plugin's); the
+        # plugin's own conv ladder keeps the strict op behind the seam and decides from its contract
+        from sglang_ascend_hybrid.emulators.causal_conv1d import NpuCausalConv1d
+
+        table["causal_conv1d"] = NpuCausalConv1d(widen_fp32=True)
     return table
 
 
