@@ -108,6 +108,13 @@ def _is_base_release() -> bool:
 
 
 _BASE_ONLY: list = []
+# Folders whose tests are release-independent as a whole (CPU emulators of NPU ops, benchmark scripts):
+# they run in the base release's environment only, like base_release_only tests, for CI time.
+BASE_ONLY_FOLDERS = ("tests/emulators/", "tests/benchmarks/")
+
+
+def _base_release_only(item) -> bool:
+    return item.get_closest_marker("base_release_only") is not None or item.nodeid.startswith(BASE_ONLY_FOLDERS)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -116,7 +123,7 @@ def pytest_collection_modifyitems(config, items):
     keep, drop = [], []
     base = None
     for item in items:
-        if item.get_closest_marker("base_release_only") is not None:
+        if _base_release_only(item):
             base = _is_base_release() if base is None else base
             if not base:
                 drop.append(item)
