@@ -33,6 +33,8 @@ def test_shrunk_gdn_config_keeps_heads_head_dims_and_one_period_of_layers():
     assert text["layer_types"] == real_text["layer_types"][:text["num_hidden_layers"]]
     assert {"linear_attention", "full_attention"} <= set(text["layer_types"])
     assert text["hidden_size"] < real_text["hidden_size"] and text["vocab_size"] == rehearse.TINY_VOCAB
+    assert tiny["language_model_only"] is True  # token-id requests: no image processor to load
+    assert tiny["vision_config"]["out_hidden_size"] == text["hidden_size"]
 
 
 @pytest.mark.base_release_only

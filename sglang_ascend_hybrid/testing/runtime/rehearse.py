@@ -30,6 +30,7 @@ TINY_VOCAB = 160
 TINY_INTERMEDIATE = 128
 TINY_EXPERT_INTERMEDIATE = 32
 MIN_LAYERS = 4
+LANGUAGE_MODEL_ONLY = "language_model_only"  # SGLang's multimodal configs: serve the text backbone only
 
 # Flags a rehearsal sets unless the operator's flags do: the emulated device, no tokenizer (the
 # requests are token ids), and pools sized for a CPU.
@@ -113,6 +114,8 @@ def shrink_config(config: dict) -> dict:
         out["vision_config"] = {**vision, "depth": 1, "num_hidden_layers": 1, "hidden_size": 32,
                                 "intermediate_size": 64, "num_heads": 2, "num_attention_heads": 2,
                                 "out_hidden_size": hidden}
+        # a rehearsal sends token ids only: SGLang serves the language model alone (no image processor)
+        out[LANGUAGE_MODEL_ONLY] = True
     return out
 
 
