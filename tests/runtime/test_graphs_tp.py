@@ -11,7 +11,7 @@ from tests.runtime import tier
 pytestmark = [pytest.mark.runtime, pytest.mark.xdist_group("runtime-graphs-tp")]
 
 # decode graphs on (SGLang's default on NPU), three small batch sizes to keep the capture short
-GRAPHS = {"disable_cuda_graph": False, "cuda_graph_bs_decode": [1, 2, 4]}
+GRAPHS = {"disable_cuda_graph": False, "cuda_graph_bs_decode": (1, 2, 4)}  # a tuple: tier keys runs by it
 
 
 def _graph_counts(served) -> dict[str, int]:
