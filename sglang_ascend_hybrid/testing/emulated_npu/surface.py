@@ -34,8 +34,8 @@ CHIP = "A3"
 SGL_KERNEL_NPU_VERSION = "2026.6.1"
 CONV_VARIANT = "release"
 
-_TORCH_NPU_TABLES = ("kernels_torch_npu", "kernels_moe")
-_SGL_TABLES = ("kernels_norm_rope", "kernels_gdn_mem")
+_TORCH_NPU_TABLES = ("kernels_torch_npu", "kernels_moe", "kernels_spec")
+_SGL_TABLES = ("kernels_norm_rope", "kernels_gdn_mem", "kernels_spec")
 
 _lock = threading.Lock()
 _recorded: set = set()
