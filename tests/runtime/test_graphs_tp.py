@@ -61,3 +61,22 @@ def test_lfm2_tp2_runs_two_ranks():
     for op in ("causal_conv1d_fn", "causal_conv1d_update", "torch_npu._npu_flash_attention_qlens",
                "torch_npu._npu_paged_attention", "torch_npu._npu_reshape_and_cache"):
         assert len(pids.get(op, ())) == 2, (op, pids.get(op))
+
+
+# the GDN family at TP=2 with decode graphs on and a bf16 SSM pool (the seed deployment's shape without
+# speculative decoding): Qwen3.5's (6, 2) GDN heads become (3, 1) per rank
+GDN_TP2_GRAPHS = {"tp_size": 2, "mamba_ssm_dtype": "bfloat16", **GRAPHS}
+
+
+@pytest.mark.base_release_only
+def test_qwen3_5_tp2_with_graphs_matches_transformers():
+    r = tier.run("qwen3_5", "bfloat16", engine=GDN_TP2_GRAPHS)
+    tier.assert_served_whole(r)
+    tier.assert_matches_transformers(r)
+    served = r.served
+    assert "TP0]" in served.log and "TP1]" in served.log
+    assert {("gdn_prefill", "npu_chunk"), ("gdn_serving_decode", "npu_recurrent")} <= served.rungs()
+    rung_pids = {r["pid"] for r in served.records if r["kind"] == "rung" and r["name"] == "gdn_serving_decode"}
+    assert len(rung_pids) == 2, rung_pids  # both ranks decode on the plugin's ladder
+    counts = _graph_counts(served)
+    assert counts.get("captures", 0) >= 3 and counts.get("replays", 0) >= 8, counts
