@@ -196,7 +196,47 @@ def test_cache_loc_update_host_checks():
         emu.cache_loc_update(big, pool, big, big, torch.zeros(4096, dtype=torch.int32))
 
 
+def _rollback_reference(states, slots, steps, n):
+    """Per slot: window rows [0, W - shift) move to [shift, W), shift = (n - 1) - step (the kernel's loop)."""
+    out = states.clone()
+    window = states.shape[2]
+    for slot, step in zip(slots.tolist(), steps.tolist()):
+        shift = (n - 1) - step
+        if step < 0 or shift <= 0:
+            continue
+        for w in range(window - shift - 1, -1, -1):  # top row first, as the kernel moves them
+            out[:, slot, w + shift] = out[:, slot, w]
+    return out
+
+
+def test_conv_state_rollback_shifts_each_rejected_slot():
+    g = torch.Generator().manual_seed(3)
+    states = torch.randn(2, 6, 5, 8, generator=g)  # [layers, pool, window (state + drafts), dims]
+    slots = torch.tensor([4, 1, 2, 0], dtype=torch.int64)
+    steps = torch.tensor([0, 3, -1, 1], dtype=torch.int64)  # shift 3, none (all accepted), untracked, 2
+    want = _rollback_reference(states, slots, steps, 4)
+    got = states.clone()
+    assert emu.conv_state_rollback(got, slots, steps, 4) is got
+    assert torch.equal(got, want)
+    assert torch.equal(got[:, 4, 3:], states[:, 4, :2]) and torch.equal(got[:, [1, 2, 3, 5]], states[:, [1, 2, 3, 5]])
+
+
+def test_conv_state_rollback_refuses_what_the_kernel_would_not_update():
+    states = torch.zeros(1, 2, 4, 8)
+    idx = torch.tensor([0])
+    assert emu.conv_state_rollback(states, idx[:0], idx[:0], 4) is None
+    with pytest.raises(ValueError, match="must be 4D"):
+        emu.conv_state_rollback(states[0], idx, idx, 4)
+    with pytest.raises(ValueError, match="same length"):
+        emu.conv_state_rollback(states, idx, torch.tensor([0, 0]), 4)
+    with pytest.raises(ValueError, match="contiguous copy"):
+        emu.conv_state_rollback(states.transpose(2, 3), idx, idx, 4)
+    with pytest.raises(ValueError, match="power of two"):
+        emu.conv_state_rollback(torch.zeros(1, 2, 4, 6), idx, idx, 4)
+
+
 def test_tables_name_the_ops_sglang_calls():
     assert set(emu.TORCH_OPS_NPU) == {"build_tree_kernel_efficient", "cache_loc_update"}
-    assert "sgl_kernel_npu.sample.verify_tree_greedy:verify_tree_greedy" in emu.OPS
+    assert set(emu.OPS) == {"sgl_kernel_npu.sample.verify_tree_greedy:verify_tree_greedy",
+                            "sgl_kernel_npu.mamba.mamba_state_update_triton:conv_state_rollback"}
     assert emu.TORCH_NPU == {}

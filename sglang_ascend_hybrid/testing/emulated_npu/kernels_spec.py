@@ -12,7 +12,9 @@ Source: sgl-project/sgl-kernel-npu at commit f425bdf1e191a7682296d3b2ed0b927d4e3
   ``csrc/cache_location_assign/op_kernel/cache_loc_assign_kernel.cpp`` (``MAX_STEP`` from
   ``op_host/tiling/cache_loc_assign.h``);
 - ``sgl_kernel_npu.sample.verify_tree_greedy:verify_tree_greedy``:
-  ``python/sgl_kernel_npu/sgl_kernel_npu/sample/verify_tree_greedy.py`` (a Triton kernel).
+  ``python/sgl_kernel_npu/sgl_kernel_npu/sample/verify_tree_greedy.py`` (a Triton kernel);
+- ``sgl_kernel_npu.mamba.mamba_state_update_triton:conv_state_rollback``:
+  ``python/sgl_kernel_npu/sgl_kernel_npu/mamba/mamba_state_update_triton.py`` (a Triton kernel).
 
 The host's own checks are copied in the host's order, with its exception types (``std::invalid_argument``
 -> ``ValueError``, ``std::runtime_error`` -> ``RuntimeError``).  The kernels address every tensor with
@@ -21,7 +23,10 @@ layout disagrees with those offsets, or the kernel would read out of bounds or l
 the emulator raises (``ValueError`` naming argument, value and expectation) instead of guessing.
 
 SGLang call sites (0.5.23): ``kernels/ops/speculative/spec_tree.py`` (``build_tree_kernel_efficient_func``,
-``verify_tree_greedy_func``), ``kernels/ops/speculative/cache_locs.py`` (``assign_extend_cache_locs_func``).
+``verify_tree_greedy_func``), ``kernels/ops/speculative/cache_locs.py`` (``assign_extend_cache_locs_func``),
+``srt/hardware_backend/npu/attention/ascend_hybrid_linear_attn_backend.py``
+(``update_mamba_state_after_mtp_verify``: ``conv_state_rollback``; the plugin's short-conv backend calls the
+same binding for its further conv states).
 
 Not emulated (greedy requests never reach them; SGLang imports them at module top of
 ``kernels/ops/speculative/verify_sampling.py``): ``sgl_kernel_npu.sample:chain_speculative_sampling_triton``,
@@ -336,6 +341,59 @@ def verify_tree_greedy(predicts, accept_index, accept_token_num, candidates, ret
         pred[last] = target[b][col]
 
 
+# ----------------------------------------------------------------------------- conv_state_rollback
+
+
+def conv_state_rollback(conv_states, state_indices, step_indices, draft_token_num: int):
+    """``sgl_kernel_npu.mamba.mamba_state_update_triton.conv_state_rollback``: for each request with
+    ``step >= 0`` and ``shift = (draft_token_num - 1) - step > 0``, every layer's window rows
+    ``[0, W - shift)`` of slot ``state_indices[i]`` move to ``[shift, W)`` (top row first, so in place);
+    rows ``[0, shift)`` keep their values.  ``conv_states``: ``[num_layers, pool_size, W, num_dims]``.
+
+    Checks in the wrapper's order: no requests -> nothing; ``conv_states`` 4-D; indices 1-D; same length
+    (``ValueError``).  Then, where the kernel would not do what its caller asks:
+
+    - a non-contiguous ``conv_states``: the wrapper runs the kernel on ``conv_states.contiguous()``, a copy,
+      and the caller's tensor is never updated -> raised;
+    - ``num_dims`` not a power of two: the kernel's ``tl.arange(0, num_dims)`` -> raised.
+
+    The indices go through ``.to(torch.int32)``; a state index outside the pool -> raised (out of bounds).
+    Returns ``conv_states``.
+    """
+    _require_tensor("conv_states", conv_states)
+    _require_tensor("state_indices", state_indices)
+    _require_tensor("step_indices", step_indices)
+    num_requests = int(state_indices.shape[0])
+    if num_requests == 0:
+        return None
+    if conv_states.ndim != 4:
+        raise ValueError(f"conv_states must be 4D, got {conv_states.ndim}D")
+    if state_indices.ndim != 1 or step_indices.ndim != 1:
+        raise ValueError("state_indices and step_indices must be 1D")
+    if state_indices.shape[0] != step_indices.shape[0]:
+        raise ValueError("state_indices and step_indices must have the same length")
+    num_layers, pool_size, window, num_dims = (int(s) for s in conv_states.shape)
+    if not conv_states.is_contiguous():
+        raise ValueError(f"conv_states: not contiguous (strides {conv_states.stride()}): the wrapper would roll "
+                         "back a contiguous copy and leave the caller's tensor unchanged")
+    if num_dims <= 0 or num_dims & (num_dims - 1):
+        raise ValueError(f"conv_states: num_dims={num_dims}: the kernel's tl.arange(0, num_dims) needs a power of two")
+    slots = state_indices.to(torch.int32).tolist()
+    steps = step_indices.to(torch.int32).tolist()
+    for i, (slot, step) in enumerate(zip(slots, steps)):
+        if step < 0:
+            continue
+        shift = (int(draft_token_num) - 1) - step
+        if shift <= 0:
+            continue
+        if not 0 <= slot < pool_size:
+            raise ValueError(f"state_indices[{i}]={slot}: outside the pool of {pool_size} slots")
+        if shift < window:
+            rows = conv_states[:, slot, : window - shift].clone()
+            conv_states[:, slot, shift:] = rows
+    return conv_states
+
+
 TORCH_OPS_NPU: dict[str, Callable] = {
     "build_tree_kernel_efficient": build_tree_kernel_efficient,
     "cache_loc_update": cache_loc_update,
@@ -345,4 +403,5 @@ TORCH_NPU: dict[str, Callable] = {}
 
 OPS: dict[str, Callable] = {
     "sgl_kernel_npu.sample.verify_tree_greedy:verify_tree_greedy": verify_tree_greedy,
+    "sgl_kernel_npu.mamba.mamba_state_update_triton:conv_state_rollback": conv_state_rollback,
 }
