@@ -1,0 +1,129 @@
+"""Speculative decoding through SGLang's real speculative worker on the emulated Ascend device.
+
+- LFM2 (fp32 target) with STANDALONE speculative decoding and a tiny random full-attention draft
+  (:func:`tier.draft_checkpoint`): SGLang's tree building (``build_tree_kernel_efficient``), greedy
+  verify (``verify_tree_greedy``), cache-location update, the plugin's short-conv verify and SGLang's
+  conv-state rollback (``conv_state_rollback``) on the emulated device.  The draft is random, so most
+  drafts are rejected: every verify rolls the conv state back.
+- Qwen3.5 with its MTP layer and NEXTN (the seed deployment's algorithm): a checkpoint variant with
+  ``mtp_num_hidden_layers: 1`` and random ``mtp.*`` weights (transformers ignores them).
+
+Speculative decoding must not change greedy tokens: each run equals transformers and the run of the
+same configuration without speculative decoding.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+import pytest
+import torch
+
+from tests.runtime import checkpoints, tier
+
+pytestmark = [pytest.mark.runtime, pytest.mark.xdist_group("runtime-spec")]
+
+SPEC_FLAGS = {"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
+
+
+def _standalone() -> dict:
+    return {"speculative_algorithm": "STANDALONE", "speculative_draft_model_path": tier.draft_checkpoint(),
+            **SPEC_FLAGS}
+
+
+def _accepts(served) -> list:
+    return [(g["spec_verify_ct"], g["spec_accept_length"]) for g in served.requests()]
+
+
+def _assert_speculative_served(r: tier.Run, plain: tier.Run) -> None:
+    """Every request went through verify rounds and its tokens equal the run without speculation."""
+    got = r.served.requests()
+    assert all(g["spec_verify_ct"] > 0 for g in got), _accepts(r.served)
+    assert [g["output_ids"] for g in got] == [g["output_ids"] for g in plain.served.requests()]
+    # each verify round commits >= 1 token; a request's tokens after its first come from verify rounds
+    assert all(g["spec_accept_length"] >= 1.0 for g in got), _accepts(r.served)
+
+
+# ----------------------------------------------------------------------------------------- LFM2 STANDALONE
+
+
+def test_lfm2_standalone_matches_transformers_and_the_plain_run():
+    r = tier.run("lfm2", "float32", engine=_standalone())
+    tier.assert_served_whole(r)
+    tier.assert_matches_transformers(r)
+    _assert_speculative_served(r, tier.run("lfm2", "float32"))
+    print("lfm2 STANDALONE accepts (spec_verify_ct, spec_accept_length):", _accepts(r.served))
+
+
+def test_lfm2_standalone_runs_the_plugins_verify_and_sglangs_spec_ops():
+    served = tier.run("lfm2", "float32", engine=_standalone()).served
+    # fp32 is outside every NPU conv kernel's contract: the plugin's torch rung serves the verify
+    assert ("causal_conv1d_verify", "torch") in served.rungs()
+    assert {"torch.ops.npu.build_tree_kernel_efficient",
+            "sgl_kernel_npu.sample.verify_tree_greedy:verify_tree_greedy",
+            "sgl_kernel_npu.mamba.mamba_state_update_triton:conv_state_rollback"} <= served.device_ops()
+    assert all(g["cached_tokens"] >= 128 for g in served.rounds[1])  # radix hits under speculation
+
+
+# ----------------------------------------------------------------------------------------- Qwen3.5 NEXTN
+
+_MTP_CHECKPOINTS: dict = {}
+
+
+def mtp_checkpoint(dtype: str) -> tuple[str, str]:
+    """Family ``qwen3_5`` with one MTP layer: ``mtp_num_hidden_layers: 1`` in the text config and random
+    ``mtp.*`` weights named as real Qwen3.5 checkpoints hold them (SGLang's ``models/qwen3_5_mtp.py``
+    ``load_weights``: ``mtp.fc``, ``mtp.pre_fc_norm_{embedding,hidden}``, ``mtp.layers.0.*`` -- a
+    full-attention decoder layer -- and ``mtp.norm``).  The reference folder is the plain model's."""
+    if dtype not in _MTP_CHECKPOINTS:
+        from safetensors.torch import load_file, save_file
+
+        dest = tempfile.mkdtemp(prefix=f"runtime-qwen3_5-mtp-{dtype}-")
+        model_dir, ref_dir = checkpoints.write("qwen3_5", dest, getattr(torch, dtype))
+        cfg_path = os.path.join(model_dir, "config.json")
+        with open(cfg_path, encoding="utf-8") as fh:
+            config = json.load(fh)
+        text = config.get("text_config", config)
+        text["mtp_num_hidden_layers"] = 1
+        with open(cfg_path, "w", encoding="utf-8") as fh:
+            json.dump(config, fh, indent=1)
+
+        path = os.path.join(model_dir, "model.safetensors")
+        state = load_file(path)
+        attn_layer = next(k.split(".layers.")[1].split(".")[0] for k in state if ".self_attn.q_proj." in k)
+        prefix = next(k.split("layers.")[0] for k in state if ".self_attn.q_proj." in k) + f"layers.{attn_layer}."
+        g = torch.Generator().manual_seed(7)
+
+        def rand_like(t: torch.Tensor) -> torch.Tensor:
+            return (torch.randn(t.shape, generator=g) * 0.05).to(t.dtype)
+
+        hidden = int(text["hidden_size"])
+        wdt = getattr(torch, dtype)
+        mtp = {"mtp." + "layers.0." + k[len(prefix):]: rand_like(v) for k, v in state.items() if k.startswith(prefix)}
+        mtp["mtp.fc.weight"] = rand_like(torch.empty(hidden, 2 * hidden, dtype=wdt))
+        for name in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
+            mtp[f"mtp.{name}.weight"] = rand_like(torch.empty(hidden, dtype=wdt))
+        state.update(mtp)
+        save_file({k: v.contiguous() for k, v in state.items()}, path)
+        _MTP_CHECKPOINTS[dtype] = (model_dir, ref_dir)
+    return _MTP_CHECKPOINTS[dtype]
+
+
+def _run_mtp(dtype: str, engine: dict) -> tier.Run:
+    # tier.run serves the checkpoint it holds for (family, dtype): hand it the MTP variant's
+    tier._CHECKPOINTS.setdefault(("qwen3_5_mtp", dtype), mtp_checkpoint(dtype))
+    return tier.run("qwen3_5_mtp", dtype, engine=engine)
+
+
+NEXTN = {"speculative_algorithm": "NEXTN", **SPEC_FLAGS}  # the config's fp32 SSM pool
+
+
+def test_qwen3_5_nextn_fp32_matches_transformers_and_the_plain_run():
+    r = _run_mtp("float32", NEXTN)
+    tier.assert_served_whole(r)
+    tier.assert_matches_transformers(r)
+    _assert_speculative_served(r, _run_mtp("float32", {}))
+    assert any(op == "gdn_verify" for op, _ in r.served.rungs()), sorted(r.served.rungs())
+    print("qwen3_5 NEXTN accepts (spec_verify_ct, spec_accept_length):", _accepts(r.served))
