@@ -355,7 +355,10 @@ def conv_state_rollback(conv_states, state_indices, step_indices, draft_token_nu
 
     - a non-contiguous ``conv_states``: the wrapper runs the kernel on ``conv_states.contiguous()``, a copy,
       and the caller's tensor is never updated -> raised;
-    - ``num_dims`` not a power of two: the kernel's ``tl.arange(0, num_dims)`` -> raised.
+
+    ``num_dims`` is not required to be a power of two although the kernel runs ``tl.arange(0, num_dims)``
+    (upstream Triton refuses a non-power-of-two range; whether triton-ascend does is not checked here):
+    the seed deployment (Qwen3.6-27B at TP=2 with NEXTN, conv dim 5120 per rank) reaches this kernel.
 
     The indices go through ``.to(torch.int32)``; a state index outside the pool -> raised (out of bounds).
     Returns ``conv_states``.
@@ -376,8 +379,6 @@ def conv_state_rollback(conv_states, state_indices, step_indices, draft_token_nu
     if not conv_states.is_contiguous():
         raise ValueError(f"conv_states: not contiguous (strides {conv_states.stride()}): the wrapper would roll "
                          "back a contiguous copy and leave the caller's tensor unchanged")
-    if num_dims <= 0 or num_dims & (num_dims - 1):
-        raise ValueError(f"conv_states: num_dims={num_dims}: the kernel's tl.arange(0, num_dims) needs a power of two")
     slots = state_indices.to(torch.int32).tolist()
     steps = step_indices.to(torch.int32).tolist()
     for i, (slot, step) in enumerate(zip(slots, steps)):
