@@ -4,6 +4,8 @@ serving LFM2 through the real Engine, against transformers."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.runtime import tier
@@ -31,9 +33,10 @@ def test_lfm2_graphs_match_transformers():
 
 def test_lfm2_decode_steps_replay_npu_graphs():
     served = tier.run("lfm2", "float32", engine=GRAPHS).served
-    assert "Capture target decode NPU graph end. bs=[1, 2, 4]" in served.log
+    # SGLang's capture log line (0.5.23: "... NPU graph end. bs=[1, 2, 4]"; older: "... CUDA graph end.")
+    assert re.search(r"Capture [^\n]*graph end\.", served.log), "no graph capture in the log"
     counts = _graph_counts(served)
-    assert counts.get("captures") == 3, counts
+    assert counts.get("captures") == 3, counts  # one graph per batch size of GRAPHS
     # two rounds of 8 / 6 new tokens: at least 8 decode steps replay a graph, each after a graph.update
     assert counts.get("replays", 0) >= 8 and counts.get("updates", 0) >= 8, counts
     # graph decode attention is FIA's .out form with the lengths graph.update rebinds

@@ -127,3 +127,25 @@ def test_qwen3_5_nextn_fp32_matches_transformers_and_the_plain_run():
     _assert_speculative_served(r, _run_mtp("float32", {}))
     assert any(op == "gdn_verify" for op, _ in r.served.rungs()), sorted(r.served.rungs())
     print("qwen3_5 NEXTN accepts (spec_verify_ct, spec_accept_length):", _accepts(r.served))
+
+
+# The seed deployment of this project (Qwen3.6-27B: --tp-size 2 --speculative-algorithm NEXTN
+# --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4 --dtype bfloat16
+# --mamba-ssm-dtype bfloat16 --disable-radix-cache, NPU graphs on), on the tiny Qwen3.5 with its MTP layer
+SEED = {"speculative_algorithm": "NEXTN", **SPEC_FLAGS, "tp_size": 2, "mamba_ssm_dtype": "bfloat16",
+        "disable_radix_cache": True, "disable_cuda_graph": False, "cuda_graph_bs_decode": (1, 2, 4)}
+
+
+@pytest.mark.base_release_only
+def test_seed_deployment_serves_and_matches_transformers():
+    r = _run_mtp("bfloat16", SEED)
+    served = r.served
+    want = [req for batch in tier.ROUNDS for req in batch]
+    assert [len(g["output_ids"]) for g in served.requests()] == [req.max_new_tokens for req in want]
+    assert all(g["cached_tokens"] == 0 for g in served.requests())  # radix cache off
+    tier.assert_matches_transformers(r)
+    assert "TP0]" in served.log and "TP1]" in served.log
+    verify_pids = {x["pid"] for x in served.records if x["kind"] == "rung" and x["name"] == "gdn_verify"}
+    assert len(verify_pids) == 2, sorted(served.rungs())  # both ranks verify on the plugin's ladder
+    assert all(g["spec_verify_ct"] for g in served.requests()), _accepts(served)
+    print("seed deployment accepts (spec_verify_ct, spec_accept_length):", _accepts(served))

@@ -156,9 +156,14 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, cau
 
 
 def _paged_attention_rows(query, key_cache, value_cache, block_table, q_lens, kv_lens, scale, causal):
-    """Attention of each sequence's packed query rows against its paged KV; fp32 ``[T, H, Dv]``."""
+    """Attention of each sequence's packed query rows against its paged KV; fp32 ``[T, H, Dv]``.  A
+    sequence with KV length 0 (a graph padding row, FIA only: its callers check) gives zero rows."""
     outs, start = [], 0
     for b, (q_len, kv_len) in enumerate(zip(q_lens, kv_lens)):
+        if kv_len == 0:
+            outs.append(query.new_zeros(q_len, query.shape[1], value_cache.shape[3], dtype=torch.float32))
+            start += q_len
+            continue
         k = _gather_paged(key_cache, block_table[b], kv_len)
         v = _gather_paged(value_cache, block_table[b], kv_len)
         outs.append(_attend(query[start:start + q_len], k, v, scale, causal))
@@ -382,9 +387,12 @@ def _fia(query, key, value, *, atten_mask=None, actual_seq_lengths=None, actual_
         raise ValueError(f"query: {query.shape[0]} rows, actual_seq_lengths_kv has {batch}")
     q_lens = _fia_query_lens(input_layout, query, actual_seq_lengths, batch)
     for b, (q_len, kv_len) in enumerate(zip(q_lens, kv_lens)):
-        if not 1 <= q_len <= kv_len:
+        # KV length 0: SGLang's graph padding rows (get_cuda_graph_seq_len_fill_value is 0 on Ascend, the
+        # target-verify graph pads with them too): zero rows, the doc's empty-KV rule ("key/value 为空（S2=0）
+        # 则 attention_out 按对应shape返回全0") applied per sequence, as in the BSH graph decode below
+        if not (q_len >= 1 and (kv_len == 0 or q_len <= kv_len)):
             raise ValueError(f"actual_seq_lengths_kv: entry {b} is {kv_len} for {q_len} query rows "
-                             "(expected 1 <= query rows <= KV length)")
+                             "(expected 1 <= query rows <= KV length, or KV length 0)")
     _check_block_table(block_table, batch, kv_lens, block_size, k4.shape[0])
     rows = query.reshape(-1, num_heads, k4.shape[3])
     result = _paged_attention_rows(rows, k4, v4, block_table, q_lens, kv_lens, _scale("scale", scale),

@@ -456,10 +456,38 @@ def _captured_replay(frame) -> Callable[[], None]:
             f"({frame.f_code.co_filename}:{frame.f_lineno}) has no local {' / '.join(_CAPTURED_FUNCTION_NAMES)} "
             "or 'out'; the graph stand-in follows SGLang's NPU graph capture and cannot replay this capture")
 
+    context = _sglang_forward_context()
+
     def replay() -> None:
-        copy_into(captured, run())
+        with _forward_context_of_capture(context):
+            copy_into(captured, run())
 
     return replay
+
+
+_FORWARD_CONTEXT_MODULE = "sglang.srt.model_executor.forward_context"
+
+
+def _sglang_forward_context():
+    """SGLang's active ForwardContext (the attention backend the captured layers read), or None: a
+    device graph freezes the backend its kernels were captured with; a re-run reads it again."""
+    module = sys.modules.get(_FORWARD_CONTEXT_MODULE)
+    return getattr(module, "_current", None) if module is not None else None
+
+
+@contextlib.contextmanager
+def _forward_context_of_capture(context):
+    """Replay inside the ForwardContext that was active at capture when none is active now (SGLang's
+    replays run outside any forward context: on a device nothing reads it)."""
+    module = sys.modules.get(_FORWARD_CONTEXT_MODULE)
+    if context is None or module is None or getattr(module, "_current", None) is not None:
+        yield
+        return
+    previous = module.set_forward_context(context)
+    try:
+        yield
+    finally:
+        module.set_forward_context(previous)
 
 
 def copy_into(dst, src) -> None:
