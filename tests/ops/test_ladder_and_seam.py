@@ -218,3 +218,22 @@ def test_a_refused_rung_is_not_asked_again_and_says_why():
     assert ladder("s") == "torch" and ladder("s") == "torch"
     assert asked == ["s"]
     assert "refused s earlier" in ladder.why_not(ladder.rung("fast"), "s")
+
+
+def test_served_rungs_are_recorded_once_and_told_to_listeners():
+    from sglang_ascend_hybrid.ops import ladder as ladder_module
+
+    heard: list = []
+    refusing = Rung("fast", lambda sig: True, lambda: (_ for _ in ()).throw(RuntimeError("no")), device=True)
+    demo = Ladder("served_demo_op", [refusing, Rung("slow", lambda sig: True, lambda: 7)])
+    assert demo("sig") == 7
+    assert ("served_demo_op", "slow") in ladder_module.served()
+    assert ("served_demo_op", "fast") not in ladder_module.served()  # it refused: it did not serve
+    ladder_module.on_first_serve(lambda op, rung: heard.append((op, rung)))
+    assert ("served_demo_op", "slow") in heard  # pairs that served before the listener came are told at once
+    heard.clear()
+    forced = Ladder("served_forced_op", [Rung("only", lambda sig: True, lambda: 1)])
+    for _ in range(3):
+        assert demo("sig") == 7 and forced("sig", backend="only") == 1
+    assert heard == [("served_forced_op", "only")]  # a new pair once, a known pair never again
+    ladder_module._served_listeners.clear()

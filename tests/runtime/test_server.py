@@ -21,7 +21,8 @@ from sglang_ascend_hybrid.testing.runtime import reference_worker, session
 from sglang_ascend_hybrid.testing.runtime.engine_worker import _request_result
 from tests.runtime import checkpoints, tier
 
-pytestmark = [pytest.mark.runtime, pytest.mark.xdist_group("runtime-server")]
+# the base release runs the server once (the older releases run the Engine subset of the tier, for CI time)
+pytestmark = [pytest.mark.runtime, pytest.mark.base_release_only, pytest.mark.xdist_group("runtime-server")]
 
 PROMPT = tier.LONG[:200]  # two chunks of --chunked-prefill-size 128
 SHORT = [7, 8, 9, 10, 11, 12]
