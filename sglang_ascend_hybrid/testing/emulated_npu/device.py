@@ -46,6 +46,7 @@ def install() -> None:
         rename="npu", backend_module=npu_module)
     _register_factories(torch)
     _without_pinned_memory(torch)
+    _record_stream_on_host(torch, npu_module.Stream)
     _register_hccl(torch)
     os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "1")  # the processes SGLang spawns install it too
     _installed = True
@@ -98,6 +99,20 @@ def _dropping_pin_memory(factory):
     factory_on_host.__doc__ = factory.__doc__
     factory_on_host.__wrapped__ = factory
     return factory_on_host
+
+
+def _record_stream_on_host(torch, stream_class) -> None:
+    """``Tensor.record_stream(torch.npu.current_stream())`` (SGLang's overlap scheduler, older
+    releases' ``overlap_utils._resolve_spec_extras``): the emulated streams run in order on the host,
+    so there is nothing to keep alive for them; any other stream goes to torch."""
+    original = torch.Tensor.record_stream
+
+    def record_stream(self, stream):
+        if isinstance(stream, stream_class):
+            return None
+        return original(self, stream)
+
+    torch.Tensor.record_stream = record_stream
 
 
 def _register_hccl(torch) -> None:
