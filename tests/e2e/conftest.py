@@ -15,20 +15,29 @@ def _has_zaya() -> bool:
     return hasattr(transformers, "ZayaForCausalLM")
 
 
-def pytest_collection_modifyitems(config, items):
+def deselect_zaya(config, items, folder: str, deselected: list) -> None:
+    """Drop the ZAYA1 tests under ``folder`` where transformers has no ZAYA class (noted in ``deselected``)."""
     if _has_zaya():
         return
-    drop = [item for item in items if "tests/e2e/" in item.nodeid and "zaya" in item.nodeid]
+    drop = [item for item in items if folder in item.nodeid and "zaya" in item.nodeid]
     if drop:
-        _DESELECTED.extend(item.nodeid for item in drop)
+        deselected.extend(item.nodeid for item in drop)
         config.hook.pytest_deselected(items=drop)
         items[:] = [item for item in items if item not in drop]
 
 
-def pytest_terminal_summary(terminalreporter):
-    if _DESELECTED:
+def say_zaya_deselected(terminalreporter, deselected: list, what: str) -> None:
+    if deselected:
         import transformers
 
         terminalreporter.write_line(
-            f"deselected {len(_DESELECTED)} ZAYA1 whole-model tests: transformers {transformers.__version__} "
+            f"deselected {len(deselected)} ZAYA1 {what}: transformers {transformers.__version__} "
             "has no ZAYA model class (the reference; added in transformers 5.19)")
+
+
+def pytest_collection_modifyitems(config, items):
+    deselect_zaya(config, items, "tests/e2e/", _DESELECTED)
+
+
+def pytest_terminal_summary(terminalreporter):
+    say_zaya_deselected(terminalreporter, _DESELECTED, "whole-model tests")
