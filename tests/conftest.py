@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -113,8 +114,26 @@ _BASE_ONLY: list = []
 BASE_ONLY_FOLDERS = ("tests/emulators/", "tests/benchmarks/")
 
 
+# Op-level tests (tests/ops/) run only the plugin's ops on emulators: release-independent, except a
+# module that reaches SGLang's code -- it imports an upstream ``sglang.`` module (SGLang's Triton kernels
+# as references, its GDN backend) or the GDN decode contract, which reads the installed SGLang's source.
+OPS_FOLDER = "tests/ops/"
+_REACHES_SGLANG = re.compile(r"\bsglang\.(srt|kernels|multimodal_gen|jit_kernel)\b|decode_contract|serving_decode"
+                             r"|SERVING_DECODE|installed_decode_entry")
+_release_dependent_files: dict[str, bool] = {}
+
+
+def _reaches_sglang(path: Path) -> bool:
+    key = str(path)
+    if key not in _release_dependent_files:
+        _release_dependent_files[key] = bool(_REACHES_SGLANG.search(path.read_text(encoding="utf-8")))
+    return _release_dependent_files[key]
+
+
 def _base_release_only(item) -> bool:
-    return item.get_closest_marker("base_release_only") is not None or item.nodeid.startswith(BASE_ONLY_FOLDERS)
+    if item.get_closest_marker("base_release_only") is not None or item.nodeid.startswith(BASE_ONLY_FOLDERS):
+        return True
+    return item.nodeid.startswith(OPS_FOLDER) and not _reaches_sglang(Path(str(item.fspath)))
 
 
 def pytest_collection_modifyitems(config, items):

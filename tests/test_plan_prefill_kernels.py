@@ -180,6 +180,7 @@ def test_every_release_sends_gdn_prefill_through_the_ladder(version):
 LAYOUTS = [(48, 16), (12, 4), (6, 2), (3, 1), (4, 2), (2, 1)]
 
 
+@pytest.mark.base_release_only  # the plan and the ladder on emulators: no SGLang code on the path
 @pytest.mark.parametrize("state", ["bfloat16", "float16", "float32"])
 @pytest.mark.parametrize("chunk_states", [False, True], ids=["plain", "chunk_states"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])

@@ -23,6 +23,7 @@ import torch
 
 from tests.e2e import device, harness, npu_standins, prefix
 from tests.e2e.runner import run_family
+from tests.release_subset import older_releases_run
 
 DECODES = 3
 # (A's prefill chunks, tokens B shares with A, the snapshot B must resume from)
@@ -117,7 +118,7 @@ GDN_CASES = [("qwen3_5", "page_boundary"), ("qwen3_5", "inside_page"), ("qwen3_n
 SHORT_CONV_CASES = [("lfm2", case) for case in sorted(CASES)] + [("lfm2_moe", "inside_page")]
 
 
-@pytest.mark.parametrize("name,case", GDN_CASES)
+@pytest.mark.parametrize("name,case", older_releases_run(GDN_CASES, keep=(0,)))
 def test_gdn_fp32_hits_are_lossless(name, case):
     run, r = run_prefix(name, case)
     _assert_lossless(r, FP32_LOGITS, FP32_STATE)
@@ -131,9 +132,10 @@ def _bf16_state_tol(xs) -> float:
     return max(float(x.float().abs().max()) for x in xs) * 2 ** -8
 
 
-@pytest.mark.parametrize("name,case,pool", [("qwen3_5", "page_boundary", torch.float32),
-                                            ("qwen3_5", "inside_page", torch.bfloat16),
-                                            ("qwen3_next", "page_boundary", torch.float32)],
+@pytest.mark.parametrize("name,case,pool", older_releases_run([("qwen3_5", "page_boundary", torch.float32),
+                                                                ("qwen3_5", "inside_page", torch.bfloat16),
+                                                                ("qwen3_next", "page_boundary", torch.float32)],
+                                                               keep=(1,)),
                          ids=["qwen3_5-page_boundary-fp32_pool", "qwen3_5-inside_page-bf16_pool",
                               "qwen3_next-page_boundary-fp32_pool"])
 def test_gdn_bf16_model_hits_are_lossless(name, case, pool):
@@ -255,7 +257,8 @@ RUNG_SERVES = {"npu_chunk": {gdn_emu_ops()[0]}, "triton": {gdn_emu_ops()[1]}, "t
                "triton_env_fp32_pool": {gdn_emu_ops()[1]}}
 
 
-@pytest.mark.parametrize("rung", sorted(RUNG_CASES))
+# older releases: the chunk op and SGLang's own GDN_ATTN_BACKEND_TRITON route on an fp32 pool
+@pytest.mark.parametrize("rung", older_releases_run(sorted(RUNG_CASES), keep=(0, 3)))
 def test_gdn_hits_are_lossless_on_each_prefill_rung_tracking_can_take(rung, monkeypatch):
     """bf16 model; each rung forced (bf16 pool) or ``GDN_ATTN_BACKEND_TRITON=1`` on an fp32 pool:
     the snapshot is the fresh prefill's state (within one rounding for a bf16 pool; exact for the

@@ -23,6 +23,7 @@ import torch
 
 from tests.e2e import device, harness, npu_standins, radix
 from tests.e2e.runner import run_family
+from tests.release_subset import older_releases_run
 
 A_LEN, A_DECODES, B_DECODES = 300, 3, 3
 # B's own tokens after the shared prefix: few, so B's logits depend on the restored state
@@ -119,7 +120,8 @@ def test_short_conv_bf16_radix_hit_is_lossless_on_the_npu_conv_kernels():
     _assert_lossless(out, "page_boundary", harness.BF16_LOGIT_TOL)
 
 
-@pytest.mark.parametrize("dtype,pool", [(torch.float32, None), (torch.bfloat16, torch.bfloat16)],
+@pytest.mark.parametrize("dtype,pool", older_releases_run([(torch.float32, None), (torch.bfloat16, torch.bfloat16)],
+                                                          keep=(0,)),
                          ids=["fp32", "bf16_model-bf16_pool"])
 def test_qwen3_next_radix_hits_are_lossless(dtype, pool):
     """Qwen3-Next's GDN layers (and its MoE) through the real tree: fp32, and bf16 with a bf16 pool
