@@ -37,7 +37,7 @@ CONV_RUNGS = ("npu_v2", "npu_aclnn", "npu_update_v2", "torch")  # npu_update_v2:
 
 # The emulated device's negative controls (sglang_ascend_hybrid/testing/emulated_npu/breakages.py;
 # tests/test_envs.py checks they equal its table).
-EMULATED_NPU_BREAKAGES = ("none", "ignore-saved-conv-state", "ignore-saved-ssm-state")
+EMULATED_NPU_BREAKAGES = ("none", "ignore-saved-conv-state", "ignore-saved-ssm-state", "invert-decode-layout")
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")

@@ -26,22 +26,30 @@ import pytest
 from tests.runtime import tier
 
 # one Engine per configuration: the tests of a family share a worker (scripts/test.sh: --dist loadgroup)
-pytestmark = [pytest.mark.runtime, pytest.mark.xdist_group("runtime-gdn")]
+# these runs are the base release's, for CI time: every older release runs Qwen3.5 (fp32, the config's
+# fp32 pool) plain and with NEXTN in test_speculative.py
+pytestmark = [pytest.mark.runtime, pytest.mark.xdist_group("runtime-gdn"), pytest.mark.base_release_only]
 
 BF16_POOL = {"mamba_ssm_dtype": "bfloat16"}
+# Qwen3.5 runs with --disable-cuda-graph (its decode graphs are in test_graphs_tp.py and test_speculative.py);
+# Qwen3-Next and Qwen3.5-MoE with SGLang's default, decode graphs on
 CONFIGS = {  # name: (family, Engine arguments, model dtype)
     "qwen3_5-fp32": ("qwen3_5", None, "float32"),
     "qwen3_5-fp32-pool": ("qwen3_5", None, "bfloat16"),
     "qwen3_5-bf16-pool": ("qwen3_5", BF16_POOL, "bfloat16"),
-    "qwen3_next-bf16-pool": ("qwen3_next", BF16_POOL, "bfloat16"),
-    "qwen3_5_moe": ("qwen3_5_moe", None, "bfloat16"),
+    "qwen3_next-bf16-pool": ("qwen3_next", {**BF16_POOL, **tier.GRAPHS}, "bfloat16"),
+    "qwen3_5_moe": ("qwen3_5_moe", tier.GRAPHS, "bfloat16"),
 }
+GRAPH_CONFIGS = ("qwen3_next-bf16-pool", "qwen3_5_moe")
 BREAK_SSM = {"SGLANG_ASCEND_HYBRID_EMULATED_NPU_BREAK": "ignore-saved-ssm-state"}
+INVERT_LAYOUT = {"SGLANG_ASCEND_HYBRID_EMULATED_NPU_BREAK": "invert-decode-layout"}
 
-# SGLang's Ascend GDN path: its direct device calls, whatever the pool
+# SGLang's Ascend GDN path: its direct device calls, whatever the pool, and its full-attention layers'
+# decode op: the paged-attention op eagerly, FIA's .out form inside an NPU graph
 GDN_DEVICE_OPS = {"torch.ops.npu.causal_conv1d", "sgl_kernel_npu.fla.fused_gdn_gating:fused_gdn_gating_npu",
-                  "torch_npu._npu_flash_attention_qlens", "torch_npu._npu_paged_attention",
-                  "torch_npu._npu_reshape_and_cache"}
+                  "torch_npu._npu_flash_attention_qlens", "torch_npu._npu_reshape_and_cache"}
+EAGER_DECODE_OPS = {"torch_npu._npu_paged_attention"}
+GRAPH_DECODE_OPS = {"torch_npu.npu_fused_infer_attention_score.out"}
 # SGLang's NPU MoE (routing, grouped matmul, finalize; l1_norm renormalises the top-k) and the shared
 # expert's sigmoid gate
 MOE_DEVICE_OPS = {"torch.ops.npu.npu_moe_gating_top_k_softmax", "sgl_kernel_npu.norm.l1_norm:l1_norm",
@@ -69,27 +77,18 @@ def _gdn_rungs(served) -> set:
     return {(op, rung) for op, rung in served.rungs() if op.startswith("gdn")}
 
 
-# for CI time, every release runs Qwen3.5 dense with the config's fp32 pool; the other runs are the base
-# release's (the older releases' GDN speculative runs are in test_speculative.py)
-BASE_ONLY = pytest.mark.base_release_only
-EVERY_RELEASE = ("qwen3_5-fp32-pool",)
-
-
-def _params(configs) -> list:
-    return [c if c in EVERY_RELEASE else pytest.param(c, marks=BASE_ONLY) for c in configs]
-
-
 def _run(config: str, env=None) -> tier.Run:
     family, engine, dtype = CONFIGS[config]
     return tier.run(family, dtype, engine=engine, env=env)
 
 
-@pytest.mark.parametrize("config", _params(CONFIGS))
+@pytest.mark.parametrize("config", CONFIGS)
 def test_gdn_family_matches_transformers(config):
     r = _run(config)
     tier.assert_served_whole(r)
     tier.assert_matches_transformers(r)
-    assert GDN_DEVICE_OPS <= r.served.device_ops(), sorted(r.served.device_ops())
+    decode = GRAPH_DECODE_OPS if config in GRAPH_CONFIGS else EAGER_DECODE_OPS
+    assert GDN_DEVICE_OPS | decode <= r.served.device_ops(), sorted(r.served.device_ops())
 
 
 def test_qwen3_5_fp32_pool_keeps_fp32_on_the_torch_rungs():
@@ -103,10 +102,10 @@ def test_qwen3_5_fp32_pool_keeps_fp32_on_the_torch_rungs():
     assert not {"chunk_gated_delta_rule", "recurrent_gated_delta_rule"} & served.device_ops()
     # Qwen3.5's attention layer: the fused split / norm / rope kernels and the sigmoid output gate the
     # installed release imports (prefill's mrope kernel from 0.5.23, the sigmoid gate from 0.5.21)
-    assert _qwen3_5_attention_ops() | {"sgl_kernel_npu.fla.layernorm_gated:layer_norm_fwd_npu"} <= served.device_ops()
+    assert qwen3_5_attention_ops() | {"sgl_kernel_npu.fla.layernorm_gated:layer_norm_fwd_npu"} <= served.device_ops()
 
 
-def _qwen3_5_attention_ops() -> set:
+def qwen3_5_attention_ops() -> set:
     """The sgl_kernel_npu norm / rope / gate entries the installed ``models/qwen3_5.py`` imports."""
     from sglang_ascend_hybrid import pairing
 
@@ -117,7 +116,7 @@ def _qwen3_5_attention_ops() -> set:
     return found
 
 
-@pytest.mark.parametrize("config", _params(["qwen3_5-bf16-pool", "qwen3_next-bf16-pool"]))
+@pytest.mark.parametrize("config", ["qwen3_5-bf16-pool", "qwen3_next-bf16-pool"])
 def test_bf16_pool_serves_on_the_npu_gdn_ops(config):
     served = _run(config).served
     assert "keeps its SSM state in bfloat16" in served.log
@@ -125,29 +124,41 @@ def test_bf16_pool_serves_on_the_npu_gdn_ops(config):
     assert {"chunk_gated_delta_rule", "recurrent_gated_delta_rule"} <= served.device_ops()
 
 
-@BASE_ONLY
 @pytest.mark.parametrize("config", ["qwen3_next-bf16-pool", "qwen3_5_moe"])
 def test_moe_families_serve_on_the_npu_moe_ops(config):
     served = _run(config).served
     assert MOE_DEVICE_OPS <= served.device_ops(), sorted(served.device_ops())
 
 
-@BASE_ONLY
+@pytest.mark.parametrize("config", GRAPH_CONFIGS)
+def test_default_flags_replay_decode_graphs(config):
+    tier.assert_decode_replayed_graphs(_run(config).served)
+
+
 def test_qwen3_5_moe_fp32_pool_keeps_fp32_on_the_torch_rungs():
     served = _run("qwen3_5_moe").served
     assert "Qwen3_5MoeForConditionalGeneration keeps its SSM state in float32" in served.log
     assert _gdn_rungs(served) == FP32_POOL_RUNGS, served.rungs()
 
 
-@BASE_ONLY
 def test_qwen3_5_fp32_model_serves_on_the_torch_rungs():
     served = _run("qwen3_5-fp32").served
     assert _gdn_rungs(served) == FP32_POOL_RUNGS, served.rungs()
 
 
-@BASE_ONLY
 def test_negative_control_dropped_ssm_states_fail_the_comparison():
     """The GDN prefill ladder broken in SGLang's scheduler process (the gathered SSM states dropped:
     chunked-prefill continuations and radix hits restart from zeros): the tier must see it."""
     r = _run("qwen3_5-fp32", env=BREAK_SSM)
     assert r.comparison.max_gap > 100 * tier.FP32_LOGPROB_TOL, str(r.comparison)
+
+
+def test_negative_control_an_inverted_decode_layout_verdict_fails_the_comparison():
+    """The GDN decode layout probe's verdict swapped in every SGLang process: the emulated device's
+    Triton decode entry reads its pool key-first (as sgl-kernel-npu's readable source addresses it), so
+    the inverted verdict lets it serve a value-first pool with every state transposed: the tier must
+    see it (on an honest verdict that entry is refused and npu_recurrent serves, test above)."""
+    r = _run("qwen3_5-bf16-pool", env=INVERT_LAYOUT)
+    assert ("gdn_serving_decode", "triton_decode") in r.served.rungs(), r.served.rungs()
+    assert "inverted by a negative control" in r.served.log
+    assert not r.comparison.decisive_equal, str(r.comparison)

@@ -1,5 +1,7 @@
 """The short-conv families served by SGLang's real Engine on the emulated Ascend device, against
-transformers: LFM2 in fp32 and bf16; LFM2-MoE and ZAYA1 in bf16 only -- SGLang's NPU MoE path
+transformers: LFM2 in fp32 and bf16 (with ``--disable-cuda-graph``; its decode graphs are in
+test_graphs_tp.py); LFM2-MoE, ZAYA1 and LFM2-VL's text path in bf16, with SGLang's default decode
+graphs on.  The MoE families run bf16 only: SGLang's NPU MoE path
 (``hardware_backend/npu/moe/matmul.py``) asks ``npu_grouped_matmul`` for a bf16 output whatever the
 activations' dtype, which the op refuses for fp32 activations (its documentation ties the output
 dtype to the input's without quantisation): an fp32 MoE model does not run on SGLang's Ascend stack."""
@@ -41,7 +43,7 @@ def test_lfm2_bf16_serves_on_the_npu_conv_kernel():
 
 @pytest.mark.base_release_only
 def test_lfm2_moe_bf16_matches_transformers():
-    r = tier.run("lfm2_moe", "bfloat16")
+    r = tier.run("lfm2_moe", "bfloat16", engine=tier.GRAPHS)
     tier.assert_served_whole(r)
     tier.assert_matches_transformers(r)
     assert {"torch.ops.npu.npu_moe_gating_top_k", "torch.ops.npu.npu_moe_init_routing_v2",
@@ -51,10 +53,27 @@ def test_lfm2_moe_bf16_matches_transformers():
 
 @pytest.mark.base_release_only
 def test_zaya_bf16_matches_transformers():
-    r = tier.run("zaya", "bfloat16")
+    r = tier.run("zaya", "bfloat16", engine=tier.GRAPHS)
     tier.assert_served_whole(r)
     tier.assert_matches_transformers(r)
     assert "torch.ops.npu.npu_grouped_matmul" in r.served.device_ops()
+
+
+@pytest.mark.base_release_only
+def test_lfm2_vl_text_requests_bf16_match_transformers():
+    """LFM2-VL's text path (its LFM2 language model inside ``Lfm2VlForConditionalGeneration``) with no
+    prefix cache: SGLang lists the architecture in neither of its mamba radix-cache lists
+    (``arg_groups/overrides.py``), so no request gets cached tokens."""
+    r = tier.run("lfm2_vl", "bfloat16", engine=tier.GRAPHS)
+    tier.assert_served_whole(r, radix=False)
+    tier.assert_matches_transformers(r)
+    assert ("causal_conv1d_fn", "npu_aclnn") in r.served.rungs()
+
+
+@pytest.mark.base_release_only
+@pytest.mark.parametrize("family", ["lfm2_moe", "zaya", "lfm2_vl"])
+def test_default_flags_replay_decode_graphs(family):
+    tier.assert_decode_replayed_graphs(tier.run(family, "bfloat16", engine=tier.GRAPHS).served)
 
 
 @pytest.mark.base_release_only

@@ -9,7 +9,8 @@
   ``mtp_num_hidden_layers: 1`` and random ``mtp.*`` weights (transformers ignores them).
 
 Speculative decoding must not change greedy tokens: each run equals transformers and the run of the
-same configuration without speculative decoding.
+same configuration without speculative decoding.  These runs (with their plain comparators) are the
+older releases' runtime tier beside LFM2 fp32 (test_short_conv.py).
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ def _assert_speculative_served(r: tier.Run, plain: tier.Run) -> None:
 # ----------------------------------------------------------------------------------------- LFM2 STANDALONE
 
 
+# the LFM2 tests join test_short_conv.py's worker group, whose plain LFM2 fp32 run they compare with
+# (tier caches runs per worker process)
+@pytest.mark.xdist_group("runtime-short-conv")
 def test_lfm2_standalone_matches_transformers_and_the_plain_run():
     r = tier.run("lfm2", "float32", engine=_standalone())
     tier.assert_served_whole(r)
@@ -57,6 +61,7 @@ def test_lfm2_standalone_matches_transformers_and_the_plain_run():
     print("lfm2 STANDALONE accepts (spec_verify_ct, spec_accept_length):", _accepts(r.served))
 
 
+@pytest.mark.xdist_group("runtime-short-conv")
 def test_lfm2_standalone_runs_the_plugins_verify_and_sglangs_spec_ops():
     served = tier.run("lfm2", "float32", engine=_standalone()).served
     # fp32 is outside every NPU conv kernel's contract: the plugin's torch rung serves the verify
@@ -118,6 +123,21 @@ def _run_mtp(dtype: str, engine: dict) -> tier.Run:
 
 
 NEXTN = {"speculative_algorithm": "NEXTN", **SPEC_FLAGS}  # the config's fp32 SSM pool
+
+
+def test_qwen3_5_plain_fp32_serves_on_the_ascend_stack_and_the_plugins_gdn_ladders():
+    """The NEXTN run's comparator (the MTP checkpoint without speculative decoding: SGLang loads no MTP
+    layer) is itself a whole GDN run on every release: chunked prefill, radix hits, transformers, the
+    plugin's GDN prefill and decode ladders, SGLang's Ascend GDN device ops."""
+    from tests.runtime.test_gdn import EAGER_DECODE_OPS, GDN_DEVICE_OPS, qwen3_5_attention_ops
+
+    r = _run_mtp("float32", {})
+    tier.assert_served_whole(r)
+    tier.assert_matches_transformers(r)
+    assert "Qwen3_5ForConditionalGeneration keeps its SSM state in float32" in r.served.log
+    assert {"gdn_prefill", "gdn_serving_decode"} <= {op for op, _ in r.served.rungs()}, r.served.rungs()
+    want = GDN_DEVICE_OPS | EAGER_DECODE_OPS | qwen3_5_attention_ops()
+    assert want <= r.served.device_ops(), sorted(want - r.served.device_ops())
 
 
 def test_qwen3_5_nextn_fp32_matches_transformers_and_the_plain_run():

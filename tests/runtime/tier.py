@@ -30,6 +30,9 @@ PROMPTS = sum(len(batch) for batch in ROUNDS)
 BASE_ENGINE = {"chunked_prefill_size": 128, "max_total_tokens": 4096, "max_mamba_cache_size": 48,
                "max_running_requests": 8, "disable_cuda_graph": True}
 
+# decode graphs on (SGLang's default on NPU), three small batch sizes to keep the capture short
+GRAPHS = {"disable_cuda_graph": False, "cuda_graph_bs_decode": (1, 2, 4)}  # a tuple: runs are keyed by it
+
 FP32_LOGPROB_TOL = 1e-4
 BF16_MARGIN = 0.25  # a bf16 token may differ only where transformers' top-2 log-prob margin is below this
 
@@ -105,11 +108,32 @@ def assert_matches_transformers(r: Run) -> None:
         assert c.decisive_equal, str(c)
 
 
-def assert_served_whole(r: Run) -> None:
-    """Every request answered with all its tokens; chunked prefill and radix hits happened."""
+def assert_served_whole(r: Run, radix: bool = True) -> None:
+    """Every request answered with all its tokens; chunked prefill happened, and radix hits (or, with
+    ``radix=False``, none: a family SGLang serves without its prefix cache)."""
     got = r.served.requests()
     want = [req for batch in ROUNDS for req in batch]
     assert [len(g["output_ids"]) for g in got] == [req.max_new_tokens for req in want]
     assert r.served.prefill_batches() > PROMPTS, r.served.prefill_batches()
-    assert [g["cached_tokens"] for g in r.served.rounds[1]] and all(
-        g["cached_tokens"] >= 128 for g in r.served.rounds[1]), [g["cached_tokens"] for g in r.served.rounds[1]]
+    cached = [g["cached_tokens"] for g in r.served.rounds[1]]
+    if radix:
+        assert cached and all(c >= 128 for c in cached), cached
+    else:
+        assert cached == [0] * len(ROUNDS[1]), cached
+
+
+def graph_counts(served) -> dict[str, int]:
+    """Largest count of each NPU-graph event (captures / replays / updates) any process recorded."""
+    counts: dict[str, int] = {}
+    for r in served.records:
+        if r["kind"] == "npu-graph":
+            counts[r["name"]] = max(counts.get(r["name"], 0), r["count"])
+    return counts
+
+
+def assert_decode_replayed_graphs(served) -> None:
+    """A run with :data:`GRAPHS`: one graph captured per batch size, and the two rounds' decode steps
+    (8 / 6 new tokens) replayed at least 8 graphs, each after a ``graph.update``."""
+    counts = graph_counts(served)
+    assert counts.get("captures", 0) >= len(GRAPHS["cuda_graph_bs_decode"]), counts
+    assert counts.get("replays", 0) >= 8 and counts.get("updates", 0) >= 8, counts

@@ -52,10 +52,29 @@ def _ignore_saved_ssm_state(module) -> None:
     module.chunk_with_states = no_state
 
 
+def _invert_decode_layout(module) -> None:
+    """The GDN decode layout probe reports the opposite layout: a key-first Triton decode kernel is
+    taken for value-first (SGLang's layout) and serves, reading every state transposed."""
+    from sglang_ascend_hybrid.ops import probes
+    from sglang_ascend_hybrid.ops.gdn import decode_contract as dc
+
+    real = module.measure
+    swap = {dc.VALUE_FIRST: dc.KEY_FIRST, dc.KEY_FIRST: dc.VALUE_FIRST}
+
+    def inverted(*args, **kwargs):
+        found = real(*args, **kwargs)
+        layout = swap.get(found.verdict, found.verdict)
+        return probes.Verdict(found.probe, found.signature, layout, layout == dc.VALUE_FIRST,
+                              f"{found.detail} (inverted by a negative control)")
+
+    module.measure = inverted
+
+
 # name -> (plugin module it patches, the patch)
 BREAKAGES: dict[str, tuple[str, Callable]] = {
     "ignore-saved-conv-state": ("sglang_ascend_hybrid.backends.short_conv", _ignore_saved_conv_state),
     "ignore-saved-ssm-state": ("sglang_ascend_hybrid.backends.gdn_hooks", _ignore_saved_ssm_state),
+    "invert-decode-layout": ("sglang_ascend_hybrid.ops.gdn.decode_probe", _invert_decode_layout),
 }
 
 

@@ -188,13 +188,20 @@ def start(model_path: str, *, args: Sequence[str] = (), env_extra: Optional[dict
     return server
 
 
-def write_word_level_tokenizer(model_dir: str, vocab_size: int, *, bos: int, eos: int, pad: int) -> None:
+def write_word_level_tokenizer(model_dir: str, vocab_size: int, *, bos: int, eos: int, pad: int,
+                               named: dict[int, str] | None = None) -> None:
     """A tokenizer for a tiny checkpoint, written offline into ``model_dir``: word ``<i>`` is token
     ``i`` (a ``tokenizers`` WordLevel model split on whitespace), so a text prompt ``"<3> <4>"`` is
-    ``[3, 4]`` and SGLang's routes that need a tokenizer (``/v1/completions``) can run."""
+    ``[3, 4]`` and SGLang's routes that need a tokenizer (``/v1/completions``) can run.  ``named``
+    gives some ids another word (a multimodal processor looks its placeholder up by name, e.g.
+    ``{150: "<image>"}``)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     name = [f"<{i}>" for i in range(vocab_size)]
+    for i, word in (named or {}).items():
+        if not 0 <= i < vocab_size:
+            raise ValueError(f"named: token id {i} ({word!r}) is outside the vocabulary of {vocab_size}")
+        name[i] = word
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(name)}, unk_token=name[pad]))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with single spaces
