@@ -72,7 +72,7 @@ from benchmarks.harness import (Goal, arguments, count_torch_ops, measure, repor
 from fla.ops.gated_delta_rule.naive import naive_chunk_gated_delta_rule  # noqa: E402
 from transformers.models.qwen3_next.modeling_qwen3_next import torch_chunk_gated_delta_rule as _tr_entry  # noqa: E402
 
-from sglang_ascend_hybrid.ops.gdn.planner import plan_for  # noqa: E402
+from sglang_ascend_hybrid.ops.gdn.prefill.planner import plan_for  # noqa: E402
 from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch, l2norm  # noqa: E402
 
 # transformers wraps its torch function in a hub-kernel dispatcher that hands the call to FLA's

@@ -168,7 +168,8 @@ def collect_probes() -> dict:
         import torch
 
         from sglang_ascend_hybrid.ops import probes, seam
-        from sglang_ascend_hybrid.ops.gdn import decode_contract, decode_probe
+        from sglang_ascend_hybrid.ops.gdn.decode import contract as decode_contract
+        from sglang_ascend_hybrid.ops.gdn.decode import probe as decode_probe
 
         entry = decode_contract.installed_decode_entry()
         note = ""

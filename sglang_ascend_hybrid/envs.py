@@ -27,11 +27,11 @@ from typing import Callable, Generic, Iterator, TypeVar
 T = TypeVar("T")
 
 # Rung names of the kernel ladders (fastest first), as the ladders in
-# ``ops/gdn/dispatch.py`` and ``ops/conv/dispatch.py`` name them.  Listed here so
+# ``ops/gdn/prefill/ladder.py``, ``ops/gdn/decode/ladder.py`` and ``ops/conv/dispatch.py`` name them.  Listed here so
 # validating the environment needs no op module (and no torch) import;
 # ``tests/test_envs.py`` checks they equal the ladders' names.
 GDN_PREFILL_RUNGS = ("npu_chunk", "mega", "triton", "torch")
-GDN_DECODE_RUNGS = ("triton_decode", "npu_recurrent", "torch")  # triton_decode: serving decode only
+GDN_DECODE_RUNGS = ("triton_decode", "npu_recurrent", "torch")
 GDN_RUNGS = tuple(dict.fromkeys(GDN_PREFILL_RUNGS + GDN_DECODE_RUNGS))
 CONV_RUNGS = ("npu_v2", "npu_aclnn", "npu_update_v2", "torch")  # npu_update_v2: decode only
 
@@ -131,7 +131,7 @@ class _Registry:
     GDN_BACKEND = EnvVar(
         "SGLANG_ASCEND_HYBRID_GDN_BACKEND", "auto", _choice(("auto",) + GDN_RUNGS),
         "auto (default) walks the GDN kernel ladders; a rung name forces that rung "
-        "(prefill: npu_chunk, mega, triton, torch; decode: triton_decode (serving decode only), "
+        "(prefill: npu_chunk, mega, triton, torch; decode: triton_decode (SGLang's decode steps only), "
         "npu_recurrent, torch).",
     )
     GDN_MAX_OVERHEAD = EnvVar(

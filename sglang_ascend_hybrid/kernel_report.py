@@ -49,7 +49,7 @@ def installed_kernels() -> list[dict]:
 def gdn_prefill_rung(value_heads: int, key_heads: int, head_dim: int, dtype: torch.dtype,
                      state_dtype: torch.dtype, device: Optional[str] = None) -> str:
     """The prefill rung the runtime ladder picks first for this layout (no kernel is called)."""
-    from sglang_ascend_hybrid.ops.gdn import dispatch
+    from sglang_ascend_hybrid.ops.gdn import prefill
 
     dev = device or _probe_device()
     T = 2
@@ -57,8 +57,8 @@ def gdn_prefill_rung(value_heads: int, key_heads: int, head_dim: int, dtype: tor
     v = torch.zeros(1, T, value_heads, head_dim, dtype=dtype, device=dev)
     g = torch.zeros(1, T, value_heads, device=dev)
     state = torch.zeros(1, value_heads, head_dim, head_dim, dtype=state_dtype, device=dev)
-    call = dispatch.ChunkCall(q, q, v, g, g.to(dtype), torch.tensor([0, T], device=dev), state, 1.0)
-    return dispatch.PREFILL.choose(call.signature(), call).name
+    call = prefill.ChunkCall(q, q, v, g, g.to(dtype), torch.tensor([0, T], device=dev), state, 1.0)
+    return prefill.PREFILL.choose(call.signature(), call).name
 
 
 def gdn_verify_rung(value_heads: int, key_heads: int, head_dim: int, dtype: torch.dtype, state_dtype: torch.dtype,
@@ -80,21 +80,22 @@ def gdn_verify_rung(value_heads: int, key_heads: int, head_dim: int, dtype: torc
 
 def gdn_decode_rung(value_heads: int, key_heads: int, head_dim: int, dtype: torch.dtype, state_dtype: torch.dtype,
                     device: Optional[str] = None) -> str:
-    """The rung the serving decode ladder (SGLang's plain GDN decode step) picks first for this
-    layout: the installed SGLang's Triton decode entry where installed and probed value-first, the
-    recurrent op, the torch step (no kernel is called)."""
-    from sglang_ascend_hybrid.ops.gdn import decode, decode_contract
+    """The rung the GDN decode ladder picks first for SGLang's plain decode step of this layout: the
+    installed SGLang's Triton decode entry where installed and probed value-first, the recurrent op,
+    the torch step (no kernel is called)."""
+    from sglang_ascend_hybrid.ops.gdn import decode
+    from sglang_ascend_hybrid.ops.gdn.decode import contract as decode_contract
 
     dev = device or _probe_device()
     q = torch.zeros(1, 1, key_heads, head_dim, dtype=dtype, device=dev)
     v = torch.zeros(1, 1, value_heads, head_dim, dtype=dtype, device=dev)
     gates = torch.zeros(value_heads, dtype=dtype, device=dev)
     pool = torch.zeros(2, value_heads, head_dim, head_dim, dtype=state_dtype, device=dev)
-    call = decode.GatedDecodeCall(q, q, v, gates, gates, gates.float(), gates.float(), pool,
-                                  torch.zeros(1, dtype=torch.int32, device=dev),
-                                  torch.tensor([0, 1], dtype=torch.int32, device=dev),
-                                  entry=decode_contract.installed_decode_entry())
-    return decode.SERVING_DECODE.choose(call.signature(), call).name
+    call = decode.DecodeCall(q, q, v, gates, gates, gates.float(), gates.float(), pool,
+                             torch.zeros(1, dtype=torch.int32, device=dev),
+                             torch.tensor([0, 1], dtype=torch.int32, device=dev),
+                             entry=decode_contract.installed_decode_entry())
+    return decode.DECODE.choose(call.signature(), call).name
 
 
 def conv_update_rung(width: int, channels: int, dtype: torch.dtype, device: Optional[str] = None) -> str:

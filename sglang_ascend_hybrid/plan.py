@@ -2,7 +2,7 @@
 
 Uses the runtime's own code: the family table and config rules
 (:mod:`sglang_ascend_hybrid.model_families`), the GDN head planner and the prefill ladder's
-signature rules (:func:`sglang_ascend_hybrid.ops.gdn.dispatch.prefill_static_reasons`), the
+signature rules (:func:`sglang_ascend_hybrid.ops.gdn.prefill.prefill_static_reasons`), the
 conv-kernel limits (:mod:`sglang_ascend_hybrid.ops.conv.contract`), the SSM state dtype rules
 (:mod:`sglang_ascend_hybrid.backends.gdn_state_dtype`) and the launch-default decisions
 (:mod:`sglang_ascend_hybrid.backends.launch_defaults`, which reads what it needs of SGLang from
@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional, TextIO
 
 from sglang_ascend_hybrid import model_families as mf
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DEFAULT_TP = (1, 2, 4, 8, 16)
 # The chip plan answers for: an Atlas A3, where every GDN kernel is built (an A2 answers the same for
 # the chunk op; on Ascend 950 fp32 states run on the chunk op and the mega kernel is absent).
@@ -57,10 +57,10 @@ def state_dtype(facts: mf.ModelFacts, override: Optional[str] = None) -> tuple[s
 
 
 def _ops() -> dict[str, str]:
-    from sglang_ascend_hybrid.ops.gdn import dispatch
+    from sglang_ascend_hybrid.ops.gdn import contract as caps
 
-    return {"npu_chunk": f"torch.ops.npu.{dispatch.OP_NPU_CHUNK}", "mega": dispatch.OP_MEGA,
-            "triton": dispatch.OP_TRITON, "torch": "the plugin's torch chunk path"}
+    return {"npu_chunk": f"torch.ops.npu.{caps.OP_NPU_CHUNK}", "mega": caps.OP_MEGA,
+            "triton": caps.OP_TRITON, "torch": "the plugin's torch chunk path"}
 
 
 def prefill_entry(lay: mf.GDNLayout, dtype: str, state: str, chunk_states: bool,
@@ -70,11 +70,12 @@ def prefill_entry(lay: mf.GDNLayout, dtype: str, state: str, chunk_states: bool,
 
     from sglang_ascend_hybrid.backends.gdn_hooks import prefill_skip
     from sglang_ascend_hybrid.envs import ENV
-    from sglang_ascend_hybrid.ops.gdn import dispatch
+    from sglang_ascend_hybrid.ops.gdn import prefill
+    from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature
 
-    sig = dispatch.GdnSignature(lay.value_heads, lay.key_heads, lay.head_dim, lay.value_head_dim,
-                                getattr(torch, dtype), chunk_states, getattr(torch, state))
-    verdicts = dispatch.prefill_static_reasons(sig, chip=ASSUMED_CHIP, predicate=predicate)
+    sig = GdnSignature(lay.value_heads, lay.key_heads, lay.head_dim, lay.value_head_dim,
+                       getattr(torch, dtype), chunk_states, getattr(torch, state))
+    verdicts = prefill.prefill_static_reasons(sig, chip=ASSUMED_CHIP, predicate=predicate)
     unskipped = {name: reason is None for name, reason, _ in verdicts}  # a forced rung ignores the skip
     ops = _ops()
     skip = prefill_skip()
@@ -91,22 +92,55 @@ def prefill_entry(lay: mf.GDNLayout, dtype: str, state: str, chunk_states: bool,
             error = (f"{ENV.GDN_BACKEND.name}={forced} forces a rung that cannot serve these calls: prefill "
                      "raises ForcedRungUnavailable")
     return {"kernel": kernel, "op": ops[kernel] if kernel else None, "forced": forced, "error": error,
-            "recomputes_tracked_states": kernel == "triton" and dispatch.triton_rounds_chunk_states(sig),
+            "recomputes_tracked_states": kernel == "triton" and prefill.triton_rounds_chunk_states(sig),
             "rungs": rungs}
+
+
+def decode_entry(lay: mf.GDNLayout, dtype: str, state: str) -> dict[str, Any]:
+    """Which decode rung serves SGLang's plain decode steps of this layout (per rank), from the decode
+    ladder's rules (:func:`sglang_ascend_hybrid.ops.gdn.decode.decode_static_reasons`), the reasons of every
+    other rung.  ``kernel`` is the first rung that serves whatever a startup probe finds; a rung before it
+    that only its probe can confirm (the Triton decode kernel) runs instead where the probe does."""
+    import torch
+
+    from sglang_ascend_hybrid.envs import ENV
+    from sglang_ascend_hybrid.ops.gdn import contract as caps
+    from sglang_ascend_hybrid.ops.gdn import decode
+    from sglang_ascend_hybrid.ops.gdn.decode import contract as decode_contract
+    from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature
+
+    entry = decode_contract.installed_decode_entry()
+    sig = GdnSignature(lay.value_heads, lay.key_heads, lay.head_dim, lay.value_head_dim, getattr(torch, dtype),
+                       state_dtype=getattr(torch, state))
+    ops = {"triton_decode": decode_contract.DECODE_ENTRIES[entry] if entry else None,
+           "npu_recurrent": f"torch.ops.npu.{caps.OP_NPU_RECURRENT}", "torch": "the plugin's torch decode step"}
+    rungs = [{"rung": name, "op": ops[name], "serves": reason is None, "reason": reason, "decided_by_probe": probe}
+             for name, reason, probe in decode.decode_static_reasons(sig, entry)]
+    forced = ENV.GDN_BACKEND.get()
+    forced = forced if forced in ops else None
+    kernel = next(r["rung"] for r in rungs if r["serves"] and not r["decided_by_probe"])
+    error = None
+    if forced is not None:
+        kernel = forced if next(r["serves"] for r in rungs if r["rung"] == forced) else None
+        if kernel is None:
+            error = (f"{ENV.GDN_BACKEND.name}={forced} forces a rung that cannot serve these calls: decode "
+                     "raises ForcedRungUnavailable")
+    return {"kernel": kernel, "op": ops[kernel] if kernel else None, "forced": forced, "error": error,
+            "decode_entry": entry, "rungs": rungs}
 
 
 def gdn_entry(facts: mf.ModelFacts, tp: int, predicate=None, ssm_dtype: Optional[str] = None) -> dict[str, Any]:
     import torch
 
     from sglang_ascend_hybrid.backends.gdn_state_dtype import plan_state
-    from sglang_ascend_hybrid.ops.gdn.dispatch import plan_for_layout
+    from sglang_ascend_hybrid.ops.gdn.prefill import plan_for_layout
 
     lay = facts.gdn_layout(tp)
     dtype = facts.dtype
     state, source = state_dtype(facts, ssm_dtype)
     mega = plan_for_layout(lay.value_heads, lay.key_heads, lay.head_dim, lay.value_head_dim, getattr(torch, dtype),
                            predicate=predicate)
-    kernels = plan_state(state, source)  # verify / decode on an A2 / A3
+    kernels = plan_state(state, source)  # verify on an A2 / A3
     return {
         "value_heads": lay.value_heads,
         "key_heads": lay.key_heads,
@@ -120,7 +154,7 @@ def gdn_entry(facts: mf.ModelFacts, tp: int, predicate=None, ssm_dtype: Optional
         "mega_plan": {"strategy": mega.strategy, "launches": [list(p) for p in mega.launches],
                       "overhead": float(mega.overhead) if mega.strategy != "none" else None},
         "verify_kernels": kernels.verify,
-        "decode_kernels": kernels.decode,
+        "decode": decode_entry(lay, dtype, state),
     }
 
 
@@ -226,16 +260,19 @@ def plan(cfg: dict, tp_sizes=DEFAULT_TP, kernel_heads: Optional[list[int]] = Non
     }
 
 
-def _rung_line(r: dict, mega_plan: dict) -> str:
+def _rung_line(r: dict, mega_plan: Optional[dict] = None, width: int = 10) -> str:
     verdict = "yes" if r["serves"] else "no "
     note = r["reason"] or ""
-    if r["decided_by_probe"]:
+    if r["decided_by_probe"] and r["rung"] == "triton_decode":
+        note = ("only where the probe of its state layout at startup finds it value-first (its readable source "
+                "is key-first; else the next rung)")
+    elif r["decided_by_probe"]:
         note = "the probe of its chunk-state stride at startup confirms it (else the next rung)"
-    if r["rung"] == "mega" and mega_plan["strategy"] != "none":
+    if r["rung"] == "mega" and mega_plan and mega_plan["strategy"] != "none":
         plan_txt = (f"head plan {mega_plan['strategy']}, launches {mega_plan['launches']}, overhead "
                     f"{mega_plan['overhead']:.2f}")
         note = f"{note}; {plan_txt}" if note else plan_txt
-    return f"           {r['rung']:<10} {verdict} {note}".rstrip() + "\n"
+    return f"           {r['rung']:<{width}} {verdict} {note}".rstrip() + "\n"
 
 
 def render(doc: dict[str, Any], out: TextIO | None = None) -> None:
@@ -276,7 +313,12 @@ def render(doc: dict[str, Any], out: TextIO | None = None) -> None:
             if pc["recomputes_tracked_states"]:
                 w(f"         radix-cache tracking on {pc['kernel']}: its chunk states are {g['dtype']}, so the tracked "
                   f"ones are recomputed in {g['state_dtype']} (one more launch over the tracked prefixes)\n")
-            w(f"         verify (MTP) {g['verify_kernels']}; decode {g['decode_kernels']}\n")
+            d = g["decode"]
+            runs = f"decode runs on {d['kernel']} ({d['op']})" if d["kernel"] else f"decode fails: {d['error']}"
+            w(f"         {runs}\n")
+            for rung in d["rungs"]:
+                w(_rung_line(rung, width=13))
+            w(f"         verify (MTP) {g['verify_kernels']}\n")
         if r["short_conv"]:
             s = r["short_conv"]
             w(f"  TP={r['tp']:<3} {s['kind']} width {s['width']}, {s['channels']} channels per rank: {s['kernel']}\n")

@@ -8,7 +8,9 @@ the pure-torch reference computed on the CPU in fp32:
   a window-major pool) and ``causal_conv1d_update`` (decode); outputs and the
   final pool contents are compared;
 * ``chunk_gated_delta_rule`` (GDN prefill) on a head pair the mega kernel takes
-  natively and on one the planner pads; ``recurrent_gated_delta_rule`` (decode);
+  natively and on one the planner pads; the GDN decode ladder once per device rung (SGLang's
+  decode step on the Triton decode kernel, emulated value first, and on the recurrent op) and the
+  public ``recurrent_gated_delta_rule`` (decode) on it;
 * ``fused_infer_attention_varlen`` (packed attention) on a batch with a KV-only and
   a query-only sequence; output and LSE (``-inf`` rows must match exactly).
 
@@ -31,7 +33,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -71,6 +73,7 @@ class Check:
     emulators: Callable[[], dict] = field(default=dict)  # CPU only: seam name -> emulator
     expect: tuple[str, ...] = ()  # seam ops the case targets (CPU: must be called; NPU: must be installed)
     npu_env: dict = field(default_factory=dict)  # NPU only: env forcing the rung of ``expect``
+    npu_unproven: Optional[Callable[[], Optional[str]]] = None  # NPU only: why the rung may not serve (a SKIP)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -253,6 +256,7 @@ def _gdn_prefill_case(hk: int, hv: int, dtype: torch.dtype = torch.float16
 
 
 def _gdn_decode_case(device: str, quick: bool) -> tuple[float, float]:
+    """The public decode op (precomputed gates) on the GDN decode ladder, a padding slot."""
     from sglang_ascend_hybrid.ops import gdn
 
     hk, hv, dim = (2, 4, 128) if quick else (4, 8, 128)
@@ -273,10 +277,18 @@ def _gdn_decode_case(device: str, quick: bool) -> tuple[float, float]:
     return max(_err(out, ref), _err(dev_pool, ref_pool)), ms
 
 
+def _decode_entry() -> str:
+    """The Triton decode entry the installed SGLang imports (the newer one where SGLang says none)."""
+    from sglang_ascend_hybrid.ops.gdn.decode import contract as decode_contract
+
+    return decode_contract.installed_decode_entry() or "optimized"
+
+
 def _gdn_serving_decode_case(device: str, quick: bool) -> tuple[float, float]:
-    """SGLang's plain GDN decode step (the serving decode ladder: raw q / k, gating inputs, the
+    """SGLang's plain GDN decode step on the GDN decode ladder (raw q / k, gating inputs, the
     value-first pool), a padded request as SGLang's graph replay pads (slot 0, length 0)."""
-    from sglang_ascend_hybrid.ops.gdn import decode, decode_contract
+    from sglang_ascend_hybrid.envs import ENV
+    from sglang_ascend_hybrid.ops.gdn import decode
 
     hk, hv, dim = (2, 4, 128) if quick else (4, 8, 128)
     gen = torch.Generator().manual_seed(9)
@@ -291,15 +303,37 @@ def _gdn_serving_decode_case(device: str, quick: bool) -> tuple[float, float]:
     qsl = torch.tensor([0, 1, 2, 3, 3], dtype=torch.int32)       # the last request is padding
 
     def call(dev, p, dtype=torch.bfloat16):
-        return decode.GatedDecodeCall(q.to(dev, dtype), k.to(dev, dtype), v.to(dev, dtype), a.to(dev, dtype),
-                                      b.to(dev, dtype), A_log.to(dev), dt_bias.to(dev), p, idx.to(dev), qsl.to(dev),
-                                      entry=decode_contract.installed_decode_entry())
+        return decode.DecodeCall(q.to(dev, dtype), k.to(dev, dtype), v.to(dev, dtype), a.to(dev, dtype),
+                                 b.to(dev, dtype), A_log.to(dev), dt_bias.to(dev), p, idx.to(dev), qsl.to(dev),
+                                 entry=_decode_entry())
 
     ref_pool = pool.float()
-    ref = decode.run_serving_decode(call("cpu", ref_pool, torch.float32), backend="torch")
+    ref = decode.run_decode(call("cpu", ref_pool, torch.float32), backend="torch")
     dev_pool = pool.to(device)
-    out, ms = _timed(device, lambda: decode.run_serving_decode(call(device, dev_pool)))
+    forced = ENV.GDN_BACKEND.get()       # the serving hook's rung choice: the environment or the ladder
+    backend = forced if forced in decode.decode_rungs() else "auto"
+    out, ms = _timed(device, lambda: decode.run_decode(call(device, dev_pool), backend=backend))
     return max(_err(out, ref), _err(dev_pool, ref_pool)), ms
+
+
+def _triton_decode_emulators() -> dict:
+    """A Triton decode kernel that addresses the pool value first (the readable source's key-first
+    build never serves: its probe verdict keeps the rung off)."""
+    from sglang_ascend_hybrid.emulators import gdn_decode as emu
+
+    return emu.emulators(_decode_entry(), layout="value_first")
+
+
+def _triton_decode_unproven() -> Optional[str]:
+    """On a device: why the installed Triton decode kernel is not the ladder's to run (its probe
+    verdict at the check's signature is not value-first), or None."""
+    from sglang_ascend_hybrid.ops.gdn import decode
+
+    verdict = decode.probe_before_serving(_decode_entry(), torch.bfloat16, torch.bfloat16, 128, 128, "npu")
+    if verdict is not None and verdict.usable:
+        return None
+    return ("the decode ladder does not run it here: its layout probe found it "
+            f"{'unreachable' if verdict is None else verdict.verdict}")
 
 
 def _gdn_verify_case(device: str, quick: bool) -> tuple[float, float]:
@@ -383,6 +417,10 @@ def checks() -> list[Check]:
     (:attr:`Rung.ops`), so a rung that calls another op changes the expectation with it."""
     from sglang_ascend_hybrid.emulators import gdn as gdn_emu
     from sglang_ascend_hybrid.ops import catalog
+    from sglang_ascend_hybrid.ops.gdn.decode import DECODE
+    from sglang_ascend_hybrid.ops.gdn.decode import contract as decode_contract
+
+    DECODE_LADDER = DECODE.op
 
     def served(ladder: str, rung: str) -> tuple[str, ...]:
         return catalog.rung(ladder, rung).ops
@@ -415,11 +453,17 @@ def checks() -> list[Check]:
               _gdn_emulators(gdn_emu.OP_MEGA), served("gdn_prefill", "mega"), npu_env=_GDN_MEGA),
         Check("chunk_gated_delta_rule", "heads (6,2) D=128 fp16 planned (mega)", _gdn_prefill_case(2, 6), TOL_GDN,
               _gdn_emulators(gdn_emu.OP_MEGA), served("gdn_prefill", "mega"), npu_env=_GDN_MEGA),
-        Check("recurrent_gated_delta_rule", "decode D=128 bf16 pad slot", _gdn_decode_case, TOL_GDN_BF16,
-              _gdn_emulators(gdn_emu.OP_NPU_RECURRENT), served("gdn_decode", "npu_recurrent"),
+        # the GDN decode ladder (gdn_serving_decode), one check per device rung, and the public op on it
+        Check("gdn decode", "SGLang's decode step D=128 bf16 pool, padded row (triton decode)",
+              _gdn_serving_decode_case, TOL_GDN_BF16, _triton_decode_emulators,
+              (decode_contract.DECODE_ENTRIES[_decode_entry()],),
+              npu_env={"SGLANG_ASCEND_HYBRID_GDN_BACKEND": "triton_decode"}, npu_unproven=_triton_decode_unproven),
+        Check("gdn decode", "SGLang's decode step D=128 bf16 pool, padded row (npu recurrent)",
+              _gdn_serving_decode_case, TOL_GDN_BF16, _gdn_emulators(gdn_emu.OP_NPU_RECURRENT),
+              served(DECODE_LADDER, "npu_recurrent"), npu_env={"SGLANG_ASCEND_HYBRID_GDN_BACKEND": "npu_recurrent"}),
+        Check("recurrent_gated_delta_rule", "decode D=128 bf16 pad slot (npu recurrent)", _gdn_decode_case,
+              TOL_GDN_BF16, _gdn_emulators(gdn_emu.OP_NPU_RECURRENT), served(DECODE_LADDER, "npu_recurrent"),
               npu_env={"SGLANG_ASCEND_HYBRID_GDN_BACKEND": "npu_recurrent"}),
-        Check("gdn serving decode", "SGLang's decode step D=128 bf16 pool, padded row", _gdn_serving_decode_case,
-              TOL_GDN_BF16, _gdn_emulators(gdn_emu.OP_NPU_RECURRENT), served("gdn_serving_decode", "npu_recurrent")),
         Check("recurrent_gated_delta_rule", "verify S<=4 D=128 bf16 (MTP)", _gdn_verify_case, TOL_GDN_BF16,
               _gdn_emulators(gdn_emu.OP_NPU_RECURRENT), served("gdn_verify", "npu_recurrent")),
         # The real op takes head dim 128 (or 192 / 128): no other head dim on a device.
@@ -450,6 +494,9 @@ def run_check(check: Check, device: str, quick: bool) -> Result:
         if absent:
             return Result(check.op, check.case, math.nan, check.tolerance, math.nan, True,
                           f"kernel not installed: {', '.join(absent)}", skipped=True)
+        unproven = check.npu_unproven() if check.npu_unproven is not None else None
+        if unproven:
+            return Result(check.op, check.case, math.nan, check.tolerance, math.nan, True, unproven, skipped=True)
     try:
         if device == "cpu":
             with seam.install_emulators(_counting(check.emulators(), calls)):

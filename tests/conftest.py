@@ -21,7 +21,7 @@ REPO_ROOT = Path(__file__).parent.parent
 def reset_process_state() -> None:
     """Forget the process-global state the plugin keeps between calls: log-once keys, probe
     verdicts and run counts, and the refusals its kernel ladders learnt (GDN prefill / decode /
-    serving decode / verify, short-conv prefill / update, with the conv tiling record, packed
+    verify, short-conv prefill / update, with the conv tiling record, packed
     attention).  Only
     modules already imported are touched, so no test imports more than it asks for."""
     from sglang_ascend_hybrid.logutil import reset_log_once
@@ -30,12 +30,12 @@ def reset_process_state() -> None:
     reset_log_once()
     probes.reset()
     loaded = sys.modules.get
-    if loaded("sglang_ascend_hybrid.ops.gdn.dispatch") is not None:
-        loaded("sglang_ascend_hybrid.ops.gdn.dispatch").forget_refusals()
+    if loaded("sglang_ascend_hybrid.ops.gdn.prefill.ladder") is not None:
+        loaded("sglang_ascend_hybrid.ops.gdn.prefill.ladder").forget_refusals()
     if loaded("sglang_ascend_hybrid.ops.gdn.verify") is not None:
         loaded("sglang_ascend_hybrid.ops.gdn.verify").VERIFY.forget_refusals()
-    if loaded("sglang_ascend_hybrid.ops.gdn.decode") is not None:
-        loaded("sglang_ascend_hybrid.ops.gdn.decode").SERVING_DECODE.forget_refusals()
+    if loaded("sglang_ascend_hybrid.ops.gdn.decode.ladder") is not None:
+        loaded("sglang_ascend_hybrid.ops.gdn.decode.ladder").DECODE.forget_refusals()
     if loaded("sglang_ascend_hybrid.ops.conv.dispatch") is not None:
         loaded("sglang_ascend_hybrid.ops.conv.dispatch").reset_state()
     if loaded("sglang_ascend_hybrid.ops.attention.dispatch") is not None:

@@ -10,7 +10,7 @@ import pytest
 from sglang_ascend_hybrid import doctor
 from sglang_ascend_hybrid.emulators import gdn_decode
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.gdn import decode_contract as dc
+from sglang_ascend_hybrid.ops.gdn.decode import contract as dc
 
 
 def _render(data) -> str:

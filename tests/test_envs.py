@@ -126,14 +126,13 @@ def test_choice_values_are_stripped_and_valid_rungs_accepted(monkeypatch):
 def test_rung_names_equal_the_ladders_names():
     """envs lists the rung names (so validating needs no op import): they must be the ladders'."""
     from sglang_ascend_hybrid.ops.conv import dispatch as causal_conv1d
-    from sglang_ascend_hybrid.ops.gdn import decode, dispatch
+    from sglang_ascend_hybrid.ops.gdn import decode, prefill
 
-    assert envs.GDN_PREFILL_RUNGS == dispatch.PREFILL.names
-    assert envs.GDN_DECODE_RUNGS == decode.SERVING_DECODE.names
-    assert set(dispatch.DECODE.names) <= set(envs.GDN_DECODE_RUNGS)
+    assert envs.GDN_PREFILL_RUNGS == prefill.PREFILL.names
+    assert envs.GDN_DECODE_RUNGS == decode.DECODE.names
     assert envs.CONV_RUNGS == causal_conv1d.UPDATE_LADDER.names
     assert set(causal_conv1d.FN_LADDER.names) <= set(envs.CONV_RUNGS)
-    assert set(envs.ENV.GDN_BACKEND.choices) == {"auto", *dispatch.PREFILL.names, *decode.SERVING_DECODE.names}
+    assert set(envs.ENV.GDN_BACKEND.choices) == {"auto", *prefill.PREFILL.names, *decode.DECODE.names}
     assert set(envs.ENV.CONV_BACKEND.choices) == {"auto", *causal_conv1d.FN_LADDER.names,
                                                   *causal_conv1d.UPDATE_LADDER.names}
 

@@ -78,7 +78,7 @@ def test_the_kernel_rows_are_the_device_ops_the_ladders_call():
     by_kernel = {r["kernel"]: r for r in rows}
     assert by_kernel["sgl_kernel_npu run_mega_chunk_gdn"]["used_by"] == ["gdn_prefill:mega"]
     assert by_kernel["torch.ops.npu.recurrent_gated_delta_rule"]["used_by"] == [
-        "gdn_decode:npu_recurrent", "gdn_serving_decode:npu_recurrent", "gdn_verify:npu_recurrent"]
+        "gdn_serving_decode:npu_recurrent", "gdn_verify:npu_recurrent"]
     assert by_kernel["torch.ops.npu.causal_conv1d"]["used_by"] == [
         "causal_conv1d_fn:npu_aclnn", "causal_conv1d_update:npu_aclnn", "causal_conv1d_verify:npu_aclnn"]
 

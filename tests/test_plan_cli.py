@@ -45,7 +45,7 @@ def plan_rows(capsys, *argv):
 def test_qwen36_27b_head_plans_across_tp(capsys):
     # TP=16 is a `cannot run` row (24 attention heads); the (3, 1) layout is the next test's.
     doc = plan_json(capsys, "--config", str(CONFIGS / "qwen3_6-27b"))
-    assert doc["schema_version"] == 1 and doc["model"]["model_type"] == "qwen3_5"
+    assert doc["schema_version"] == 2 and doc["model"]["model_type"] == "qwen3_5"
     by_tp = {r["tp"]: r for r in doc["rows"]}
     assert sorted(by_tp) == [1, 2, 4, 8, 16]
     assert "num_attention_heads (24) is not divisible by tp=16" in by_tp[16]["error"]
@@ -164,7 +164,7 @@ def test_plan_matches_what_the_runtime_launches(capsys):
     """The launches `plan` prints are the head pairs the runtime sends to the mega kernel."""
     from sglang_ascend_hybrid.emulators.gdn import make_mega_emulator
     from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule
-    from sglang_ascend_hybrid.ops.gdn.dispatch import OP_MEGA
+    from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA
 
     rows = plan_rows(capsys, "--config", str(CONFIGS / "qwen3_6-27b"), "--tp", "1", "4", "8")
     mega = make_mega_emulator()

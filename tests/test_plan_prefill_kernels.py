@@ -188,23 +188,23 @@ def test_plan_names_the_rung_the_runtime_ladder_takes(state, chunk_states, dtype
     from sglang_ascend_hybrid.emulators import gdn as emu
     from sglang_ascend_hybrid.ops import seam
     from sglang_ascend_hybrid.ops.gdn import contract as caps
-    from sglang_ascend_hybrid.ops.gdn import dispatch
+    from sglang_ascend_hybrid.ops.gdn import prefill
 
     mega = emu.make_mega_emulator(variant=caps.MEGA_CURRENT)
     ops = {emu.OP_NPU_CHUNK: emu.make_npu_chunk_emulator(chip=plan_cli.ASSUMED_CHIP), emu.OP_MEGA: mega,
            emu.OP_TRITON: emu.make_triton_chunk_emulator(mega=mega, version="2026.6.1")}
-    dispatch.forget_refusals()
+    prefill.forget_refusals()
     with seam.install_device_facts(chip=plan_cli.ASSUMED_CHIP, sgl_kernel_npu_version="2026.6.1"), \
             seam.install_emulators(ops):
         for hv, hk in LAYOUTS:
             lay = mf.GDNLayout(hv, hk, 128, 128)
             planned = plan_cli.prefill_entry(lay, dtype, state, chunk_states)["kernel"]
             T, dt = 8, getattr(torch, dtype)
-            call = dispatch.ChunkCall(torch.zeros(1, T, hk, 128, dtype=dt), torch.zeros(1, T, hk, 128, dtype=dt),
+            call = prefill.ChunkCall(torch.zeros(1, T, hk, 128, dtype=dt), torch.zeros(1, T, hk, 128, dtype=dt),
                                       torch.zeros(1, T, hv, 128, dtype=dt), torch.zeros(1, T, hv),
                                       torch.zeros(1, T, hv, dtype=dt), torch.tensor([0, 3, T]),
                                       torch.zeros(2, hv, 128, 128, dtype=getattr(torch, state)), 128 ** -0.5,
                                       chunk_states,
                                       ((1, 0),) if chunk_states else None)  # the serving hook names the tracked chunks
-            taken = dispatch.PREFILL.choose(call.signature(), call).name
+            taken = prefill.PREFILL.choose(call.signature(), call).name
             assert planned == taken, ((hv, hk), dtype, state, chunk_states, planned, taken)

@@ -135,3 +135,54 @@ def test_npu_mode_skips_missing_kernels_and_forces_rungs(monkeypatch, capsys):
     assert result.verdict == "PASS"
     assert seen["SGLANG_ASCEND_HYBRID_CONV_BACKEND"] == "npu_aclnn"
     assert "SGLANG_ASCEND_HYBRID_CONV_BACKEND" not in os.environ
+
+
+@pytest.fixture
+def gdn_decode_only(monkeypatch):
+    """Restrict the selftest to its GDN decode checks (the decode ladder's device rungs)."""
+    every = selftest.checks
+    monkeypatch.setattr(selftest, "checks", lambda: [c for c in every() if c.op == "gdn decode"])
+
+
+def test_the_decode_ladders_device_rungs_are_each_checked(gdn_decode_only):
+    """One check per device rung of the one GDN decode ladder, each expecting its rung's kernel."""
+    from sglang_ascend_hybrid.ops.gdn import decode
+    from sglang_ascend_hybrid.ops.gdn.decode import contract as decode_contract
+
+    checks = selftest.checks()
+    device_rungs = [r for r in decode.DECODE.rungs if r.device]
+    assert len(checks) == len(device_rungs)
+    entry = decode_contract.installed_decode_entry() or "optimized"
+    assert checks[0].expect == (decode_contract.DECODE_ENTRIES[entry],)
+    assert checks[1].expect == decode.DECODE.rung("npu_recurrent").ops
+    assert [c.npu_env["SGLANG_ASCEND_HYBRID_GDN_BACKEND"] for c in checks] == [r.name for r in device_rungs]
+
+
+@pytest.mark.parametrize("broken", ["triton", "recurrent"])
+def test_a_broken_decode_device_rung_is_reported(monkeypatch, capsys, gdn_decode_only, broken):
+    """A device rung of the GDN decode ladder that returns wrong numbers fails its check, by name;
+    the other rung's check still passes."""
+    from sglang_ascend_hybrid.ops import probes
+    from sglang_ascend_hybrid.ops.gdn.decode import contract as decode_contract
+    from sglang_ascend_hybrid.ops.gdn.decode import ladder
+
+    if broken == "recurrent":   # the rung's kernel call on the pool rows comes back off by one
+        real_rows = ladder.recurrent_on_rows
+        monkeypatch.setattr(ladder, "recurrent_on_rows", lambda *a, **k: real_rows(*a, **k) + 1)
+    else:                       # the Triton decode kernel off by one when the rung calls it (not in its probe)
+        real_call = seam.call
+
+        def call(name, *a, **k):
+            out = real_call(name, *a, **k)
+            return out + 1 if name in decode_contract.DECODE_ENTRIES.values() and not probes.probing() else out
+
+        monkeypatch.setattr(ladder.seam, "call", call)
+    rc = selftest.main(SimpleNamespace(device="cpu", quick=True))
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    rows = _rows(out, "gdn decode")
+    label = "triton decode" if broken == "triton" else "npu recurrent"
+    failed = [row for row in rows if row.rstrip().endswith("FAIL")]
+    assert len(failed) == 1 and f"({label})" in failed[0], out
+    assert sum(row.rstrip().endswith("PASS") for row in rows) == 1, out
+    assert "FAILED: gdn decode" in out

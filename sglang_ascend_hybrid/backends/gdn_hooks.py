@@ -1,4 +1,9 @@
-"""Integration hooks: SGLang's Ascend GDN prefill goes through the GDN kernel ladder.
+"""Integration hooks: SGLang's Ascend GDN kernels go through the plugin's GDN ladders, one per verb.
+
+Each hook adapts one of SGLang's three linear-attention verbs to the package of the same job in
+:mod:`sglang_ascend_hybrid.ops.gdn`: ``extend`` -> :mod:`~sglang_ascend_hybrid.ops.gdn.prefill` (through the
+public :func:`~sglang_ascend_hybrid.ops.gdn.api.chunk_with_states`), ``decode`` ->
+:mod:`~sglang_ascend_hybrid.ops.gdn.decode`, ``target_verify`` -> :mod:`~sglang_ascend_hybrid.ops.gdn.verify`.
 
 ``ascend_chunk_gdn`` (AROUND ``sglang.srt.hardware_backend.npu.attention.
 ascend_gdn_backend.AscendGDNAttnBackend.chunk_gdn``, SGLang 0.5.21-0.5.23)
@@ -27,7 +32,7 @@ ascend_gdn_backend.AscendGDNAttnBackend.chunk_gdn``, SGLang 0.5.21-0.5.23)
 ``ascend_gdn_decode`` (AROUND ``sglang.srt.layers.attention.linear.kernels.gdn_triton.TritonGDNKernel.decode``)
     Plain decode: SGLang's Ascend GDN backend (``forward_decode`` -> ``GDNKernelDispatcher.decode``)
     calls the sgl-kernel-npu Triton decode kernel on the pool, and that kernel's readable source
-    addresses the pool key first while the pool is value first.  The hook runs the serving decode
+    addresses the pool key first while the pool is value first.  The hook runs the decode
     ladder of :mod:`sglang_ascend_hybrid.ops.gdn.decode` instead: the installed kernel only where
     the probe found it value-first, then ``torch.ops.npu.recurrent_gated_delta_rule`` (bf16), then
     torch.  Capture-safe; the original is never called.
@@ -70,9 +75,11 @@ import torch
 
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.logutil import log_once
-from sglang_ascend_hybrid.ops.gdn import decode_contract, dispatch, entries, pool_layout
-from sglang_ascend_hybrid.ops.gdn.api import _backend as api_backend
-from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states
+from sglang_ascend_hybrid.ops.gdn import pool_layout, prefill
+from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states, resolve_backend
+from sglang_ascend_hybrid.ops.gdn.decode import contract as decode_contract
+from sglang_ascend_hybrid.ops.gdn.prefill import entries
+from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +121,7 @@ def tracked_chunks(metadata, cu_seqlens):
     if cached is not None and cached[0] is src:
         return cached[1]
     bounds = cu_seqlens.tolist()
-    offsets = dispatch.chunk_offsets(b - a for a, b in zip(bounds, bounds[1:]))
+    offsets = prefill.chunk_offsets(b - a for a, b in zip(bounds, bounds[1:]))
     pairs = []
     for j in src.tolist():
         i = bisect.bisect_right(offsets, int(j)) - 1
@@ -173,7 +180,7 @@ def ascend_chunk_gdn(original, self, q, k, v, g, beta, initial_state, cu_seqlens
                                 k.reshape(1, T, Hk, K), v.reshape(1, T, Hv, V), g.reshape(1, T, Hv),
                                 beta.reshape(1, T, Hv), pool_layout.in_view_order(initial_state, layout), cu_seqlens)
     if h is None:  # nobody reads it (no radix-cache tracking): upstream's shape, zeros
-        num_chunks = dispatch.ChunkCall(q, k, v, g, beta, cu_seqlens, None, 1.0).num_chunks()
+        num_chunks = prefill.ChunkCall(q, k, v, g, beta, cu_seqlens, None, 1.0).num_chunks()
         state_dtype = initial_state.dtype if initial_state is not None else k.dtype
         h = k.new_zeros(num_chunks, Hv, V, K, dtype=state_dtype)
     return o.reshape(T, Hv, V), pool_layout.in_view_order(final, layout), pool_layout.in_view_order(h, layout)
@@ -220,7 +227,7 @@ def ascend_verify_update(original, self, mix_qkv, num_heads, num_value_heads, he
     """AROUND hook of ``AscendGDNAttnBackend.fused_recurrent_gated_delta_rule_update`` (see module
     docstring).  Mirrors upstream's argument preparation, then runs the verify ladder."""
     del original
-    from sglang_ascend_hybrid.ops.gdn.verify import VerifyCall, recurrent_verify
+    from sglang_ascend_hybrid.ops.gdn import verify
 
     batch_size, seq_len = mix_qkv.shape[0], mix_qkv.shape[1]
     recurrent_state = pool_layout.value_first(recurrent_state, "recurrent_state")  # bytes [slots, nv, dv, dk]
@@ -241,12 +248,12 @@ def ascend_verify_update(original, self, mix_qkv, num_heads, num_value_heads, he
     else:
         num_accepted, lengths = self.num_accept_tokens, self.actual_seq_lengths
         ssm_state_indices = self.ssm_state_indices
-    call = VerifyCall(mix_qkv, recurrent_state, beta.reshape(batch_size, seq_len, num_value_heads),
+    call = verify.VerifyCall(mix_qkv, recurrent_state, beta.reshape(batch_size, seq_len, num_value_heads),
                       None if g is None else g.reshape(batch_size, seq_len, num_value_heads),
                       1.0 / head_k_dim ** 0.5, lengths, ssm_state_indices.reshape(batch_size, seq_len),
                       num_heads, num_value_heads, intermediate_state=intermediate_state,
                       cache_indices=cache_indices, num_accepted_tokens=num_accepted)
-    return recurrent_verify(call, check_values=ENV.DEBUG_CHECKS.get())
+    return verify.recurrent_verify(call, check_values=ENV.DEBUG_CHECKS.get())
 
 
 def ascend_gdn_decode(original, self, q, k, v, a, b, *, A_log, dt_bias, ssm_states, cache_indices,
@@ -255,10 +262,9 @@ def ascend_gdn_decode(original, self, q, k, v, a, b, *, A_log, dt_bias, ssm_stat
     del original, self, kwargs
     from sglang_ascend_hybrid.ops.gdn import decode
 
-    call = decode.GatedDecodeCall(q, k, v, a, b, A_log, dt_bias, pool_layout.value_first(ssm_states), cache_indices,
-                                  query_start_loc,
-                                  entry=decode_contract.installed_decode_entry())
-    return decode.run_serving_decode(call, backend=api_backend("auto", decode.serving_rungs(), "decode"))
+    call = decode.DecodeCall(q, k, v, a, b, A_log, dt_bias, pool_layout.value_first(ssm_states), cache_indices,
+                             query_start_loc, entry=decode_contract.installed_decode_entry())
+    return decode.run_decode(call, backend=resolve_backend("auto", decode.decode_rungs(), "decode"))
 
 
 def probe_gdn_backend(runner, backend) -> None:
@@ -284,7 +290,7 @@ def probe_gdn_backend(runner, backend) -> None:
                                 layer.device)
     key_heads = _per_rank_key_heads(runner, layer.shape[-3])
     if key_heads is not None:
-        dispatch.probe_triton_entry_before_serving(layer.shape[-3], key_heads, K, V, runner.dtype, layer.device)
+        prefill.probe_triton_entry_before_serving(layer.shape[-3], key_heads, K, V, runner.dtype, layer.device)
 
 
 def _text_config(runner):
@@ -340,19 +346,19 @@ def sgl_chunk_gated_delta_rule_npu(original, q, k, v, g, beta, scale=None, initi
     unknown = sorted(set(kwargs) - set(POOL_KWARGS))
     B, T, Hk, K = q.shape
     Hv, V = v.shape[-2], v.shape[-1]
-    sig = dispatch.GdnSignature(Hv, Hk, K, V, q.dtype, True)
-    if unknown or not dispatch.PREFILL.refused("triton", sig):
+    sig = GdnSignature(Hv, Hk, K, V, q.dtype, True)
+    if unknown or not prefill.PREFILL.refused("triton", sig):
         try:
             return original(q, k, v, g, beta, **args)
         except Exception as exc:
-            if not (dispatch._mega_refusal(exc) or dispatch._triton_refusal(exc)):
+            if not prefill.is_triton_entry_refusal(exc):
                 raise
             if unknown:
                 raise RuntimeError(
                     f"chunk_gated_delta_rule_npu refused {sig} ({str(exc).splitlines()[0] if str(exc) else exc!r}) "
                     f"and the plugin's GDN ladder cannot serve the call in its place: it does not know the keyword "
                     f"argument(s) {', '.join(unknown)}") from exc
-            dispatch.PREFILL.mark_refused("triton", sig)
+            prefill.PREFILL.mark_refused("triton", sig)
             _log_refusal(sig, "chunk_gated_delta_rule_npu (sgl-kernel-npu)", exc, "the GDN ladder")
     indices = kwargs.get("initial_state_indices")
     inplace = kwargs.get("inplace_final_state")

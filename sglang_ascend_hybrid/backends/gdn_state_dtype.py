@@ -38,7 +38,6 @@ class GdnStatePlan:
     source: str           # "--mamba-ssm-dtype", "SGLANG_MAMBA_SSM_DTYPE", "model config", "SGLang default"
     prefill: str
     verify: str
-    decode: str = ""
 
     def message(self, arch: str, speculative: bool) -> str:
         spec = f" Speculative verify (MTP): {self.verify}." if speculative else ""
@@ -67,15 +66,7 @@ def plan_state(dtype: str, source: str, chip: Optional[str] = None) -> GdnStateP
     else:  # float16
         prefill = "sgl-kernel-npu's mega kernel (fp16 states), then Triton, torch"
         verify = "the plugin's torch verify path (the fused recurrent op is bf16-only)"
-    return GdnStatePlan(dtype, source, prefill, verify, decode_plan(dtype))
-
-
-def decode_plan(dtype: str) -> str:
-    """The plain-decode ladder for a pool of ``dtype`` (the plugin's decode hook)."""
-    recurrent = ("torch.ops.npu.recurrent_gated_delta_rule, " if dtype == "bfloat16"
-                 else "")
-    return ("sgl-kernel-npu's Triton decode kernel where the probe at startup finds it value-first (its readable "
-            f"source is key-first), else {recurrent}the plugin's torch decode step, {dtype} storage")
+    return GdnStatePlan(dtype, source, prefill, verify)
 
 
 def effective_dtype(flag: Optional[str], config_dtype: Optional[str], env: Optional[str]) -> tuple[str, str]:

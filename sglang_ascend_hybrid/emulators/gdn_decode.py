@@ -1,5 +1,5 @@
 """CPU emulators of the sgl-kernel-npu Triton GDN decode kernels (contract:
-:mod:`sglang_ascend_hybrid.ops.gdn.decode_contract`, read from sgl-project/sgl-kernel-npu
+:mod:`sglang_ascend_hybrid.ops.gdn.decode.contract`, read from sgl-project/sgl-kernel-npu
 ``python/sgl_kernel_npu/sgl_kernel_npu/fla/fused_sigmoid_gating_recurrent.py`` at 001e1888 and
 ``.../fla/fused_sigmoid_gating_recurrent_decode_optimized.py`` at 5300df95).
 
@@ -37,7 +37,7 @@ from typing import Callable
 import torch
 
 from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
-from sglang_ascend_hybrid.ops.gdn import decode_contract as dc
+from sglang_ascend_hybrid.ops.gdn.decode import contract as dc
 
 LAYOUTS = ("key_first", "value_first")
 

@@ -11,13 +11,13 @@ from sglang_ascend_hybrid.ops.ladder import Ladder
 
 def ladders() -> tuple[Ladder, ...]:
     """The ladders in serving order: short conv (prefill, decode, speculative verify), GDN prefill /
-    decode / serving decode / verify, packed attention (imports the op families)."""
+    decode / verify, packed attention (imports the op families)."""
     from sglang_ascend_hybrid.ops.attention import dispatch as attention
     from sglang_ascend_hybrid.ops.conv import dispatch as conv
-    from sglang_ascend_hybrid.ops.gdn import decode, dispatch, verify
+    from sglang_ascend_hybrid.ops.gdn import decode, prefill, verify
 
-    return (conv.FN_LADDER, conv.UPDATE_LADDER, conv.VERIFY_LADDER, dispatch.PREFILL, dispatch.DECODE,
-            decode.SERVING_DECODE, verify.VERIFY, attention.LADDER)
+    return (conv.FN_LADDER, conv.UPDATE_LADDER, conv.VERIFY_LADDER, prefill.PREFILL, decode.DECODE, verify.VERIFY,
+            attention.LADDER)
 
 
 def rung(ladder: str, name: str):
@@ -32,7 +32,7 @@ def _notes() -> dict[str, tuple[str, str]]:
     from sglang_ascend_hybrid.ops.attention import contract as attention
     from sglang_ascend_hybrid.ops.conv import contract as conv
     from sglang_ascend_hybrid.ops.gdn import contract as gdn
-    from sglang_ascend_hybrid.ops.gdn import decode_contract
+    from sglang_ascend_hybrid.ops.gdn.decode import contract as decode_contract
 
     return {**conv.KERNEL_NOTES, **gdn.KERNEL_NOTES, **decode_contract.KERNEL_NOTES, **attention.KERNEL_NOTES}
 

@@ -313,7 +313,7 @@ PATCHES: tuple[Patch, ...] = (
             "every other GDN kernel are value first: with K == V nothing raises and every decode step after "
             "a prefill or a verify reads the transposed state (wrong tokens, silently); this method is the "
             "narrowest symbol around that call on every supported release",
-        how="AROUND, replacing the body (the original is not called): the serving decode ladder -- the "
+        how="AROUND, replacing the body (the original is not called): the GDN decode ladder -- the "
             "installed Triton decode kernel only where the probe gdn-decode-layout found it value-first for "
             "the pool's dtype, then torch.ops.npu.recurrent_gated_delta_rule on a gathered copy of the live "
             "rows (bf16 only; it takes the raw b), then the plugin's torch decode step; requests with slot -1 "

@@ -68,7 +68,7 @@ def test_incomplete_pool_keywords_are_refused_naming_the_argument(kwargs, match)
 
 @pytest.mark.parametrize("head_first,in_ladder", [(True, False), (False, True)])
 def test_head_first_and_ladder_calls_reach_the_entry_unchanged(head_first, in_ladder):
-    from sglang_ascend_hybrid.ops.gdn import entries
+    from sglang_ascend_hybrid.ops.gdn.prefill import entries
 
     q, k, v, g, beta, cu, h0 = _fla_inputs([5, 3], 1, 2, K, V, seed=8)
     seen = []

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from fla.ops.gated_delta_rule.naive import naive_recurrent_gated_delta_rule
 
 from sglang_ascend_hybrid.backends import gdn_hooks
-from sglang_ascend_hybrid.ops.gdn import dispatch
+from sglang_ascend_hybrid.ops.gdn import contract
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 
 K, V = 32, 48  # unequal head dims: a state in the wrong layout cannot even be added to the right one
@@ -170,7 +170,7 @@ def test_triton_path_on_an_fp32_pool_keeps_the_tracked_states_exact(monkeypatch)
     each tracked prefix, bit for bit."""
     from sglang_ascend_hybrid.emulators import gdn as emu
     from sglang_ascend_hybrid.ops import seam
-    from sglang_ascend_hybrid.ops.gdn import chunk_stride_probe
+    from sglang_ascend_hybrid.ops.gdn.prefill import chunk_stride_probe
     from tests.call_counter import Counting
 
     monkeypatch.setenv("GDN_ATTN_BACKEND_TRITON", "1")
@@ -178,7 +178,7 @@ def test_triton_path_on_an_fp32_pool_keeps_the_tracked_states_exact(monkeypatch)
     idx = torch.tensor([3, 1])
     md = SimpleNamespace(has_mamba_track_mask=True, track_ssm_h_src=torch.tensor([2, 3 + 2]))
     triton = Counting(emu.make_triton_chunk_emulator(mega=None, version="2026.6.1"))
-    with seam.install_device_facts(chip="A3"), seam.install_emulators({dispatch.OP_TRITON: triton}):
+    with seam.install_device_facts(chip="A3"), seam.install_emulators({contract.OP_TRITON: triton}):
         verdict = chunk_stride_probe.stride_verdict(4, 2, K, V, torch.bfloat16, "cpu", before_serving=True)
         assert verdict.verdict == chunk_stride_probe.STRIDE_64
         _, _, h = _extend_inside_forward_extend(md, q, k, v, g, beta, ssm_states=pool, cache_indices=idx,

@@ -14,7 +14,8 @@ from sglang_ascend_hybrid.backends import gdn_hooks
 from sglang_ascend_hybrid.emulators import gdn as emu
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import contract as caps
-from sglang_ascend_hybrid.ops.gdn import chunk_stride_probe, dispatch
+from sglang_ascend_hybrid.ops.gdn import prefill
+from sglang_ascend_hybrid.ops.gdn.prefill import chunk_stride_probe
 from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch, l2norm
 from tests.call_counter import Counting as _Counting
 
@@ -35,9 +36,9 @@ def ascend_gdn(npu_stub_packages, monkeypatch):
 
     monkeypatch.setattr(mod, "l2norm_fwd", l2norm)
     monkeypatch.setattr(mod, "prepare_chunk_indices", prepare_chunk_indices)
-    dispatch.forget_refusals()
+    prefill.forget_refusals()
     yield mod
-    dispatch.forget_refusals()
+    prefill.forget_refusals()
 
 
 def _backend(mod, cu, track):
@@ -203,7 +204,7 @@ def test_real_errors_are_not_swallowed(ascend_gdn, monkeypatch):
 def test_sgl_kernel_npu_entry_hook_falls_back_on_mega_refusal(caplog, variant):
     """Every released mega variant refuses (6, 2), post3 without the GDN_ATTN_BACKEND_TRITON hint:
     the entry hook recognises each text and serves the call."""
-    dispatch.forget_refusals()
+    prefill.forget_refusals()
     gen = torch.Generator().manual_seed(4)
     T, hv, hk = 40, 6, 2
     q = torch.randn(1, T, hk, D, generator=gen).half()
@@ -230,7 +231,7 @@ def test_sgl_kernel_npu_entry_hook_falls_back_on_mega_refusal(caplog, variant):
     assert h.shape == (1, 1 + 1, hv, D, D)
     assert "unsupported mega_chunk_gdn (NumValueHeads, NumKeyHeads) pair" in caplog.text
     assert ("GDN_ATTN_BACKEND_TRITON" in caplog.text) == variant.hint
-    dispatch.forget_refusals()
+    prefill.forget_refusals()
 
 
 @pytest.mark.parametrize("pool_dtype", [torch.float32, torch.bfloat16])
@@ -281,7 +282,7 @@ def test_fp32_pool_tracking_on_the_triton_path_keeps_the_tracked_states_exact(as
     backend = _backend(mod, cu, track=True)
     backend.forward_metadata.track_ssm_h_src = torch.tensor([2, 3 + 2])  # chunk 2 of both
     triton = _Counting(emu.make_triton_chunk_emulator(mega=None, version="2026.6.1"))
-    with seam.install_device_facts(chip="A3"), seam.install_emulators({dispatch.OP_TRITON: triton}):
+    with seam.install_device_facts(chip="A3"), seam.install_emulators({caps.OP_TRITON: triton}):
         # the chunk-stride probe, as backend construction runs it before serving
         verdict = chunk_stride_probe.stride_verdict(6, 2, D, D, torch.bfloat16, "cpu", before_serving=True)
         assert verdict.verdict == chunk_stride_probe.STRIDE_64

@@ -21,7 +21,8 @@ import torch.nn.functional as F
 from sglang_ascend_hybrid.backends import gdn_hooks, launch_defaults
 from sglang_ascend_hybrid.emulators import gdn as emu
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.gdn import dispatch, entries
+from sglang_ascend_hybrid.ops.gdn import prefill, contract
+from sglang_ascend_hybrid.ops.gdn.prefill import entries
 from tests.ops.gdn.gdn_oracles import fla, make_triton_chunk_emulator, normalize
 from tests.call_counter import Counting as _Counting
 
@@ -30,9 +31,9 @@ MEGA_REFUSAL = "unsupported mega_chunk_gdn (NumValueHeads, NumKeyHeads) pair (6,
 
 @pytest.fixture(autouse=True)
 def _fresh_ladders():
-    dispatch.forget_refusals()
+    prefill.forget_refusals()
     yield
-    dispatch.forget_refusals()
+    prefill.forget_refusals()
 
 
 
@@ -154,7 +155,7 @@ def test_gdn_attn_backend_triton_sends_prefill_to_the_triton_entry(triton_env, m
     backend = SimpleNamespace(forward_metadata=SimpleNamespace(has_mamba_track_mask=True))
     state_before = state.clone()
     with seam.install_device_facts(chip="A3"), \
-            seam.install_emulators({dispatch.OP_TRITON: triton, emu.OP_NPU_CHUNK: npu}):
+            seam.install_emulators({contract.OP_TRITON: triton, emu.OP_NPU_CHUNK: npu}):
         o, final, h = gdn_hooks.ascend_chunk_gdn(None, backend, q, k, v, g, beta, state, cu)
     assert (triton.calls, npu.calls) == ((1, 0) if triton_env == "1" else (0, 1))
     assert torch.equal(state, state_before)

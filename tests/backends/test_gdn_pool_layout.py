@@ -300,11 +300,11 @@ def test_check_pool_returns_the_layout_and_names_what_does_not_match():
 
 @pytest.mark.parametrize("transposed", [False, True])
 def test_the_backend_probe_hands_the_probes_the_pools_dims_in_memory(monkeypatch, transposed):
-    from sglang_ascend_hybrid.ops.gdn import decode, dispatch
+    from sglang_ascend_hybrid.ops.gdn import decode, prefill
 
     seen = []
     monkeypatch.setattr(decode, "probe_before_serving", lambda *a: seen.append(("decode", a)))
-    monkeypatch.setattr(dispatch, "probe_triton_entry_before_serving", lambda *a: seen.append(("triton", a)))
+    monkeypatch.setattr(prefill, "probe_triton_entry_before_serving", lambda *a: seen.append(("triton", a)))
     physical = torch.zeros(1, SLOTS, HV, D, 2 * D, dtype=torch.float32)  # V = 32, K = 64
     runner = _runner(physical.transpose(-1, -2) if transposed else physical, v_dim=D, k_dim=2 * D)
     runner.model_config = NS(hf_config=runner.model_config.hf_text_config)  # a config without a text part

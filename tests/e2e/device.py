@@ -14,7 +14,7 @@ import torch
 from sglang_ascend_hybrid.emulators import causal_conv1d as conv_emu
 from sglang_ascend_hybrid.emulators import gdn as gdn_emu
 from sglang_ascend_hybrid.emulators import gdn_decode as decode_emu
-from sglang_ascend_hybrid.ops.gdn import decode_contract
+from sglang_ascend_hybrid.ops.gdn.decode import contract as decode_contract
 from sglang_ascend_hybrid.ops import probes, seam
 
 

@@ -72,7 +72,7 @@ def sigmoid_gating_delta_rule_decode(**kwargs):
     readable source addresses the pool).  The plugin's decode hook replaces the call that reaches
     it; without the hook, SGLang's own route would run it on the pool."""
     from sglang_ascend_hybrid.ops import seam
-    from sglang_ascend_hybrid.ops.gdn import decode_contract
+    from sglang_ascend_hybrid.ops.gdn.decode import contract as decode_contract
 
     return seam.call(decode_contract.DECODE_ENTRIES[decode_contract.installed_decode_entry()], **kwargs)
 
@@ -90,11 +90,11 @@ def triton_chunk_entry(*args, **kwargs):
     """sgl-kernel-npu's Triton prefill entry ``fla.chunk.chunk_gated_delta_rule_npu``: its emulator
     behind the seam (:func:`sglang_ascend_hybrid.emulators.gdn.make_triton_chunk_emulator`)."""
     from sglang_ascend_hybrid.ops import seam
-    from sglang_ascend_hybrid.ops.gdn import dispatch
+    from sglang_ascend_hybrid.ops.gdn import contract
 
-    if not seam.is_emulated(dispatch.OP_TRITON):
+    if not seam.is_emulated(contract.OP_TRITON):
         raise NotImplementedError("chunk_gated_delta_rule_npu: no emulator of the Triton entry behind the seam")
-    return seam.call(dispatch.OP_TRITON, *args, **kwargs)
+    return seam.call(contract.OP_TRITON, *args, **kwargs)
 
 
 def layer_norm_fwd(x, weight, bias, eps, z=None, out=None, group_size=None, norm_before_gate=True,

@@ -63,7 +63,7 @@ def plugin_loaded(npu_stubs_path):
 
     from sglang_ascend_hybrid.ops.conv import dispatch as conv_dispatch
     from sglang_ascend_hybrid.ops import seam
-    from sglang_ascend_hybrid.ops.gdn import dispatch
+    from sglang_ascend_hybrid.ops.gdn import prefill
     from sglang_ascend_hybrid.status import STATUS
 
     saved = dict(
@@ -82,7 +82,7 @@ def plugin_loaded(npu_stubs_path):
     mp.delenv("SGLANG_PLUGINS", raising=False)
     sys.path.insert(0, str(npu_stubs_path))
     seam.reset_probes()
-    dispatch.forget_refusals()  # kernel refusals learnt by earlier runs in this process
+    prefill.forget_refusals()  # kernel refusals learnt by earlier runs in this process
     conv_dispatch.reset_state()
     STATUS.patches = {}
     plugins._plugins_loaded = False
@@ -109,6 +109,6 @@ def plugin_loaded(npu_stubs_path):
         for name in [m for m in sys.modules if m.split(".")[0] in ("torch_npu", "sgl_kernel_npu")]:
             sys.modules.pop(name, None)
         seam.reset_probes()
-        dispatch.forget_refusals()
+        prefill.forget_refusals()
         conv_dispatch.reset_state()
         mp.undo()

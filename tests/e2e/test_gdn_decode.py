@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from sglang_ascend_hybrid.ops import probes, seam
-from sglang_ascend_hybrid.ops.gdn import decode_contract as dc
-from sglang_ascend_hybrid.ops.gdn import decode_probe
+from sglang_ascend_hybrid.ops.gdn.decode import contract as dc
+from sglang_ascend_hybrid.ops.gdn.decode import probe as decode_probe
 from tests.e2e import device, harness
 from tests.e2e.runner import run_family
 from tests.release_subset import older_releases_run

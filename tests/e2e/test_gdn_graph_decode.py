@@ -172,7 +172,7 @@ def _graph_run(layout, ssm_dtype, breakage=None):
     dev = _opaque_emulators(functools.partial(device.npu_emulators, decode_layout=layout))
 
     def patch(mp):
-        mp.setattr(decode, "run_serving_decode", watch(decode.run_serving_decode))
+        mp.setattr(decode, "run_decode", watch(decode.run_decode))
         if breakage is not None:
             breakage(mp)
 
@@ -210,12 +210,12 @@ def test_graph_runner_decode_matches_transformers_without_syncs(layout, ssm_dtyp
 
 def _fresh_slot_indices(mp):
     """Breakage: the hook hands the ladder a fresh copy of the slot indices (not the captured buffer)."""
-    real = decode.GatedDecodeCall
+    real = decode.DecodeCall
 
     def fresh(q, k, v, a, b, A_log, dt_bias, pool, cache_indices, *rest, **kw):
         return real(q, k, v, a, b, A_log, dt_bias, pool, cache_indices.clone(), *rest, **kw)
 
-    mp.setattr(decode, "GatedDecodeCall", fresh)
+    mp.setattr(decode, "DecodeCall", fresh)
 
 
 def test_negative_control_fresh_slot_indices_are_caught_by_the_replay_check():

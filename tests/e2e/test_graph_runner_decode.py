@@ -58,7 +58,7 @@ def _watch_short_conv(mp, wrap):
 
 
 def _watch_gdn_decode(mp, wrap):
-    mp.setattr(decode, "run_serving_decode", wrap("gdn_decode", decode.run_serving_decode))
+    mp.setattr(decode, "run_decode", wrap("gdn_decode", decode.run_decode))
 
 
 def _lfm2_problems(graph):

@@ -13,7 +13,7 @@ import functools
 import pytest
 import torch
 
-from sglang_ascend_hybrid.ops.gdn import plan_exec
+from sglang_ascend_hybrid.ops.gdn.prefill import plan_exec
 from tests.e2e import device, harness
 from tests.e2e.runner import run_family
 

@@ -116,8 +116,8 @@ def _watch_plugin_ops(mp, shapes: dict) -> None:
 
     mp.setattr(gdn_hooks, "chunk_with_states", _recorder(
         shapes, "gdn_prefill", gdn_hooks.chunk_with_states, lambda q, k, v, *a, **kw: (q.shape[2], v.shape[2])))
-    mp.setattr(decode, "run_serving_decode", _recorder(
-        shapes, "gdn_decode", decode.run_serving_decode, lambda call, *a, **kw: tuple(call.heads)))
+    mp.setattr(decode, "run_decode", _recorder(
+        shapes, "gdn_decode", decode.run_decode, lambda call, *a, **kw: tuple(call.heads)))
     mp.setattr(plugin_conv, "causal_conv1d_fn", _recorder(
         shapes, "conv_prefill", plugin_conv.causal_conv1d_fn, lambda x, w, *a, **kw: (x.shape[0], w.shape[0])))
     mp.setattr(plugin_conv, "causal_conv1d_update", _recorder(

@@ -218,16 +218,16 @@ def test_an_unknown_version_is_taken_to_run_the_mega_kernel_whatever_the_setting
     """Mode "unknown": every call is taken to go through the mega kernel, so the Triton rung only serves
     what both of the entry's paths compute rightly (no 64-token chunk states, 16-bit states, head dim 128)."""
     from sglang_ascend_hybrid.ops import seam
-    from sglang_ascend_hybrid.ops.gdn import dispatch
+    from sglang_ascend_hybrid.ops.gdn import prefill, signature
 
     for env in ({}, {caps.TRITON_BACKEND_ENV: "1"}, {caps.TRITON_MEGA_ENV: "0"}):
         assert caps.triton_runs_mega("unknown", env, 32, 16, 128, 128)
-    sig = dispatch.GdnSignature(32, 16, 128, 128, torch.bfloat16, chunk_states=True, state_dtype=torch.bfloat16)
+    sig = signature.GdnSignature(32, 16, 128, 128, torch.bfloat16, chunk_states=True, state_dtype=torch.bfloat16)
     with seam.install_device_facts(sgl_kernel_npu_version="2026.9.0.post4"):
-        assert dispatch.triton_runs_mega(sig, environ={}, mega_present=True)
-        assert "64-token chunk states" in dispatch.triton_reason(sig, True, True)
+        assert prefill.triton_runs_mega(sig, environ={}, mega_present=True)
+        assert "64-token chunk states" in prefill.triton_reason(sig, True, True)
     with seam.install_device_facts(sgl_kernel_npu_version="2026.6.1"):
-        assert not dispatch.triton_runs_mega(sig, environ={}, mega_present=True)
+        assert not prefill.triton_runs_mega(sig, environ={}, mega_present=True)
 
 
 def test_emulator_sets_by_chip():

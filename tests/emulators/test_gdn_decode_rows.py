@@ -10,7 +10,7 @@ import torch
 
 from sglang_ascend_hybrid.emulators.gdn_decode import make_triton_decode_emulator
 from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
-from sglang_ascend_hybrid.ops.gdn.decode_reference import gated_decode_reference
+from sglang_ascend_hybrid.ops.gdn.decode.reference import gated_decode_reference
 
 Hk, K, Hv, V, SLOTS = 2, 16, 4, 16, 6
 

@@ -47,9 +47,9 @@ def _serving_decode(idx_dtype):
     g = _gen(3)
     r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
     pool = r(4, HV, V, K)
-    call = decode.GatedDecodeCall(r(1, 2, HK, K), r(1, 2, HK, K), r(1, 2, HV, V), r(2, HV), r(2, HV), r(HV), r(HV),
+    call = decode.DecodeCall(r(1, 2, HK, K), r(1, 2, HK, K), r(1, 2, HV, V), r(2, HV), r(2, HV), r(HV), r(HV),
                                   pool, torch.tensor([1, 0], dtype=idx_dtype), torch.arange(3, dtype=torch.int32))
-    return (lambda: decode.run_serving_decode(call, backend="torch")), [pool]
+    return (lambda: decode.run_decode(call, backend="torch")), [pool]
 
 
 def _verify(field):

@@ -1,4 +1,11 @@
-"""Public GDN ops: chunked prefill and one-token decode on any head layout."""
+"""Public GDN ops: chunked prefill and one-token decode on any head layout.
+
+The argument checks of the public ops; each then builds its verb's call and runs that verb's ladder:
+prefill a :class:`~sglang_ascend_hybrid.ops.gdn.prefill.ChunkCall` on
+:data:`~sglang_ascend_hybrid.ops.gdn.prefill.PREFILL`, decode a
+:class:`~sglang_ascend_hybrid.ops.gdn.decode.DecodeCall` of precomputed gates on
+:data:`~sglang_ascend_hybrid.ops.gdn.decode.DECODE`, the ladder SGLang's decode hook runs too.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +16,7 @@ import torch
 
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.logutil import log_once
-from sglang_ascend_hybrid.ops.gdn import dispatch
+from sglang_ascend_hybrid.ops.gdn import decode, prefill
 from sglang_ascend_hybrid.ops.host import host_list
 from sglang_ascend_hybrid.ops.index_dtype import is_index_dtype
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
@@ -25,7 +32,10 @@ def _shape(t) -> str:
     return f"shape {tuple(t.shape)}" if isinstance(t, torch.Tensor) else repr(t)
 
 
-def _backend(requested: str, ladder_names: tuple, op: str) -> str:
+def resolve_backend(requested: str, ladder_names: tuple, op: str) -> str:
+    """The rung a call asks for: ``requested``, else (``"auto"``) the one ``SGLANG_ASCEND_HYBRID_GDN_BACKEND``
+    names when it is one of ``ladder_names``, else ``"auto"``.  A requested name outside ``ladder_names``
+    raises; the environment's is said once and ignored (it may name another verb's rung)."""
     if not isinstance(requested, str):
         _fail("backend", repr(requested), f"'auto' or one of {ladder_names}")
     if requested != "auto":
@@ -99,7 +109,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, cu_seqlens, initial_state=None, 
     ``initial_state`` is never written.
     """
     _check_prefill(q, k, v, g, beta, cu_seqlens, initial_state)
-    backend = _backend(backend, dispatch.prefill_rungs(), "prefill")
+    backend = resolve_backend(backend, prefill.prefill_rungs(), "prefill")
     o, final, _ = chunk_with_states(q, k, v, g, beta, cu_seqlens=cu_seqlens, initial_state=initial_state,
                                     scale=scale, use_qk_l2norm=use_qk_l2norm, backend=backend,
                                     _checked=True)
@@ -117,23 +127,23 @@ def chunk_with_states(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale
     ``skip`` names rungs not to try (used by integration hooks)."""
     if not _checked:
         _check_prefill(q, k, v, g, beta, cu_seqlens, initial_state)
-        backend = _backend(backend, dispatch.prefill_rungs(), "prefill")
+        backend = resolve_backend(backend, prefill.prefill_rungs(), "prefill")
     if exact_chunks is not None and not chunk_states:
         _fail("exact_chunks", exact_chunks, "None unless chunk_states=True (they name chunk states)")
     if scale is None:
         scale = q.shape[-1] ** -0.5
     if use_qk_l2norm:
         q, k = l2norm(q), l2norm(k)
-    call = dispatch.ChunkCall(q, k, v, g, beta, cu_seqlens, initial_state, float(scale), chunk_states)
+    call = prefill.ChunkCall(q, k, v, g, beta, cu_seqlens, initial_state, float(scale), chunk_states)
     if exact_chunks is not None:
         call.exact_chunks = _check_exact_chunks(exact_chunks, call.lengths)
-    return dispatch.run_prefill(call, backend, skip=skip)
+    return prefill.run_prefill(call, backend, skip=skip)
 
 
 def _check_exact_chunks(exact_chunks, lengths: list) -> tuple:
     """``(sequence, chunk)`` int pairs naming chunks that exist (``lengths``: the call's, read on the
     host once for the whole call)."""
-    offsets = dispatch.chunk_offsets(lengths)
+    offsets = prefill.chunk_offsets(lengths)
     chunks = [b - a for a, b in zip(offsets, offsets[1:])]
     pairs = []
     for pair in exact_chunks:
@@ -186,18 +196,16 @@ def recurrent_gated_delta_rule(q, k, v, g, beta, *, state_pool, state_indices, s
     if state_indices.dim() != 1 or state_indices.numel() != B or not is_index_dtype(state_indices.dtype):
         _fail("state_indices", f"{_shape(state_indices)} {state_indices.dtype}",
               f"an integer tensor [{B}] (a bool mask is not an index)")
-    backend = _backend(backend, dispatch.decode_rungs(), "decode")
+    # the Triton decode rung computes SGLang's gates itself: it never serves precomputed ones, so neither
+    # backend= nor the environment can ask for it here
+    rungs = tuple(name for name in decode.decode_rungs() if name != "triton_decode")
+    backend = resolve_backend(backend, rungs, "decode")
     if check_values is None or check_values:
         check_state_indices(state_indices, state_pool.shape[0])
     if scale is None:
         scale = K ** -0.5
-    out = torch.zeros(1, B, Hv, V, dtype=q.dtype, device=q.device)
     if B == 0 or state_pool.shape[0] == 0:
-        return out
-    idx = state_indices.long()
-    live = idx >= 0
-    call = dispatch.StepCall(q[0], k[0], v[0], g[0], beta[0], state_pool, idx.clamp(min=0), live, float(scale),
-                             qk_l2norm=use_qk_l2norm)
-    o = dispatch.run_decode(call, backend)          # the rung advances the pool rows in place
-    out[0] = torch.where(live.view(B, 1, 1), o.to(q.dtype), out[0])
-    return out
+        return torch.zeros(1, B, Hv, V, dtype=q.dtype, device=q.device)
+    call = decode.DecodeCall.with_gates(q, k, v, g[0], beta[0], state_pool, state_indices, scale=float(scale),
+                                        qk_l2norm=use_qk_l2norm)
+    return decode.run_decode(call, backend, check_values=False)   # the rung advances the pool rows in place

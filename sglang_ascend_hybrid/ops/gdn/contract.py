@@ -2,7 +2,7 @@
 
 This module is the one place that states them (read from upstream source; the
 emulators in :mod:`sglang_ascend_hybrid.emulators.gdn` mirror it, and the
-ladders in :mod:`.dispatch` predict refusals from it).  Sources:
+ladders in :mod:`.prefill.ladder`, :mod:`.decode.ladder` and :mod:`.verify` predict refusals from it).  Sources:
 
 SKN      sgl-project/sgl-kernel-npu ``main`` f425bdf1 (tag ``2026.08.21``, wheel version ``2026.6.1``)
 SKN-462  sgl-kernel-npu ff984786 (PR #462, 2026-05-20, first tag ``2026.05.01.post3``)

@@ -1,5 +1,5 @@
 """``torch.ops.npu.recurrent_gated_delta_rule`` as a one-token decode step on rows of a state pool
-(shared by the public decode op's ladder and the serving decode ladder)."""
+(the decode ladder's npu_recurrent rung)."""
 
 from __future__ import annotations
 

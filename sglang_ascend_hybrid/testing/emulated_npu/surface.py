@@ -149,7 +149,7 @@ def plugin_ops() -> dict[str, Callable]:
         from sglang_ascend_hybrid.emulators import causal_conv1d as conv_emu
         from sglang_ascend_hybrid.emulators import gdn as gdn_emu
         from sglang_ascend_hybrid.emulators import gdn_decode as decode_emu
-        from sglang_ascend_hybrid.ops.gdn import decode_contract
+        from sglang_ascend_hybrid.ops.gdn.decode import contract as decode_contract
 
         # the Triton prefill entry where the installed SGLang's GDN prefill calls it
         triton = patches.release_state(patches.by_name("gdn-extend-ladder")) is None

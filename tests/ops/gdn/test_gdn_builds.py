@@ -23,7 +23,7 @@ from sglang_ascend_hybrid.emulators import gdn as emu
 from sglang_ascend_hybrid.ops.conv import api as conv_ops
 from sglang_ascend_hybrid.ops.conv import dispatch as conv_dispatch
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, dispatch, recurrent_gated_delta_rule
+from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, recurrent_gated_delta_rule, contract
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.ladder import Ladder, Rung
 from tests.call_counter import Counting
@@ -61,17 +61,17 @@ def mega_wrapper(npu_stub_packages, monkeypatch):
 def test_the_mega_wrapper_without_its_registered_op_is_absent(mega_wrapper, monkeypatch, caplog):
     monkeypatch.setattr(torch.ops, "npu", SimpleNamespace(), raising=False)  # an Ascend 950 build
     with caplog.at_level(logging.INFO):
-        assert seam.lookup(dispatch.OP_MEGA) is None
-        assert not seam.available(dispatch.OP_MEGA)
+        assert seam.lookup(contract.OP_MEGA) is None
+        assert not seam.available(contract.OP_MEGA)
     assert "torch.ops.npu.mega_chunk_gdn is not registered" in caplog.text
-    assert seam.PYTHON_ENTRY_TORCH_OPS[dispatch.OP_MEGA] == "mega_chunk_gdn"
+    assert seam.PYTHON_ENTRY_TORCH_OPS[contract.OP_MEGA] == "mega_chunk_gdn"
     assert seam.TORCH_OPS_OWNER["mega_chunk_gdn"] == "sgl_kernel_npu"
 
 
 def test_the_mega_wrapper_with_its_registered_op_is_present(mega_wrapper, monkeypatch):
     monkeypatch.setattr(torch.ops, "npu", SimpleNamespace(mega_chunk_gdn=lambda *a, **k: "ran"), raising=False)
-    assert seam.lookup(dispatch.OP_MEGA) is mega_wrapper.run_mega_chunk_gdn
-    assert seam.lookup(dispatch.OP_MEGA)() == "ran"
+    assert seam.lookup(contract.OP_MEGA) is mega_wrapper.run_mega_chunk_gdn
+    assert seam.lookup(contract.OP_MEGA)() == "ran"
 
 
 def test_a_kernel_package_that_does_not_import_has_no_python_entries(npu_stub_packages, monkeypatch):

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from sglang_ascend_hybrid.emulators import gdn as emu
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, dispatch, recurrent_gated_delta_rule
+from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, prefill, recurrent_gated_delta_rule
 
 SETTINGS = settings(derandomize=True, max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -72,7 +72,7 @@ def test_prefill_matches_the_fp64_loop_on_every_rung(case, machine):
         o, final = chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0)
         tol = 2e-4
     else:  # bf16 model and pool: the chunk op where its contract holds (no empty sequence), else torch
-        dispatch.forget_refusals()
+        prefill.forget_refusals()
         with seam.install_device_facts(chip="A3"), seam.install_emulators(emu.emulators(chip="A3")):
             o, final = chunk_gated_delta_rule(q.bfloat16(), k.bfloat16(), v.bfloat16(), g, beta.bfloat16(),
                                               cu_seqlens=cu, initial_state=None if h0 is None else h0.bfloat16())

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from sglang_ascend_hybrid.emulators import gdn as emu
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import contract as caps
-from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, dispatch
+from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, prefill
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from tests.call_counter import Counting as _Counting
 
@@ -49,7 +49,7 @@ def _expected(chip, chunk_present, mega, pool_dtype, pair):
         return "npu_chunk", False
     if installed is not None and pool_dtype == torch.bfloat16:
         believed = caps.mega_variant(version)
-        plan = dispatch.plan_for_layout(*pair, D, D, torch.bfloat16, predicate=believed.supports)
+        plan = prefill.plan_for_layout(*pair, D, D, torch.bfloat16, predicate=believed.supports)
         if plan.strategy != "none":
             if all(installed.supports(*p) for p in plan.launches):
                 return "mega", False

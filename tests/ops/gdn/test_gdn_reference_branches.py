@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 from sglang_ascend_hybrid.emulators import gdn as emu
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, chunk_with_states, dispatch
+from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, chunk_with_states, contract
 from sglang_ascend_hybrid.ops.gdn import recurrent_gated_delta_rule
 from sglang_ascend_hybrid.ops.gdn import torch_impl as gdn_torch
 from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch
@@ -127,7 +127,7 @@ def test_triton_rung_serves_a_forced_call_with_fla_results(with_state):
     triton = _Counting(make_triton_chunk_emulator())
     npu = _Counting(emu.make_npu_chunk_emulator(chip="A3"))
     with seam.install_device_facts(chip="A3"), \
-            seam.install_emulators({dispatch.OP_TRITON: triton, emu.OP_NPU_CHUNK: npu}):
+            seam.install_emulators({contract.OP_TRITON: triton, emu.OP_NPU_CHUNK: npu}):
         o, final, h = chunk_with_states(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0, scale=0.25,
                                         chunk_states=True, backend="triton")
     assert (triton.calls, npu.calls) == (1, 0)
@@ -146,7 +146,7 @@ def test_triton_rung_is_what_auto_takes_without_the_npu_kernels():
     q, k, v, g, beta, cu, h0 = _inputs([33, 66], 2, 1, 8, 8, dtype=torch.float16, seed=13)
     q, k = q * 3, k * 0.5  # not unit length: the op must normalise
     triton = _Counting(make_triton_chunk_emulator())
-    with seam.install_emulators({dispatch.OP_TRITON: triton}):
+    with seam.install_emulators({contract.OP_TRITON: triton}):
         o, final = chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0.half(),
                                           use_qk_l2norm=True)
     assert triton.calls == 1
@@ -164,7 +164,7 @@ def test_triton_refusal_falls_to_torch_and_is_remembered():
         raise AssertionError("ChunkGatedDeltaRuleFunction does not support float32. Please use bfloat16.")
 
     kernel = _Counting(refuses)
-    with seam.install_emulators({dispatch.OP_TRITON: kernel}):
+    with seam.install_emulators({contract.OP_TRITON: kernel}):
         o1, f1 = chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0)
         o2, f2 = chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0)
     # called once: by the stride probe an fp32 state asks for (its refusal is the probe's verdict), never again
@@ -187,7 +187,7 @@ def test_forced_prefill_backend_is_obeyed_where_auto_differs(how, forced, monkey
     q, k, v, g, beta, cu, h0 = _npu_world()
     triton = _Counting(make_triton_chunk_emulator())
     npu = _Counting(emu.make_npu_chunk_emulator(chip="A3"))
-    ops = {dispatch.OP_TRITON: triton, emu.OP_NPU_CHUNK: npu}
+    ops = {contract.OP_TRITON: triton, emu.OP_NPU_CHUNK: npu}
     with seam.install_device_facts(chip="A3"), seam.install_emulators(ops):
         chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0)
         assert (npu.calls, triton.calls) == (1, 0)  # auto: the npu_chunk op

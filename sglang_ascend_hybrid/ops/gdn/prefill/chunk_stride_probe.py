@@ -44,7 +44,7 @@ def signature(value_heads: int, key_heads: int, head_dim_k: int, head_dim_v: int
 
 def measure(value_heads: int, key_heads: int, head_dim_k: int, head_dim_v: int, dtype: torch.dtype, device,
             environ=None) -> probes.Verdict:
-    from sglang_ascend_hybrid.ops.gdn.entries import call_triton_entry
+    from sglang_ascend_hybrid.ops.gdn.prefill.entries import call_triton_entry
     from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch, l2norm
 
     sig = signature(value_heads, key_heads, head_dim_k, head_dim_v, dtype, environ)

@@ -18,7 +18,8 @@ import torch.nn.functional as F
 from sglang_ascend_hybrid.emulators import gdn as emu
 from sglang_ascend_hybrid.ops import probes, seam
 from sglang_ascend_hybrid.ops.gdn import contract as caps
-from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, dispatch, entries
+from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, prefill, signature
+from sglang_ascend_hybrid.ops.gdn.prefill import entries
 from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from tests.call_counter import Counting
@@ -169,16 +170,16 @@ def test_the_h_shape_backstop_when_the_mode_changes_under_the_rung(monkeypatch, 
 
 
 def test_triton_runs_mega_follows_the_installed_release(monkeypatch):
-    sig = dispatch.GdnSignature(16, 8, D, D, torch.bfloat16)
+    sig = signature.GdnSignature(16, 8, D, D, torch.bfloat16)
     with seam.install_device_facts(sgl_kernel_npu_version="2026.6.1"):
-        assert not dispatch.triton_runs_mega(sig, {})
-        assert dispatch.triton_runs_mega(sig, {"GDN_USE_MEGA_GDN": "1"})
+        assert not prefill.triton_runs_mega(sig, {})
+        assert prefill.triton_runs_mega(sig, {"GDN_USE_MEGA_GDN": "1"})
     with seam.install_device_facts(sgl_kernel_npu_version="2026.6.0"):
-        assert dispatch.triton_runs_mega(sig, {})
+        assert prefill.triton_runs_mega(sig, {})
     with seam.install_device_facts(sgl_kernel_npu_version="2026.05.01"):
-        assert not dispatch.triton_runs_mega(sig, {})  # no mega wrapper here: post1 / post2
+        assert not prefill.triton_runs_mega(sig, {})  # no mega wrapper here: post1 / post2
         with seam.install_emulators({emu.OP_MEGA: emu.make_mega_emulator(variant=caps.MEGA_POST3)}):
-            assert dispatch.triton_runs_mega(sig, {})  # post3
+            assert prefill.triton_runs_mega(sig, {})  # post3
 
 
 def test_the_rung_calls_the_entry_inside_the_ladder_and_returns_no_h_unless_asked(monkeypatch):

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from sglang_ascend_hybrid.ops.gdn import contract as caps
-from sglang_ascend_hybrid.ops.gdn import planner
-from sglang_ascend_hybrid.ops.gdn.planner import plan_for
+from sglang_ascend_hybrid.ops.gdn.prefill import planner
+from sglang_ascend_hybrid.ops.gdn.prefill.planner import plan_for
 
 CURRENT = caps.CURRENT_MEGA_ENTRY.supports
 QWEN_GLOBAL = [(16, 16), (32, 16), (48, 16), (64, 16)]
@@ -207,7 +207,7 @@ def test_gdn_prefill_runs_the_unlimited_plan(monkeypatch):
     from sglang_ascend_hybrid.emulators.gdn import make_mega_emulator
     from sglang_ascend_hybrid.ops import seam
     from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule
-    from sglang_ascend_hybrid.ops.gdn.dispatch import OP_MEGA
+    from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA
 
     monkeypatch.setenv("SGLANG_ASCEND_HYBRID_GDN_MAX_OVERHEAD", "inf")
     mega, seen = make_mega_emulator(), []

@@ -1,5 +1,5 @@
-"""The serving GDN decode ladder (``ops/gdn/decode.py``), the decode-layout probe, and their
-graph-capture behaviour, against the fp64 oracle of ``ops/gdn/decode_reference.py``."""
+"""The GDN decode ladder (``ops/gdn/decode/ladder.py``), the decode-layout probe, and their
+graph-capture behaviour, against the fp64 oracle of ``ops/gdn/decode/reference.py``."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from torch.utils._python_dispatch import _disable_current_modes
 from sglang_ascend_hybrid.emulators import gdn as gdn_emu
 from sglang_ascend_hybrid.emulators import gdn_decode
 from sglang_ascend_hybrid.ops import probes, seam
-from sglang_ascend_hybrid.ops.gdn import decode, decode_probe
-from sglang_ascend_hybrid.ops.gdn import decode_contract as dc
-from sglang_ascend_hybrid.ops.gdn.decode_reference import gated_decode_reference
+from sglang_ascend_hybrid.ops.gdn import decode
+from sglang_ascend_hybrid.ops.gdn.decode import probe as decode_probe
+from sglang_ascend_hybrid.ops.gdn.decode import contract as dc
+from sglang_ascend_hybrid.ops.gdn.decode.reference import gated_decode_reference
 from sglang_ascend_hybrid.ops.gdn.recurrent_rows import beta_logit
 from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable
 from tests.op_log import StaticOpLog
@@ -36,7 +37,7 @@ def _call(x, indices, qsl=None, entry=ENTRY):
     idx = torch.tensor(indices, dtype=torch.int32)
     if qsl is None:
         qsl = torch.arange(len(indices) + 1, dtype=torch.int32)
-    return decode.GatedDecodeCall(x["q"], x["k"], x["v"], x["a"], x["b"], x["A_log"], x["dt_bias"], x["pool"], idx,
+    return decode.DecodeCall(x["q"], x["k"], x["v"], x["a"], x["b"], x["A_log"], x["dt_bias"], x["pool"], idx,
                                   qsl, entry=entry)
 
 
@@ -83,7 +84,7 @@ def test_each_rung_matches_the_fp64_oracle_and_touches_only_live_slots(layout, d
     before = x["pool"].clone()
     call = _call(x, indices, qsl)
     with _device(layout):
-        o = decode.run_serving_decode(call)
+        o = decode.run_decode(call)
     assert f"GDN decode {call.signature()} runs on the {rung} kernel" in caplog.text, caplog.text
     o_ref, new = _oracle(x, before, indices, live)
     tol_o = 2e-2 if dtype == torch.bfloat16 else 1e-5
@@ -104,8 +105,8 @@ def test_fp32_pool_keeps_fp32_on_the_value_first_kernel():
     x = _inputs(3, pool_dtype=torch.float32)
     y = {k: v.clone() for k, v in x.items()}
     with _device("value_first"):
-        decode.run_serving_decode(_call(x, [1, 4, 6]))
-    decode.run_serving_decode(_call(y, [1, 4, 6]), backend="torch")
+        decode.run_decode(_call(x, [1, 4, 6]))
+    decode.run_decode(_call(y, [1, 4, 6]), backend="torch")
     assert float((x["pool"] - y["pool"]).abs().max()) < 1e-5
 
 
@@ -133,8 +134,8 @@ def test_probe_refuses_a_kernel_that_matches_neither_with_one_warning(caplog):
     with seam.install_emulators({dc.OP_DECODE_OPTIMIZED: _garbage_kernel}):
         x = _inputs(2, pool_dtype=torch.bfloat16)
         before = x["pool"].clone()
-        o = decode.run_serving_decode(_call(x, [1, 3]))
-        decode.run_serving_decode(_call(_inputs(2, pool_dtype=torch.bfloat16), [1, 3]))
+        o = decode.run_decode(_call(x, [1, 3]))
+        decode.run_decode(_call(_inputs(2, pool_dtype=torch.bfloat16), [1, 3]))
     (v,) = probes.all_verdicts()
     assert v.verdict == dc.NEITHER and not v.usable
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING and "gdn-decode-layout" in r.getMessage()]
@@ -150,7 +151,7 @@ def test_probe_of_a_raising_kernel_is_a_refusal():
 
     with seam.install_emulators({dc.OP_DECODE_OPTIMIZED: raising}):
         x = _inputs(2)
-        decode.run_serving_decode(_call(x, [1, 3]))
+        decode.run_decode(_call(x, [1, 3]))
     (v,) = probes.all_verdicts()
     assert v.verdict == dc.REFUSED and "kernel launch failed" in v.detail
 
@@ -159,14 +160,14 @@ def test_probe_runs_once_per_signature_and_never_inside_a_capture():
     with _device("value_first"):
         with seam.capture_region():   # no verdict yet: the kernel is not used, the probe does not run
             x = _inputs(2)
-            decode.run_serving_decode(_call(x, [1, 3]))
+            decode.run_decode(_call(x, [1, 3]))
         assert probes.runs(decode_probe.PROBE.name) == 0
         assert probes.all_verdicts() == []
         decode.probe_before_serving(ENTRY, torch.bfloat16, torch.float32, 16, 16, "cpu")
         assert probes.runs(decode_probe.PROBE.name) == 1
         with seam.capture_region():
             for _ in range(3):
-                decode.run_serving_decode(_call(_inputs(2), [1, 3]))
+                decode.run_decode(_call(_inputs(2), [1, 3]))
         decode.probe_before_serving(ENTRY, torch.bfloat16, torch.float32, 16, 16, "cpu")
         assert probes.runs(decode_probe.PROBE.name) == 1
         decode.probe_before_serving(ENTRY, torch.bfloat16, torch.bfloat16, 16, 16, "cpu")  # another signature
@@ -176,14 +177,14 @@ def test_probe_runs_once_per_signature_and_never_inside_a_capture():
 def test_forcing_the_kernel_on_a_key_first_build_names_the_reason():
     with _device("key_first"):
         with pytest.raises(ForcedRungUnavailable, match="probed value-first"):
-            decode.run_serving_decode(_call(_inputs(2), [1, 3]), backend="triton_decode")
+            decode.run_decode(_call(_inputs(2), [1, 3]), backend="triton_decode")
 
 
 def test_generic_entry_with_an_odd_value_head_count_is_not_used(caplog):
     caplog.set_level(logging.INFO, logger="sglang_ascend_hybrid")
     x = _inputs(2, Hk=1, Hv=3)
     with _device("value_first", entry="generic"):
-        decode.run_serving_decode(_call(x, [1, 3], entry="generic"))
+        decode.run_decode(_call(x, [1, 3], entry="generic"))
     assert "skips the last of 3" in caplog.text and "runs on the torch kernel" in caplog.text
 
 
@@ -211,13 +212,13 @@ def test_graph_mode_capture_and_replays(layout, pool_dtype):
     x = _inputs(B, pool_dtype=pool_dtype, seed=1)
     static_idx = torch.full((B,), -1, dtype=torch.int32)
     static_qsl = torch.arange(B + 1, dtype=torch.int32)
-    call = lambda: decode.GatedDecodeCall(x["q"], x["k"], x["v"], x["a"], x["b"], x["A_log"],  # noqa: E731
+    call = lambda: decode.DecodeCall(x["q"], x["k"], x["v"], x["a"], x["b"], x["A_log"],  # noqa: E731
                                           x["dt_bias"], x["pool"], static_idx, static_qsl, entry=ENTRY)
     static = [x[n] for n in ("q", "k", "v", "a", "b", "A_log", "dt_bias", "pool")] + [static_idx, static_qsl]
     with _device(layout):
         decode.probe_before_serving(ENTRY, torch.bfloat16, pool_dtype, 16, 16, "cpu")
         with seam.capture_region(), SyncCounter(device_of_interest="cpu") as syncs, StaticOpLog(static) as captured:
-            decode.run_serving_decode(call())
+            decode.run_decode(call())
         assert syncs.total == 0, syncs.counts
         replays = []
         for live_slots in ([3, 6, 1, 4], [2, 5], [7]):
@@ -229,7 +230,7 @@ def test_graph_mode_capture_and_replays(layout, pool_dtype):
                 x[name].copy_(fresh[name])
             before = x["pool"].clone()
             with seam.capture_region(), SyncCounter(device_of_interest="cpu") as syncs, StaticOpLog(static) as replay:
-                o = decode.run_serving_decode(call())
+                o = decode.run_decode(call())
             assert syncs.total == 0, syncs.counts
             replays.append(replay.ops)
             live = [True] * n + [False] * (B - n)
@@ -250,13 +251,13 @@ def test_negative_control_a_fresh_index_tensor_changes_the_replayed_storages():
     x = _inputs(2)
     idx = torch.tensor([1, 3], dtype=torch.int32)
     qsl = torch.arange(3, dtype=torch.int32)
-    make = lambda i: decode.GatedDecodeCall(x["q"], x["k"], x["v"], x["a"], x["b"], x["A_log"], x["dt_bias"],  # noqa
+    make = lambda i: decode.DecodeCall(x["q"], x["k"], x["v"], x["a"], x["b"], x["A_log"], x["dt_bias"],  # noqa
                                             x["pool"], i, qsl, entry=ENTRY)
     static = [x[n] for n in ("q", "k", "v", "a", "b", "A_log", "dt_bias", "pool")] + [idx, qsl]
     with StaticOpLog(static) as first:
-        decode.run_serving_decode(make(idx))
+        decode.run_decode(make(idx))
     with StaticOpLog(static) as second:
-        decode.run_serving_decode(make(idx.clone()))
+        decode.run_decode(make(idx.clone()))
     assert first.ops != second.ops
 
 
@@ -284,7 +285,7 @@ def test_a_non_contiguous_pool_never_reaches_the_kernel(caplog):
     assert not x["pool"].is_contiguous()
     before = x["pool"].clone()
     with _device("value_first"):
-        decode.run_serving_decode(_call(x, [1, 3]))
+        decode.run_decode(_call(x, [1, 3]))
     assert "its state writes would be lost" in caplog.text and "runs on the torch kernel" in caplog.text
     assert not torch.equal(x["pool"][[1, 3]], before[[1, 3]])
     assert torch.equal(wide[:, 1::2], torch.zeros_like(wide[:, 1::2]))

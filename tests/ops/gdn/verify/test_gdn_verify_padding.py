@@ -20,7 +20,7 @@ from sglang_ascend_hybrid.emulators import gdn as emu
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import verify as gv
 from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable
-from tests.ops.gdn.test_gdn_verify import DK, NK, NV, _case, _max_rel, _oracle
+from tests.ops.gdn.verify.test_gdn_verify import DK, NK, NV, _case, _max_rel, _oracle
 from tests.sync_counter import SyncCounter
 
 

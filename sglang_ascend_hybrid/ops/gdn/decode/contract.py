@@ -37,7 +37,7 @@ Both, as read at those commits (the rules the emulator in ``emulators/gdn_decode
   ``[N, HV, V]``, both in q's dtype.
 
 Whether a later build of either kernel addresses the pool value first cannot be read here: the
-plugin probes the installed kernel before serving (:mod:`.decode_probe`) and uses it only on the
+plugin probes the installed kernel before serving (:mod:`.probe`) and uses it only on the
 "value-first" verdict.
 """
 

@@ -13,7 +13,7 @@ from typing import Callable, Optional
 
 import torch
 
-from sglang_ascend_hybrid.ops.gdn.planner import Launch, Plan
+from sglang_ascend_hybrid.ops.gdn.prefill.planner import Launch, Plan
 
 # kernel(q, k, v, g, beta, initial_state_or_None) -> (o [1, T, Hv', V], final [N, Hv', V, K] fp32)
 LaunchKernel = Callable[..., tuple]

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from sglang_ascend_hybrid.emulators import gdn as emu
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import contract as caps
-from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, dispatch
+from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, prefill
 from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable
@@ -178,20 +178,20 @@ def test_the_range_is_read_once_per_call_and_only_when_a_16_bit_kernel_is_next(m
     args = _inputs()
     q, k, v, g, beta, cu, h0 = args
     reads = []
-    real = dispatch.ChunkCall.max_abs
+    real = prefill.ChunkCall.max_abs
 
     def counting(self):
         reads.append(1)
         return real(self)
 
-    monkeypatch.setattr(dispatch.ChunkCall, "max_abs", counting)
+    monkeypatch.setattr(prefill.ChunkCall, "max_abs", counting)
     with seam.install_device_facts(chip="A3"), seam.install_emulators(emu.emulators(chip="A3")):
         chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0)
     assert reads == []
     with seam.install_device_facts(chip="A3"), seam.install_emulators(emu.emulators(chip="A3", npu_chunk=False)):
         chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0)
     assert len(reads) == 1
-    call = dispatch.ChunkCall(q, k, v, g, beta, cu, h0, 1.0)
+    call = prefill.ChunkCall(q, k, v, g, beta, cu, h0, 1.0)
     assert real(call) == max(float(t.float().abs().max()) for t in (q, k, v, beta, h0))
     assert caps.fits_mega_range(65504.0) and not caps.fits_mega_range(65505.0)
     assert not caps.fits_mega_range(float("nan")) and not caps.fits_mega_range(float("inf"))
@@ -203,4 +203,4 @@ def test_a_call_with_no_tokens_and_no_state_has_nothing_out_of_range():
     with seam.install_emulators({emu.OP_MEGA: mega}):
         o, final = chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=torch.tensor([0, 0]))
     assert o.shape == (1, 0, HV, D) and torch.equal(final, torch.zeros(1, HV, D, D))
-    assert dispatch.ChunkCall(q, k, v, g, beta, torch.tensor([0, 0]), None, 1.0).max_abs() == 0.0
+    assert prefill.ChunkCall(q, k, v, g, beta, torch.tensor([0, 0]), None, 1.0).max_abs() == 0.0

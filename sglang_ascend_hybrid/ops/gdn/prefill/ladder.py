@@ -1,32 +1,28 @@
-"""GDN kernel ladders: fastest kernel that serves the call, visible fallback otherwise.
+"""The GDN prefill ladder (SGLang's ``extend``): fastest kernel that serves the call, visible fallback otherwise.
 
-Prefill (chunk) ladder, fastest first:
+Rungs, fastest first:
 
 ``npu_chunk``  ``torch.ops.npu.chunk_gated_delta_rule`` (SGLang 0.5.23's Ascend path)
-``mega``       sgl-kernel-npu ``run_mega_chunk_gdn``, through a head plan
-               (native / split / pad) when the head pair is outside its table; only
+``mega``       sgl-kernel-npu ``run_mega_chunk_gdn``, through a head plan (:mod:`.planner`;
+               native / split / pad) when the head pair is outside its table; only
                where ``torch.ops.npu.mega_chunk_gdn`` is registered (not on Ascend 950
                builds) and, per call, where every input and the initial state fit fp16's
                range (its wrapper casts them to fp16); a call whose outputs come back
                non-finite goes to the next rung
-``triton``     sgl-kernel-npu ``fla.chunk.chunk_gated_delta_rule_npu``; when that entry
-               runs the mega kernel itself (``GDN_USE_MEGA_GDN=1``; by default in
-               releases before 2026.6.1), the rung takes the mega kernel's contract
-``torch``      :func:`.torch_impl.chunk_gdn_torch`, always available (the CPU path)
+``triton``     sgl-kernel-npu ``fla.chunk.chunk_gated_delta_rule_npu`` (:mod:`.entries`); when that
+               entry runs the mega kernel itself (``GDN_USE_MEGA_GDN=1``; by default in
+               releases before 2026.6.1), the rung takes the mega kernel's contract, and where its
+               mode decides silently the installed entry is probed (:mod:`.chunk_stride_probe`)
+``torch``      :func:`sglang_ascend_hybrid.ops.gdn.torch_impl.chunk_gdn_torch`, always available (the CPU path)
 
-Decode ladder: ``npu_recurrent`` (``torch.ops.npu.recurrent_gated_delta_rule``) -> ``torch``.
-Speculative verify: :mod:`.verify`.
-
-Capability predicates come from :mod:`.contract` (the contracts) and the device
-facts of the seam (chip generation, installed kernels).  A rung never lowers the
-precision of the SSM state pool: the npu_chunk op keeps bf16 states on A2/A3 (fp32
-only on Ascend 950) and the mega kernel fp16 states, so an fp32 pool's prefill runs
-on triton / torch there; the recurrent op is bf16-only, so decode of a non-bf16 pool
-runs on torch.
+Capability predicates come from :mod:`sglang_ascend_hybrid.ops.gdn.contract` (the contracts) and the
+device facts of the seam (chip generation, installed kernels).  A rung never lowers the precision of
+the SSM state pool: the npu_chunk op keeps bf16 states on A2/A3 (fp32 only on Ascend 950) and the
+mega kernel fp16 states, so an fp32 pool's prefill runs on triton / torch there.
 
 The mega and triton rungs are handed the call's non-empty sequences only and the empty ones'
-results are put back (:func:`without_empty_sequences`: both kernels mishandle an empty sequence);
-the npu_chunk op refuses empty sequences itself.
+results are put back (:func:`.call.without_empty_sequences`: both kernels mishandle an empty
+sequence); the npu_chunk op refuses empty sequences itself.
 
 Every rung takes already l2-normalised q / k, never writes its inputs (the
 initial states handed to a kernel are fresh copies) and returns new tensors;
@@ -39,7 +35,6 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -47,175 +42,22 @@ import torch
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import contract as caps
-from sglang_ascend_hybrid.ops.gdn import chunk_stride_probe
-from sglang_ascend_hybrid.ops.gdn import planner
-from sglang_ascend_hybrid.ops.gdn.plan_exec import execute_plan
-from sglang_ascend_hybrid.ops.gdn.pool_step import step_on_pool
-from sglang_ascend_hybrid.ops.gdn.recurrent_rows import OP_NPU_RECURRENT, beta_logit, recurrent_on_rows
-from sglang_ascend_hybrid.ops.gdn.torch_impl import CHUNK_SIZE, chunk_gdn_torch, l2norm
-from sglang_ascend_hybrid.ops.ladder import Absent, DeclinedCall, Ladder, Rung
 from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK, OP_TRITON
-from sglang_ascend_hybrid.ops.gdn.entries import call_triton_entry, resolve_entry
+from sglang_ascend_hybrid.ops.gdn.prefill import chunk_stride_probe, planner
+from sglang_ascend_hybrid.ops.gdn.prefill.call import ChunkCall, chunk_offsets, without_empty_sequences
+from sglang_ascend_hybrid.ops.gdn.prefill.entries import call_triton_entry, resolve_entry
+from sglang_ascend_hybrid.ops.gdn.prefill.plan_exec import execute_plan
+from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature, dtype_name, keeps_precision, log_path, rejection_line
+from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch
+from sglang_ascend_hybrid.ops.ladder import Absent, DeclinedCall, Ladder, Rung
 
 logger = logging.getLogger(__name__)
 
 
-
-def _dtype_name(dtype) -> str:
-    return str(dtype).replace("torch.", "")
-
-
-@dataclass(frozen=True)
-class GdnSignature:
-    """Shape facts a kernel's acceptance depends on (hashable; names the head pair in logs)."""
-
-    value_heads: int
-    key_heads: int
-    head_dim_k: int
-    head_dim_v: int
-    dtype: torch.dtype
-    chunk_states: bool = False
-    state_dtype: Optional[torch.dtype] = None  # dtype of the SSM states (the pool's); None: no state given
-
-    def __str__(self) -> str:
-        extra = " +chunk_states" if self.chunk_states else ""
-        state = f" state={_dtype_name(self.state_dtype)}" if self.state_dtype is not None else ""
-        return (f"(NumValueHeads, NumKeyHeads)=({self.value_heads}, {self.key_heads}) "
-                f"K={self.head_dim_k} V={self.head_dim_v} {_dtype_name(self.dtype)}{state}{extra}")
-
-
-def chunk_offsets(lengths, chunk: int = CHUNK_SIZE) -> list:
-    """Where each sequence's chunk states start in ``h`` (the per-sequence ``ceil(len / chunk)``
-    states laid end to end), with the total last: ``[0, n_0, n_0 + n_1, ...]``."""
-    offsets = [0]
-    for n in lengths:
-        offsets.append(offsets[-1] + (int(n) + chunk - 1) // chunk)
-    return offsets
-
-
-@dataclass
-class ChunkCall:
-    """One prefill call, q / k already l2-normalised.  States value-first [N, Hv, V, K]."""
-
-    q: torch.Tensor
-    k: torch.Tensor
-    v: torch.Tensor
-    g: torch.Tensor
-    beta: torch.Tensor
-    cu_seqlens: torch.Tensor
-    initial_state: Optional[torch.Tensor]
-    scale: float
-    chunk_states: bool = False  # also return the state at the start of every 64-token chunk
-    # (sequence, chunk) pairs whose chunk state must keep the initial state's precision; None: every
-    # chunk state must (a rung whose chunk states are rounded then does not serve)
-    exact_chunks: Optional[tuple] = None
-    _lengths: Optional[list] = None
-    _max_abs: Optional[float] = None
-
-    @property
-    def num_sequences(self) -> int:
-        return self.cu_seqlens.numel() - 1
-
-    @property
-    def lengths(self) -> list:
-        """Per-sequence lengths on the host (prefill already reads the offsets on the host)."""
-        if self._lengths is None:
-            bounds = self.cu_seqlens.tolist()
-            self._lengths = [int(b) - int(a) for a, b in zip(bounds, bounds[1:])]
-        return self._lengths
-
-    def signature(self) -> GdnSignature:
-        return GdnSignature(self.v.shape[2], self.q.shape[2], self.q.shape[3], self.v.shape[3],
-                            self.q.dtype, self.chunk_states,
-                            None if self.initial_state is None else self.initial_state.dtype)
-
-    def key_first_state(self) -> Optional[torch.Tensor]:
-        """Fresh key-first [N, Hv, K, V] fp32 copy of the initial state (FLA-layout kernels)."""
-        if self.initial_state is None:
-            return None
-        return self.initial_state.float().transpose(-1, -2).contiguous()
-
-    def num_chunks(self, chunk: int = CHUNK_SIZE) -> int:
-        return chunk_offsets(self.lengths, chunk)[-1]
-
-    def max_abs(self) -> float:
-        """Largest magnitude among q, k, v, beta and the initial state (the tensors the mega wrapper
-        casts to fp16); NaN when any is NaN.  Read on the host once per call (one sync; prefill
-        already reads the offsets on the host), only when a 16-bit-range kernel is about to run."""
-        if self._max_abs is None:
-            parts = [t.detach().abs().amax().float() for t in (self.q, self.k, self.v, self.beta, self.initial_state)
-                     if t is not None and t.numel()]
-            self._max_abs = float(torch.stack(parts).max()) if parts else 0.0
-        return self._max_abs
-
-
-def without_empty_sequences(run):
-    """``run`` (a rung's runner) on the call's non-empty sequences only, the empty ones' results put back:
-    o and the per-chunk states are untouched (an empty sequence has no token and no chunk), the final
-    state of an empty sequence is its initial state (zeros without one), as the torch rung returns it.
-
-    For the rungs fed by cu_seqlens whose kernels mishandle empty sequences: sgl-kernel-npu's Triton
-    entry numbers chunks by the non-empty sequences before them (``prepare_chunk_indices``, SKN
-    f425bdf1 ``fla/utils.py`` ~155-164), so every sequence after an empty one is computed from
-    unwritten buffers (:func:`sglang_ascend_hybrid.emulators.gdn_triton_chunk.empty_sequence_before_tokens`);
-    the mega kernel's ``chunk_h`` (SKN f425bdf1 ``csrc/mega_chunk_gdn/op_kernel/chunk_h.cpp`` ~519-560)
-    stores an empty sequence's initial state into the ``h`` row of the next sequence's first chunk (past
-    the end of ``h`` when it is the last) and signals a cross-core flag its cube side never waits for.
-    The lengths are on the host already (prefill reads the offsets there)."""
-
-    def without_empty(call: ChunkCall):
-        keep = [i for i, n in enumerate(call.lengths) if n > 0]
-        if len(keep) == call.num_sequences:
-            return run(call)
-        dev = call.q.device
-        if keep:
-            kept = [call.lengths[i] for i in keep]
-            cu = torch.tensor([0, *itertools.accumulate(kept)], dtype=call.cu_seqlens.dtype, device=dev)
-            rows = torch.tensor(keep, dtype=torch.long, device=dev)
-            renumber = {old: new for new, old in enumerate(keep)}
-            exact = (None if call.exact_chunks is None
-                     else tuple((renumber[i], c) for i, c in call.exact_chunks))  # only non-empty ones have chunks
-            sub = ChunkCall(call.q, call.k, call.v, call.g, call.beta, cu,
-                            None if call.initial_state is None else call.initial_state.index_select(0, rows),
-                            call.scale, call.chunk_states, exact, _lengths=kept, _max_abs=call._max_abs)
-            o, final_kept, h = run(sub)
-        Hv, V, K = call.v.shape[2], call.v.shape[3], call.q.shape[3]
-        final = (torch.zeros(call.num_sequences, Hv, V, K, dtype=torch.float32, device=dev)
-                 if call.initial_state is None else call.initial_state.float().clone())
-        if not keep:  # no token at all: nothing for a kernel to do
-            o = call.q.new_empty(1, 0, Hv, V)
-            h = call.q.new_empty(0, Hv, V, K, dtype=torch.float32) if call.chunk_states else None
-            return o, final, h
-        final[rows] = final_kept.float()
-        return o, final, h
-
-    without_empty.__name__ = getattr(run, "__name__", "run")
-    return without_empty
-
-
-# ---------------------------------------------------------------- refusals (texts: contract)
-
-_npu_op_refusal = caps.is_npu_chunk_refusal
-_mega_refusal = caps.is_mega_refusal
-_triton_refusal = caps.is_triton_refusal
-
-
-def _logged(op: str, rung: str, sig: GdnSignature, detail: str = "") -> None:
-    log_once(logger, ("gdn-path", op, rung, sig),
-             "sglang-ascend-hybrid: GDN %s %s runs on the %s kernel%s", op, sig, rung, detail)
-
-
-def rejection_line(op: str):
-    """The line a GDN ladder says once per rung and signature its predicate turns down."""
-    return lambda rung, sig, reason: f"sglang-ascend-hybrid: GDN {op} {sig} cannot use the {rung} kernel: {reason}"
-
-
-_PRECISION = {torch.float32: 3, torch.bfloat16: 1, torch.float16: 1}
-
-
-def _keeps_precision(kernel_state_dtype: torch.dtype, pool_dtype: Optional[torch.dtype]) -> bool:
-    """A kernel may hold the state in ``kernel_state_dtype`` without lowering the pool's precision."""
-    return pool_dtype is None or _PRECISION.get(kernel_state_dtype, 0) >= _PRECISION.get(pool_dtype, 3)
+def is_triton_entry_refusal(exc: BaseException) -> bool:
+    """A refusal of sgl-kernel-npu's Triton chunk entry, by its own checks or by the mega kernel it may run
+    inside (the texts of :mod:`sglang_ascend_hybrid.ops.gdn.contract`)."""
+    return caps.is_mega_refusal(exc) or caps.is_triton_refusal(exc)
 
 
 # ---------------------------------------------------------------- prefill rungs
@@ -225,7 +67,7 @@ def npu_chunk_state_dtype(pool_dtype: Optional[torch.dtype], chip: Optional[str]
     or None when no accepted dtype keeps the pool's precision (fp32 pools on A2/A3)."""
     for dtype in caps.npu_chunk_state_dtypes(chip):
         if pool_dtype is None or dtype == pool_dtype or (
-                _keeps_precision(dtype, pool_dtype) and pool_dtype != torch.float16):
+                keeps_precision(dtype, pool_dtype) and pool_dtype != torch.float16):
             return dtype
     return None
 
@@ -235,11 +77,11 @@ def npu_chunk_reason(sig: GdnSignature, chip: Optional[str]) -> Optional[str]:
     non-empty sequences).  The rung's predicate asks this; so does the ``plan`` CLI."""
     state_dtype = npu_chunk_state_dtype(sig.state_dtype, chip)
     if state_dtype is None and sig.state_dtype == torch.float32:
-        return (f"it keeps {_dtype_name(sig.state_dtype)} states only on Ascend 950 (chip: {chip or 'unknown'}); "
+        return (f"it keeps {dtype_name(sig.state_dtype)} states only on Ascend 950 (chip: {chip or 'unknown'}); "
                 "using a kernel that keeps the pool's precision")
     if state_dtype is None:
-        accepted = " or ".join(_dtype_name(d) for d in caps.npu_chunk_state_dtypes(chip))
-        return f"it keeps {accepted} states on chip {chip or 'unknown'}, not the pool's {_dtype_name(sig.state_dtype)}"
+        accepted = " or ".join(dtype_name(d) for d in caps.npu_chunk_state_dtypes(chip))
+        return f"it keeps {accepted} states on chip {chip or 'unknown'}, not the pool's {dtype_name(sig.state_dtype)}"
     return caps.npu_chunk_refusal_reason(sig.value_heads, sig.key_heads, sig.head_dim_k, sig.head_dim_v,
                                          sig.dtype, state_dtype, chip)
 
@@ -271,7 +113,7 @@ def _npu_chunk_run(call: ChunkCall):
                          beta=call.beta.reshape(T, Hv).to(torch.bfloat16).contiguous(), initial_state=state,
                          actual_seq_lengths=lens, scale=call.scale, chunk_state=h,
                          g=call.g.reshape(T, Hv).float().contiguous())
-    _logged("prefill", "npu_chunk", call.signature())
+    log_path("prefill", "npu_chunk", call.signature())
     h_out = h[:num_chunks].float() if call.chunk_states else None
     return o.reshape(1, T, Hv, V).to(call.q.dtype), final.float(), h_out
 
@@ -290,14 +132,14 @@ def _plan(sig: GdnSignature) -> planner.Plan:
 
 def _mega_state_reason(rung: str, sig: GdnSignature) -> Optional[str]:
     """The mega kernel keeps the state in fp16: never for a pool of higher precision (fp32)."""
-    if _keeps_precision(caps.MEGA_STATE_DTYPE, sig.state_dtype):
+    if keeps_precision(caps.MEGA_STATE_DTYPE, sig.state_dtype):
         return None
     hint = ""
     if rung == "triton":  # the entry runs the mega kernel inside: its own Triton path would keep fp32
         hint = (f"; without {caps.TRITON_MEGA_ENV}=1 (sgl-kernel-npu 2026.6.1 and later) its Triton path keeps the "
                 "pool's precision")
-    return (f"it keeps the state in {_dtype_name(caps.MEGA_STATE_DTYPE)}, below the pool's "
-            f"{_dtype_name(sig.state_dtype)}{hint}")
+    return (f"it keeps the state in {dtype_name(caps.MEGA_STATE_DTYPE)}, below the pool's "
+            f"{dtype_name(sig.state_dtype)}{hint}")
 
 
 def _fits_fp16(rung: str, sig: GdnSignature, call: ChunkCall) -> Optional[str]:
@@ -362,7 +204,7 @@ def _mega_run(call: ChunkCall):
     o, final = execute_plan(plan, launch, call.q, call.k, call.v, call.g, call.beta, call.initial_state,
                             num_sequences=call.num_sequences)
     _finite_or_decline("mega", o, final)
-    _logged("prefill", "mega", sig, f" via {plan.strategy} plan launches={list(plan.launches)} "
+    log_path("prefill", "mega", sig, f" via {plan.strategy} plan launches={list(plan.launches)} "
                                     f"overhead={plan.overhead:.2f}")
     return o.to(call.q.dtype), final.float().contiguous(), None
 
@@ -409,7 +251,7 @@ def triton_rounds_chunk_states(sig: GdnSignature) -> bool:
     (``b_h1_bv*.to(p_h1_bv*.dtype.element_ty)``; SKN f425bdf1 and 2749babc ``fla/chunk_delta_h.py``),
     while the running state and the final state stay fp32.  Below a pool of higher precision, h is a
     rounded state."""
-    return sig.chunk_states and not _keeps_precision(sig.dtype, sig.state_dtype)
+    return sig.chunk_states and not keeps_precision(sig.dtype, sig.state_dtype)
 
 
 def triton_needs_probe(sig: GdnSignature, runs_mega: bool) -> bool:
@@ -436,8 +278,8 @@ def _triton_supports(sig: GdnSignature, call: ChunkCall) -> Optional[str]:
     if not caps.triton_supports(sig.value_heads, sig.key_heads, sig.dtype, sig.head_dim_k, sig.head_dim_v):
         return Absent("it takes fp16 / bf16 inputs and head dims <= 128")  # not said before either
     if triton_rounds_chunk_states(sig) and call.exact_chunks is None:  # no probe needed to know
-        return (f"its per-chunk states are stored in the inputs' {_dtype_name(sig.dtype)}, "
-                f"below the pool's {_dtype_name(sig.state_dtype)}, and the call names no chunks whose states "
+        return (f"its per-chunk states are stored in the inputs' {dtype_name(sig.dtype)}, "
+                f"below the pool's {dtype_name(sig.state_dtype)}, and the call names no chunks whose states "
                 "it needs exact (exact_chunks)")
     runs_mega = triton_runs_mega(sig)
     if triton_needs_probe(sig, runs_mega):
@@ -468,7 +310,7 @@ def _triton_run(call: ChunkCall):
             _exact_chunk_states(call, h_out)
     if triton_runs_mega(call.signature()):
         _finite_or_decline("triton", o, final)
-    _logged("prefill", "triton", call.signature())
+    log_path("prefill", "triton", call.signature())
     return o.to(call.q.dtype), final.float().transpose(-1, -2).contiguous(), h_out
 
 
@@ -502,83 +344,26 @@ def _torch_run(call: ChunkCall):
     o, final, h = chunk_gdn_torch(call.q, call.k, call.v, call.g, call.beta, cu_seqlens=call.cu_seqlens,
                                   initial_state=call.initial_state, scale=call.scale,
                                   chunk_states=call.chunk_states)
-    _logged("prefill", "torch", call.signature())
+    log_path("prefill", "torch", call.signature())
     return o, final, h
 
 
 PREFILL = Ladder("gdn_prefill", [
-    Rung("npu_chunk", lambda sig, call: _npu_chunk_supports(sig, call), _npu_chunk_run, _npu_op_refusal,
+    Rung("npu_chunk", lambda sig, call: _npu_chunk_supports(sig, call), _npu_chunk_run, caps.is_npu_chunk_refusal,
          device=True, ops=(OP_NPU_CHUNK,),
          needs="sgl-kernel-npu's torch.ops.npu.chunk_gated_delta_rule, bf16 q/k/v, <= 64 heads, "
                "head dims <= 128, a bf16 state (fp32 only on Ascend 950), no empty sequence"),
-    Rung("mega", lambda sig, call: _mega_supports(sig, call), without_empty_sequences(_mega_run), _mega_refusal,
+    Rung("mega", lambda sig, call: _mega_supports(sig, call), without_empty_sequences(_mega_run), caps.is_mega_refusal,
          device=True, ops=(OP_MEGA,),
          needs="sgl-kernel-npu's mega kernel, head dim 128, a head plan within the overhead limit, "
                "a 16-bit state, no 64-token chunk states, inputs and state within fp16's range"),
-    Rung("triton", lambda sig, call: _triton_supports(sig, call), without_empty_sequences(_triton_run), _triton_refusal,
-         device=True, ops=(OP_TRITON,),
+    Rung("triton", lambda sig, call: _triton_supports(sig, call), without_empty_sequences(_triton_run),
+         caps.is_triton_refusal, device=True, ops=(OP_TRITON,),
          needs="sgl-kernel-npu's Triton chunk entry, fp16/bf16 inputs and head dims <= 128; when the entry "
                "runs the mega kernel (GDN_USE_MEGA_GDN=1), the mega kernel's contract"),
     Rung("torch", lambda sig, call: None, _torch_run),
 ], rejection=rejection_line("prefill"), log=logger)
 
-
-# ---------------------------------------------------------------- decode rungs
-
-@dataclass
-class StepCall:
-    """One decode step: one token per sequence, advancing rows of a state pool in place.
-
-    q / k are l2-normalised when ``normalized`` (the torch rung then uses them as they are);
-    when ``qk_l2norm`` they are raw and every rung normalises them (the NPU op does it itself).
-    A rung writes the pool only once it has succeeded (a refusal leaves it untouched).
-    """
-
-    q: torch.Tensor       # [B, Hk, K]
-    k: torch.Tensor       # [B, Hk, K]
-    v: torch.Tensor       # [B, Hv, V]
-    g: torch.Tensor       # [B, Hv]
-    beta: torch.Tensor    # [B, Hv] post-sigmoid
-    pool: torch.Tensor    # [slots, Hv, V, K] value-first, any float dtype (kept)
-    slots: torch.Tensor   # [B] int64, in range for every row (padding clamped to 0)
-    live: torch.Tensor    # [B] bool: False = padding (writes no slot)
-    scale: float
-    qk_l2norm: bool = False
-
-    def signature(self) -> GdnSignature:
-        return GdnSignature(self.v.shape[1], self.q.shape[1], self.q.shape[2], self.v.shape[2], self.q.dtype,
-                            state_dtype=self.pool.dtype)
-
-
-def _npu_recurrent_supports(sig: GdnSignature, call: StepCall) -> Optional[str]:
-    if not seam.serves(OP_NPU_RECURRENT, call.q):
-        return Absent(f"torch.ops.npu.{OP_NPU_RECURRENT} is not installed for these tensors")
-    if not call.qk_l2norm:  # the op always l2-normalises q and k: only right when that was asked for
-        return "it always l2-normalises q and k (use_qk_l2norm=False here)"
-    return caps.recurrent_refusal_reason(sig.value_heads, sig.key_heads, sig.head_dim_k, sig.head_dim_v, 1,
-                                         (sig.dtype, call.k.dtype, call.v.dtype, sig.state_dtype))
-
-
-def _npu_recurrent_run(call: StepCall):
-    o = recurrent_on_rows(call.q, call.k, call.v, beta_logit(call.beta), call.g, call.pool, call.slots, call.live,
-                          call.scale)
-    _logged("decode", "npu_recurrent", call.signature())
-    return o.float()
-
-
-def _torch_step_run(call: StepCall):
-    _logged("decode", "torch", call.signature())
-    q, k = (l2norm(call.q), l2norm(call.k)) if call.qk_l2norm else (call.q, call.k)
-    return step_on_pool(q, k, call.v, call.g, call.beta, call.pool, call.slots, call.live, scale=call.scale)
-
-
-DECODE = Ladder("gdn_decode", [
-    Rung("npu_recurrent", lambda sig, call: _npu_recurrent_supports(sig, call), _npu_recurrent_run,
-         caps.is_recurrent_refusal, device=True, ops=(OP_NPU_RECURRENT,),
-         needs="sgl-kernel-npu's torch.ops.npu.recurrent_gated_delta_rule, bf16 q/k/v and a bf16 state pool, "
-               "use_qk_l2norm=True, head dims within its on-chip memory"),
-    Rung("torch", lambda sig, call: None, _torch_step_run),
-], rejection=rejection_line("decode"), log=logger)
 
 
 def prefill_rungs() -> tuple[str, ...]:
@@ -613,10 +398,6 @@ def prefill_static_reasons(sig: GdnSignature, *, chip: Optional[str] = None, meg
     return out
 
 
-def decode_rungs() -> tuple[str, ...]:
-    return DECODE.names
-
-
 def run_prefill(call: ChunkCall, backend: str = "auto", *, skip: tuple = ()):
     """Walk the prefill ladder (``skip``: rung names not to try, e.g. the caller's own kernel)."""
     sig = call.signature()
@@ -637,10 +418,6 @@ _SUBLADDERS: dict[tuple, Ladder] = {}
 
 
 def forget_refusals() -> None:
-    """Forget every refusal the GDN ladders learnt (tests)."""
-    for ladder in (PREFILL, DECODE, *_SUBLADDERS.values()):
+    """Forget every refusal the prefill ladder (and its sub-ladders) learnt (tests)."""
+    for ladder in (PREFILL, *_SUBLADDERS.values()):
         ladder.forget_refusals()
-
-
-def run_decode(call: StepCall, backend: str = "auto"):
-    return DECODE(call.signature(), call, backend=backend)

@@ -10,7 +10,7 @@ import torch
 from sglang_ascend_hybrid.emulators import gdn as emu
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import verify as gv
-from tests.ops.gdn.test_gdn_verify import DK, DV, NV, _call, _case, _max_rel, _oracle
+from tests.ops.gdn.verify.test_gdn_verify import DK, DV, NV, _call, _case, _max_rel, _oracle
 
 
 @pytest.mark.parametrize("rows_per_block", [None, 1])

@@ -1,4 +1,4 @@
-"""GDN kernel ladder on CPU emulators: head plans, call-time refusals, untouched state pools."""
+"""The GDN prefill ladder on CPU emulators: head plans, call-time refusals, forced rungs."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import torch.nn.functional as F
 
 from sglang_ascend_hybrid.emulators import gdn as emu
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, recurrent_gated_delta_rule
-from sglang_ascend_hybrid.ops.gdn import dispatch
-from sglang_ascend_hybrid.ops.gdn.plan_exec import execute_plan
-from sglang_ascend_hybrid.ops.gdn.planner import plan_for
+from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule
+from sglang_ascend_hybrid.ops.gdn import prefill
+from sglang_ascend_hybrid.ops.gdn.prefill.plan_exec import execute_plan
+from sglang_ascend_hybrid.ops.gdn.prefill.planner import plan_for
 from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch, l2norm
 from tests.call_counter import Counting as _Counting
 
@@ -121,8 +121,8 @@ def test_npu_chunk_refusal_goes_to_mega_plan():
 def test_npu_chunk_serves_its_pairs_with_chunk_states():
     q, k, v, g, beta, cu, h0 = _inputs([3, 70], 4, 2, seed=5, dtype=torch.bfloat16)
     with seam.install_emulators({emu.OP_NPU_CHUNK: emu.make_npu_chunk_emulator()}):
-        call = dispatch.ChunkCall(q, k, v, g, beta, cu, h0, D ** -0.5, chunk_states=True)
-        o, final, h = dispatch.run_prefill(call)
+        call = prefill.ChunkCall(q, k, v, g, beta, cu, h0, D ** -0.5, chunk_states=True)
+        o, final, h = prefill.run_prefill(call)
     ref_o, ref_final, ref_h = chunk_gdn_torch(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0, chunk_states=True)
     torch.testing.assert_close(o.float(), ref_o.float(), atol=2e-3, rtol=2e-3)
     torch.testing.assert_close(final, ref_final, atol=2e-3, rtol=2e-3)
@@ -137,74 +137,6 @@ def test_forced_backend_and_unknown_rung():
     torch.testing.assert_close(o.float(), ref_o.float(), atol=2e-3, rtol=2e-3)
     with pytest.raises(ValueError, match="backend='npu'"):
         chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, backend="npu")
-
-
-def test_decode_refusal_leaves_the_state_pool_untouched(caplog):
-    """A kernel that scribbles on the states it was given and then refuses must not
-    reach the pool: the next rung gives exactly the torch result."""
-    gen = torch.Generator().manual_seed(8)
-    B, hk, hv, K = 3, 2, 6, 16
-    pool = torch.randn(5, hv, K, K, generator=gen).bfloat16()
-    idx = torch.tensor([3, 0, -1])
-    q = torch.randn(1, B, hk, K, generator=gen).bfloat16()
-    k = torch.randn(1, B, hk, K, generator=gen).bfloat16()
-    v = torch.randn(1, B, hv, K, generator=gen).bfloat16()
-    g = F.logsigmoid(torch.randn(1, B, hv, generator=gen))
-    beta = torch.rand(1, B, hv, generator=gen).bfloat16()
-
-    def scribble_then_refuse(mix, states, *a, **kw):
-        states.fill_(1e4)
-        raise RuntimeError("vStep should be bigger than 8, shape is too big")
-
-    ref_pool = pool.clone()
-    ref = recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=ref_pool, state_indices=idx,
-                                     use_qk_l2norm=True, backend="torch")
-    with seam.install_emulators({emu.OP_NPU_RECURRENT: scribble_then_refuse}), caplog.at_level(logging.INFO):
-        o = recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=pool, state_indices=idx, use_qk_l2norm=True)
-    assert torch.equal(o, ref) and torch.equal(pool, ref_pool)
-    assert any("kernel npu_recurrent refused" in r.getMessage() for r in caplog.records)
-
-
-def _bf16_decode_step(seed: int, slots: int, idx: list, hk: int = 2, hv: int = 4, K: int = 32):
-    """q, k, v, g, beta of one bf16 decode step and a bf16 pool of ``slots`` rows."""
-    gen = torch.Generator().manual_seed(seed)
-    B = len(idx)
-    pool = (torch.randn(slots, hv, K, K, generator=gen) * 0.3).bfloat16()
-    q = torch.randn(1, B, hk, K, generator=gen).bfloat16()
-    k = torch.randn(1, B, hk, K, generator=gen).bfloat16()
-    v = torch.randn(1, B, hv, K, generator=gen).bfloat16()
-    g = F.logsigmoid(torch.randn(1, B, hv, generator=gen))
-    beta = torch.rand(1, B, hv, generator=gen).bfloat16()
-    return (q, k, v, g, beta), pool, torch.tensor(idx)
-
-
-def test_decode_npu_recurrent_emulator_matches_torch():
-    (q, k, v, g, beta), pool, idx = _bf16_decode_step(9, 6, [5, 1, -1, 2])
-    ref_pool = pool.clone()
-    ref = recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=ref_pool, state_indices=idx,
-                                     use_qk_l2norm=True, backend="torch")
-    kernel = _Counting(emu.make_npu_recurrent_emulator())
-    with seam.install_emulators({emu.OP_NPU_RECURRENT: kernel}):
-        o = recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=pool, state_indices=idx, use_qk_l2norm=True)
-    assert kernel.calls == 1
-    # bf16 inputs, bf16 state rounding, and beta handed over as a bf16 logit
-    torch.testing.assert_close(o.float(), ref.float(), atol=3e-2, rtol=3e-2)
-    torch.testing.assert_close(pool.float(), ref_pool.float(), atol=3e-2, rtol=3e-2)
-
-
-def test_decode_without_qk_l2norm_never_reaches_the_op_that_always_normalises(caplog):
-    """torch.ops.npu.recurrent_gated_delta_rule l2-normalises q and k itself: a call with
-    use_qk_l2norm=False must go to torch (bit-equal to the forced torch rung), with the reason said."""
-    (q, k, v, g, beta), pool, idx = _bf16_decode_step(19, 5, [4, 0, 2])
-    ref_pool = pool.clone()
-    ref = recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=ref_pool, state_indices=idx, backend="torch")
-    kernel = _Counting(emu.make_npu_recurrent_emulator())
-    with seam.install_emulators({emu.OP_NPU_RECURRENT: kernel}), caplog.at_level(logging.INFO):
-        o = recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=pool, state_indices=idx, use_qk_l2norm=False)
-    assert kernel.calls == 0
-    assert torch.equal(o, ref) and torch.equal(pool, ref_pool)
-    assert any("cannot use the npu_recurrent kernel: it always l2-normalises q and k" in r.getMessage()
-               for r in caplog.records)
 
 
 def test_mega_emulator_keeps_the_real_contract():

@@ -10,7 +10,7 @@ import torch
 
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.ops.gdn import decode
-from tests.ops.gdn.test_gdn_serving_decode import SLOTS, _call, _device, _inputs, _oracle
+from tests.ops.gdn.decode.test_gdn_decode_ladder import SLOTS, _call, _device, _inputs, _oracle
 from tests.sync_counter import SyncCounter
 
 
@@ -28,10 +28,10 @@ def test_without_query_start_loc_each_request_is_its_own_sequence(entry, rung):
     indices = [5, 2, 7, 0]
     x = _inputs(len(indices), pool_dtype=torch.float32, seed=3)
     before = x["pool"].clone()
-    call = decode.GatedDecodeCall(x["q"], x["k"], x["v"], x["a"], x["b"], x["A_log"], x["dt_bias"], x["pool"],
+    call = decode.DecodeCall(x["q"], x["k"], x["v"], x["a"], x["b"], x["A_log"], x["dt_bias"], x["pool"],
                                   torch.tensor(indices, dtype=torch.int32), None, entry=entry)
     with _device("value_first", entry=entry):
-        o = decode.run_serving_decode(call, backend=rung)
+        o = decode.run_decode(call, backend=rung)
     o_ref, new = _oracle(x, before, indices, [True] * len(indices))
     for i, slot in enumerate(indices):
         assert float((o[0, i].double() - o_ref[i]).abs().max()) <= 2e-2 * float(o_ref[i].abs().max()), i
@@ -78,7 +78,7 @@ def _bad(x, what):
         "no key heads": (dict(q=x["q"][:, :, :0], k=x["k"][:, :, :0]), r"v=.*a multiple of the 0 key heads"),
     }[what]
     args.update(change)
-    return decode.GatedDecodeCall(**args), "GDN decode: " + text
+    return decode.DecodeCall(**args), "GDN decode: " + text
 
 
 SHAPE_CASES = ["int pool", "pool heads", "3-d pool", "cache_indices length", "cache_indices 2-d",
@@ -94,14 +94,14 @@ def test_a_wrong_shape_or_dtype_names_the_argument(what, rung):
     before = x["pool"].clone()
     call, text = _bad(x, what)
     with _device("value_first"), pytest.raises(ValueError, match=text):
-        decode.run_serving_decode(call, backend=rung)
+        decode.run_decode(call, backend=rung)
     assert torch.equal(x["pool"], before)
 
 
 def test_the_shape_checks_read_no_value():
     x = _inputs(3)
     with SyncCounter(device_of_interest="cpu") as syncs:
-        decode.run_serving_decode(_call(x, [1, 3, 4]), backend="torch")
+        decode.run_decode(_call(x, [1, 3, 4]), backend="torch")
     assert syncs.total == 0, syncs.counts
 
 
@@ -125,20 +125,20 @@ def test_debug_checks_reject_bad_slots_and_offsets_before_anything_is_written(sl
     x = _inputs(3)
     before = x["pool"].clone()
     with _device("value_first"), pytest.raises(ValueError, match="GDN decode: " + text):
-        decode.run_serving_decode(_call(x, slots, torch.tensor(qsl, dtype=torch.int32)))
+        decode.run_decode(_call(x, slots, torch.tensor(qsl, dtype=torch.int32)))
     assert torch.equal(x["pool"], before)
     with pytest.raises(ValueError, match=text):  # the same without the variable, asked for explicitly
-        decode.run_serving_decode(_call(x, slots, torch.tensor(qsl, dtype=torch.int32)), check_values=True)
+        decode.run_decode(_call(x, slots, torch.tensor(qsl, dtype=torch.int32)), check_values=True)
 
 
 def test_duplicate_live_slots_pass_unchecked_without_debug_checks():
     """Without the variable no value is read (graph capture): a repeated slot is not detected."""
     x = _inputs(3)
     with SyncCounter(device_of_interest="cpu") as syncs:
-        decode.run_serving_decode(_call(x, [1, 3, 1]), backend="torch")
+        decode.run_decode(_call(x, [1, 3, 1]), backend="torch")
     assert syncs.total == 0, syncs.counts
     with pytest.raises(IndexError):  # an out-of-range slot: torch's own error, as before
-        decode.run_serving_decode(_call(x, [1, 9, 4]), backend="torch")
+        decode.run_decode(_call(x, [1, 9, 4]), backend="torch")
 
 
 def test_debug_checks_accept_padding_sharing_slot_0(monkeypatch):
@@ -146,7 +146,7 @@ def test_debug_checks_accept_padding_sharing_slot_0(monkeypatch):
     monkeypatch.setenv(ENV.DEBUG_CHECKS.name, "1")
     x = _inputs(5)
     before = x["pool"].clone()
-    o = decode.run_serving_decode(_call(x, [0, -1, -1, 0, 0], torch.tensor([0, 1, 2, 3, 3, 3], dtype=torch.int32)),
+    o = decode.run_decode(_call(x, [0, -1, -1, 0, 0], torch.tensor([0, 1, 2, 3, 3, 3], dtype=torch.int32)),
                                   backend="torch")
     o_ref, new = _oracle(x, before, [0, -1, -1, 0, 0], [True, True, True, False, False])
     assert float((x["pool"][0].double() - new[0]).abs().max()) <= 1e-5 * float(new[0].abs().max())
@@ -156,8 +156,8 @@ def test_debug_checks_accept_padding_sharing_slot_0(monkeypatch):
 def test_debug_checks_without_query_start_loc_take_every_request_as_live(monkeypatch):
     monkeypatch.setenv(ENV.DEBUG_CHECKS.name, "1")
     x = _inputs(2)
-    call = decode.GatedDecodeCall(x["q"], x["k"], x["v"], x["a"], x["b"], x["A_log"], x["dt_bias"], x["pool"],
+    call = decode.DecodeCall(x["q"], x["k"], x["v"], x["a"], x["b"], x["A_log"], x["dt_bias"], x["pool"],
                                   torch.tensor([2, 2], dtype=torch.int32), None)
     with pytest.raises(ValueError, match=r"cache_indices=\[2, 2\]: expected each live request's slot once"):
-        decode.run_serving_decode(call, backend="torch")
-    decode.run_serving_decode(call, backend="torch", check_values=False)  # explicitly off: not read
+        decode.run_decode(call, backend="torch")
+    decode.run_decode(call, backend="torch", check_values=False)  # explicitly off: not read

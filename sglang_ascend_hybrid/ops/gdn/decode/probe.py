@@ -4,7 +4,7 @@ It runs the installed decode entry once on a private pool of four slots: three r
 2 and 0, and one padding row with index -1) of one token, two value heads sharing one key head,
 head dims of the serving signature (K == V in every Qwen3.5 / 3.6 / Qwen3-Next: the random state
 is not symmetric, so its transpose gives another output).  The output and the pool after the call
-are compared with the fp64 reference (:func:`.decode_reference.gated_decode_reference`) under each
+are compared with the fp64 reference (:func:`.reference.gated_decode_reference`) under each
 hypothesis: the pool read value first (SGLang's layout) or key first (the readable source's
 addressing).  Slots 1 and 3 must come back bit-identical, and the padding row must leave every slot
 alone; the error is the largest difference relative to the reference's largest magnitude.
@@ -15,8 +15,8 @@ from __future__ import annotations
 import torch
 
 from sglang_ascend_hybrid.ops import probes, seam
-from sglang_ascend_hybrid.ops.gdn import decode_contract as dc
-from sglang_ascend_hybrid.ops.gdn.decode_reference import gated_decode_reference
+from sglang_ascend_hybrid.ops.gdn.decode import contract as dc
+from sglang_ascend_hybrid.ops.gdn.decode.reference import gated_decode_reference
 
 PROBE = probes.register(probes.Probe(
     "gdn-decode-layout", "the SSM state layout the installed Triton GDN decode kernel reads and writes",

@@ -10,7 +10,7 @@ import torch
 
 from sglang_ascend_hybrid.emulators import gdn as gdn_emu
 from sglang_ascend_hybrid.ops import probes, seam
-from sglang_ascend_hybrid.ops.gdn import chunk_stride_probe as csp
+from sglang_ascend_hybrid.ops.gdn.prefill import chunk_stride_probe as csp
 from sglang_ascend_hybrid.ops.gdn.contract import OP_TRITON
 
 
@@ -90,14 +90,14 @@ def test_construction_probe_records_a_verdict_the_rung_then_uses():
     refuses) and a build without the entry are not probed."""
     from sglang_ascend_hybrid.emulators import gdn as emu
     from sglang_ascend_hybrid.ops import seam
-    from sglang_ascend_hybrid.ops.gdn import dispatch
+    from sglang_ascend_hybrid.ops.gdn import prefill, contract
 
     entry = emu.make_triton_chunk_emulator(mega=None, version="2026.6.1")
     with seam.install_emulators({}):
-        assert dispatch.probe_triton_entry_before_serving(6, 2, 128, 128, torch.bfloat16, "cpu") is None
-    with seam.install_emulators({dispatch.OP_TRITON: entry}):
-        assert dispatch.probe_triton_entry_before_serving(6, 2, 128, 128, torch.float32, "cpu") is None
-        v = dispatch.probe_triton_entry_before_serving(6, 2, 128, 128, torch.bfloat16, "cpu")
+        assert prefill.probe_triton_entry_before_serving(6, 2, 128, 128, torch.bfloat16, "cpu") is None
+    with seam.install_emulators({contract.OP_TRITON: entry}):
+        assert prefill.probe_triton_entry_before_serving(6, 2, 128, 128, torch.float32, "cpu") is None
+        v = prefill.probe_triton_entry_before_serving(6, 2, 128, 128, torch.bfloat16, "cpu")
         assert v.verdict == csp.STRIDE_64
         with seam.capture_region():
             assert csp.stride_verdict(6, 2, 128, 128, torch.bfloat16, "cpu") is v
@@ -107,12 +107,12 @@ def test_construction_probe_records_a_verdict_the_rung_then_uses():
 def test_static_prefill_reasons_say_where_the_stride_probe_decides(state_dtype, expected):
     """``plan``'s per-rung verdicts mark the Triton rung as decided by the startup probe exactly
     where the rung itself would ask the probe (an fp32 pool, Triton not running the mega kernel)."""
-    from sglang_ascend_hybrid.ops.gdn import dispatch
+    from sglang_ascend_hybrid.ops.gdn import prefill, signature
 
-    sig = dispatch.GdnSignature(6, 2, 128, 128, torch.bfloat16, state_dtype=state_dtype)
+    sig = signature.GdnSignature(6, 2, 128, 128, torch.bfloat16, state_dtype=state_dtype)
     rows = {name: (reason, probe) for name, reason, probe in
-            dispatch.prefill_static_reasons(sig, environ={"GDN_USE_MEGA_GDN": "0"})}
-    runs_mega = dispatch.triton_runs_mega(sig, {"GDN_USE_MEGA_GDN": "0"}, True)
+            prefill.prefill_static_reasons(sig, environ={"GDN_USE_MEGA_GDN": "0"})}
+    runs_mega = prefill.triton_runs_mega(sig, {"GDN_USE_MEGA_GDN": "0"}, True)
     assert rows["triton"][1] is (expected and not runs_mega)
-    assert rows["triton"][1] == dispatch.triton_needs_probe(sig, runs_mega)
+    assert rows["triton"][1] == prefill.triton_needs_probe(sig, runs_mega)
     assert not rows["npu_chunk"][1] and not rows["torch"][1]

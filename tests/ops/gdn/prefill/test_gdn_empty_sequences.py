@@ -13,7 +13,7 @@ from sglang_ascend_hybrid.emulators import gdn as emu
 from sglang_ascend_hybrid.emulators.gdn_triton_chunk import empty_sequence_before_tokens, make_triton_chunk_emulator
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
-from sglang_ascend_hybrid.ops.gdn import dispatch
+from sglang_ascend_hybrid.ops.gdn import prefill
 from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states
 from tests.call_counter import Counting
 from tests.ops.gdn.gdn_inputs import bf16_packed
@@ -210,9 +210,9 @@ def test_the_mega_rung_never_sees_an_empty_sequence():
 
 
 def test_a_call_without_empty_sequences_is_handed_over_as_it_is():
-    call = dispatch.ChunkCall(*bf16_packed((5, 7), 0, hv=4, hk=2, d=32)[:6], None, 0.5)
+    call = prefill.ChunkCall(*bf16_packed((5, 7), 0, hv=4, hk=2, d=32)[:6], None, 0.5)
     seen = []
-    dispatch.without_empty_sequences(lambda c: seen.append(c) or (None, None, None))(call)
+    prefill.without_empty_sequences(lambda c: seen.append(c) or (None, None, None))(call)
     assert seen == [call]
 
 
