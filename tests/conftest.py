@@ -116,10 +116,10 @@ BASE_ONLY_FOLDERS = ("tests/emulators/", "tests/benchmarks/")
 
 # Op-level tests (tests/ops/) run only the plugin's ops on emulators: release-independent, except a
 # module that reaches SGLang's code -- it imports an upstream ``sglang.`` module (SGLang's Triton kernels
-# as references, its GDN backend) or the GDN decode contract, which reads the installed SGLang's source.
+# as references, its GDN backend) or the GDN decode ladder, whose contract reads the installed SGLang's source.
 OPS_FOLDER = "tests/ops/"
-_REACHES_SGLANG = re.compile(r"\bsglang\.(srt|kernels|multimodal_gen|jit_kernel)\b|decode_contract|serving_decode"
-                             r"|SERVING_DECODE|installed_decode_entry")
+_REACHES_SGLANG = re.compile(r"\bsglang\.(srt|kernels|multimodal_gen|jit_kernel)\b|\bgdn\.decode\b"
+                             r"|\bgdn import decode\b|installed_decode_entry")
 _release_dependent_files: dict[str, bool] = {}
 
 

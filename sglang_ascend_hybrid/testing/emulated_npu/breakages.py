@@ -56,7 +56,7 @@ def _invert_decode_layout(module) -> None:
     """The GDN decode layout probe reports the opposite layout: a key-first Triton decode kernel is
     taken for value-first (SGLang's layout) and serves, reading every state transposed."""
     from sglang_ascend_hybrid.ops import probes
-    from sglang_ascend_hybrid.ops.gdn import decode_contract as dc
+    from sglang_ascend_hybrid.ops.gdn.decode import contract as dc
 
     real = module.measure
     swap = {dc.VALUE_FIRST: dc.KEY_FIRST, dc.KEY_FIRST: dc.VALUE_FIRST}
@@ -74,7 +74,7 @@ def _invert_decode_layout(module) -> None:
 BREAKAGES: dict[str, tuple[str, Callable]] = {
     "ignore-saved-conv-state": ("sglang_ascend_hybrid.backends.short_conv", _ignore_saved_conv_state),
     "ignore-saved-ssm-state": ("sglang_ascend_hybrid.backends.gdn_hooks", _ignore_saved_ssm_state),
-    "invert-decode-layout": ("sglang_ascend_hybrid.ops.gdn.decode_probe", _invert_decode_layout),
+    "invert-decode-layout": ("sglang_ascend_hybrid.ops.gdn.decode.probe", _invert_decode_layout),
 }
 
 
