@@ -40,13 +40,18 @@ WORK = Path(os.environ.get("MUTATION_WORK", ROOT / ".mutation"))
 
 # group -> (modules mutated, test files that exercise them)
 GROUPS: dict[str, tuple[list[str], list[str]]] = {
-    "mode": (["sglang_ascend_hybrid/mode.py"],
+    "mode": (["sglang_ascend_hybrid/patches/mode.py"],
              ["tests/test_plugin_unit.py", "tests/test_plugin_registration.py"]),
-    "plugin": (["sglang_ascend_hybrid/plugin.py"],
+    "plugin": (["sglang_ascend_hybrid/plugin.py", "sglang_ascend_hybrid/patches/apply.py",
+                "sglang_ascend_hybrid/patches/status.py", "sglang_ascend_hybrid/patches/import_watch.py"],
                ["tests/test_plugin_unit.py", "tests/test_plugin_registration.py", "tests/test_plugin_on_import.py"]),
-    "patches": (["sglang_ascend_hybrid/patches/*"],
+    "patches": (["sglang_ascend_hybrid/patches/__init__.py", "sglang_ascend_hybrid/patches/locate.py",
+                 "sglang_ascend_hybrid/patches/model.py", "sglang_ascend_hybrid/patches/registry.py",
+                 "sglang_ascend_hybrid/patches/releases.py", "sglang_ascend_hybrid/patches/render.py",
+                 "sglang_ascend_hybrid/patches/verification.py",
+                 "sglang_ascend_hybrid/patches/definitions_cache.py"],
                 ["tests/test_patches_registry.py", "tests/test_patches_find_target.py", "tests/test_plugin_unit.py",
-                 "tests/test_plugin_registration.py"]),
+                 "tests/test_plugin_registration.py", "tests/test_target_cache.py"]),
     "gdn": (["sglang_ascend_hybrid/ops/gdn/*"],
             ["tests/ops/gdn/test_gdn_reference.py", "tests/ops/gdn/prefill/test_gdn_prefill_ladder.py",
              "tests/ops/gdn/decode/test_gdn_decode_public_op.py",

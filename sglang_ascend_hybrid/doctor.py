@@ -51,7 +51,7 @@ def cann_version() -> str | None:
 def collect() -> dict:
     """Everything doctor prints, as data (also used by tests)."""
     from sglang_ascend_hybrid.ops import seam
-    from sglang_ascend_hybrid.status import STATUS
+    from sglang_ascend_hybrid.patches.status import STATUS
 
     versions = {
         "python": platform.python_version(),
@@ -241,9 +241,9 @@ def _load_plugins_like_sglang() -> list[str]:
             mm.apply_plugin_hooks()
         except Exception as exc:
             errors.append(f"diffusion plugin loading failed: {type(exc).__name__}: {exc}")
-    from sglang_ascend_hybrid import plugin
+    from sglang_ascend_hybrid.patches import apply
 
-    errors.extend(plugin.import_pending())  # the modules patches wait for, as a model run imports them
+    errors.extend(apply.import_pending())  # the modules patches wait for, as a model run imports them
     return errors
 
 

@@ -34,14 +34,14 @@ from __future__ import annotations
 
 import ast
 import functools
-import importlib.util
 import logging
 import os
 import stat
 from dataclasses import dataclass, field
 from importlib.machinery import BYTECODE_SUFFIXES, EXTENSION_SUFFIXES, PathFinder
-from typing import Callable, Iterable
+from typing import Iterable
 
+from sglang_ascend_hybrid import installed_source
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.model_families import ConfigError, family
 
@@ -204,26 +204,7 @@ class PairingReport:
         return [r for r in self.records if r.missing and (wanted is None or r.imp.file in wanted)]
 
 
-# ------------------------------------------------------------ cached parsing
-
-_cache: dict[tuple[str, str], tuple[tuple[int, int], object]] = {}
-
-
-def _cached(path: str, what: str, compute: Callable[[str], object]) -> object:
-    """``compute(path)``, recomputed only when the file's (size, mtime) changes."""
-    st = os.stat(path)
-    key = (st.st_size, st.st_mtime_ns)
-    hit = _cache.get((path, what))
-    if hit is not None and hit[0] == key:
-        return hit[1]
-    value = compute(path)
-    _cache[(path, what)] = (key, value)
-    return value
-
-
-def _read(path: str) -> bytes:
-    with open(path, "rb") as fh:
-        return fh.read()
+# ------------------------------------------------------------ parsing (kept per file by installed_source.derived)
 
 
 class _Unreadable(Exception):
@@ -248,7 +229,7 @@ def _os_reason(path: str, exc: OSError) -> str:
 def _parse(path: str, source: bytes | None = None) -> ast.Module:
     """The AST of ``path`` (of ``source`` when given); :class:`_Unreadable` when it cannot be had."""
     try:
-        return ast.parse(_read(path) if source is None else source, filename=path)
+        return ast.parse(installed_source.read_bytes(path) if source is None else source, filename=path)
     except OSError as exc:
         raise _Unreadable(_os_reason(path, exc)) from None
     except SyntaxError as exc:
@@ -273,7 +254,7 @@ def _catches_import_error(node: ast.Try) -> bool:
 def _imports_in(path: str, rel: str, release: str) -> tuple[tuple[KernelImport, ...], str | None]:
     """The sgl_kernel_npu imports of ``path`` in source order, and None; or (), and why the
     file cannot be read or parsed (:class:`OSError` of the ``open`` itself propagates)."""
-    source = _read(path)
+    source = installed_source.read_bytes(path)
     if KERNEL_PACKAGE.encode() not in source:
         return (), None
     try:
@@ -310,9 +291,7 @@ def sglang_dir() -> str | None:
     """The installed sglang package directory, found without importing it."""
     if SGLANG_DIR is not None:
         return SGLANG_DIR
-    spec = importlib.util.find_spec("sglang")
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    return str(locations[0]) if locations else None
+    return installed_source.package_dir("sglang")
 
 
 def _sglang_sources(root: str, files: Iterable[str] | None,
@@ -361,7 +340,7 @@ def _scan(root: str | None, files: Iterable[str] | None) -> tuple[tuple[KernelIm
             if not stat.S_ISREG(os.stat(path).st_mode):  # a directory, a FIFO (reading would block)
                 skipped.append(SkippedFile(rel, "not a regular file"))
                 continue
-            found, why = _cached(path, f"imports as {rel} of {release}",
+            found, why = installed_source.derived(path, f"imports as {rel} of {release}",
                                  lambda p, rel=rel: _imports_in(p, rel, release))
         except OSError as exc:  # a dangling or looping symlink, no permission: this file only
             found, why = (), _os_reason(path, exc)
@@ -589,7 +568,7 @@ def _check_one(imp: KernelImport, top: _Located) -> PairingRecord:
             return rec(OK, f"{what} is the submodule {submodule}")
         return rec(MISSING_SYMBOL, f"{imp.module} is a namespace package without {what}")
     try:
-        found = _cached(where.path, "names", _names_of)
+        found = installed_source.derived(where.path, "names", _names_of)
     except OSError as exc:
         found = _Names(frozenset(), f"its source cannot be read ({_os_reason(where.path, exc)})")
     if imp.symbol in found.names:
@@ -702,7 +681,7 @@ def enforce_for_model(model_config) -> None:
     :class:`KernelPairingError` listing what the model's family needs and the
     installed sgl_kernel_npu lacks; under plain ``ascend`` log each one once as a
     WARNING.  Models of no family served here are not checked."""
-    from sglang_ascend_hybrid.mode import hybrid_requested
+    from sglang_ascend_hybrid.patches.mode import hybrid_requested
 
     kind = model_family(model_config)
     if kind is None:

@@ -19,7 +19,8 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from sglang_ascend_hybrid import doctor, mode, pairing
+from sglang_ascend_hybrid import doctor, pairing
+from sglang_ascend_hybrid.patches import mode
 from sglang_ascend_hybrid.backends import short_conv
 from sglang_ascend_hybrid.patches.releases import installed_version
 
@@ -596,11 +597,11 @@ def gdn_runner():
 def on_npu(monkeypatch):
     """NPU detection on where the hook reads it; the deferred patches recorded, not applied."""
     import sglang.srt.utils as sglang_utils
-    from sglang_ascend_hybrid import plugin
+    from sglang_ascend_hybrid.patches import apply
 
     monkeypatch.setattr(sglang_utils, "is_npu", lambda: True)
     applied = []
-    monkeypatch.setattr(plugin, "apply_deferred", lambda: applied.append(True))
+    monkeypatch.setattr(apply, "apply_deferred", lambda: applied.append(True))
     return applied
 
 

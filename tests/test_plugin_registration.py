@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from sglang_ascend_hybrid import mode, plugin
+from sglang_ascend_hybrid import plugin
+from sglang_ascend_hybrid.patches import apply
+from sglang_ascend_hybrid.patches import mode
 from sglang_ascend_hybrid.envs import ENV
 from tests.test_plugin_unit import fake_sglang  # noqa: F401  (fixture)
 
@@ -31,7 +33,7 @@ def test_registration_never_raises_and_logs_the_error(entry, text, fake_sglang, 
     def boom(runtime):
         raise RuntimeError("unexpected internal state")
 
-    monkeypatch.setattr(plugin, "_register_runtime", boom)
+    monkeypatch.setattr(plugin, "register_runtime", boom)
     with caplog.at_level(logging.ERROR, logger="sglang_ascend_hybrid"):
         getattr(plugin, entry)()  # must not raise
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
@@ -45,7 +47,7 @@ def _child_sees_strict(env) -> str:
     the package as this process."""
     env = dict(env)
     env["PYTHONPATH"] = os.pathsep.join([PACKAGE_ROOT, env.get("PYTHONPATH", "")])
-    out = subprocess.run([sys.executable, "-c", "from sglang_ascend_hybrid import mode; "
+    out = subprocess.run([sys.executable, "-c", "from sglang_ascend_hybrid.patches import mode; "
                           "print(mode.hybrid_requested())"],
                          env=env, capture_output=True, text=True, timeout=120, check=True)
     return out.stdout.strip()
@@ -80,7 +82,8 @@ def test_in_process_record_does_not_depend_on_the_environment(monkeypatch):
 
 # ------------------------------------------------------------------ what registration records
 
-from sglang_ascend_hybrid import patches, status  # noqa: E402
+from sglang_ascend_hybrid import patches  # noqa: E402
+from sglang_ascend_hybrid.patches import status  # noqa: E402
 
 
 def _srt():
@@ -167,9 +170,9 @@ def test_disabled_registration_records_why(fake_sglang, monkeypatch):  # noqa: F
 
 
 def test_the_installed_sglang_distribution_is_what_is_asked(fake_sglang, monkeypatch):  # noqa: F811
-    version = plugin.installed_version("sglang")  # the fixture's
+    version = apply.installed_version("sglang")  # the fixture's
     asked = []
-    monkeypatch.setattr(plugin, "installed_version", lambda dist: asked.append(dist) or (
+    monkeypatch.setattr(apply, "installed_version", lambda dist: asked.append(dist) or (
         version if dist == "sglang" else None))
     plugin.register()
     assert asked == ["sglang"] and status.STATUS.sglang_version == version
@@ -215,7 +218,7 @@ def test_deferred_patch_that_fails_is_recorded_and_the_rest_applied(fake_sglang,
     assert len(deferred) >= 2
     victim = deferred[0]
     _failing_load(monkeypatch, victim.name, ImportError("torch_npu"))
-    plugin.apply_deferred()  # plain 'ascend': recorded, not raised
+    apply.apply_deferred()  # plain 'ascend': recorded, not raised
     st = status.STATUS.patches[victim.name]
     assert (st.target, st.state, st.reason) == (victim.target, status.FAILED, "ImportError: torch_npu")
     for p in deferred[1:]:
@@ -228,8 +231,8 @@ def test_strict_error_names_every_failure_and_the_way_out(fake_sglang, monkeypat
     monkeypatch.setattr(patches, "verify", lambda p, *_a, **_k: f"{p.name} gone" if p in broken else None)
     plugin.register()
     mode.record_request()
-    with pytest.raises(plugin.PluginPatchError) as err:
-        plugin.enforce_strict()
+    with pytest.raises(apply.PluginPatchError) as err:
+        apply.enforce_strict()
     text = str(err.value)
     assert f"could not apply its patches on SGLang {status.STATUS.sglang_version}: " in text
     assert f"{broken[0].target}: {broken[0].name} gone; {broken[1].target}: {broken[1].name} gone; " in text

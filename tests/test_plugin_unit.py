@@ -11,7 +11,8 @@ from collections import defaultdict
 
 import pytest
 
-from sglang_ascend_hybrid import mode, patches, plugin, status
+from sglang_ascend_hybrid import patches, plugin
+from sglang_ascend_hybrid.patches import apply, mode, status
 from sglang_ascend_hybrid.backends import registry
 from sglang_ascend_hybrid.patches import releases
 from sglang_ascend_hybrid.patches.releases import range_bounds
@@ -100,7 +101,7 @@ def fake_sglang(monkeypatch):
     eps = [EP("ascend_hybrid", "sglang_ascend_hybrid.backends.ascend_hybrid:create_ascend_hybrid_backend"),
            EP("third_party", "other.pkg:factory")]
     monkeypatch.setattr(registry, "entry_points", lambda group: eps if group == registry.GROUP else [])
-    monkeypatch.setattr(plugin, "installed_version", lambda dist: NEWEST_TESTED)
+    monkeypatch.setattr(apply, "installed_version", lambda dist: NEWEST_TESTED)
     # Static verification reads real sources; the fake SGLang has none, so each test decides.
     monkeypatch.setattr(patches, "verify", lambda p, version=None: None)
     # and every patch targets the fake release (no release-bounded patch is "not needed" there)
@@ -191,25 +192,25 @@ def test_strict_mode_turns_failure_into_startup_error(fake_sglang, monkeypatch, 
                         lambda p, version=None: "gone in this release" if p.name == broken.name else None)
     plugin.register()
     with caplog.at_level(logging.WARNING, logger="sglang_ascend_hybrid"):
-        plugin.enforce_strict()  # plain 'ascend': warning only
+        apply.enforce_strict()  # plain 'ascend': warning only
     assert any(broken.target in r.getMessage() for r in caplog.records)
     mode.record_request()
     expected = re.escape(NEWEST_TESTED) + ".*" + broken.target.replace(".", r"\.")
-    with pytest.raises(plugin.PluginPatchError, match=expected):
-        plugin.enforce_strict()
+    with pytest.raises(apply.PluginPatchError, match=expected):
+        apply.enforce_strict()
 
 
 def test_register_never_raises_on_unexpected_errors(fake_sglang, monkeypatch):
     def boom(patch):
         raise RuntimeError("unexpected")
-    monkeypatch.setattr(plugin, "_apply", boom)
+    monkeypatch.setattr(apply, "_apply", boom)
     plugin.register()  # swallowed and logged
 
 
 def test_untested_release_is_said_once_with_the_patches_not_applied(fake_sglang, monkeypatch, caplog):
     untested = range_bounds()[1]
     broken = _srt_patches()[0]
-    monkeypatch.setattr(plugin, "installed_version", lambda dist: untested)
+    monkeypatch.setattr(apply, "installed_version", lambda dist: untested)
     monkeypatch.setattr(patches, "verify", lambda p, version=None: "renamed" if p.name == broken.name else None)
     with caplog.at_level(logging.INFO, logger="sglang_ascend_hybrid"):
         plugin.register()
@@ -221,10 +222,10 @@ def test_untested_release_is_said_once_with_the_patches_not_applied(fake_sglang,
     # every other srt patch was still applied
     assert {p.name for p in status.STATUS.in_state(status.FAILED)} == {broken.name}
     with caplog.at_level(logging.WARNING, logger="sglang_ascend_hybrid"):
-        plugin.enforce_strict()  # lenient under plain 'ascend'
+        apply.enforce_strict()  # lenient under plain 'ascend'
     mode.record_request()
-    with pytest.raises(plugin.PluginPatchError, match=re.escape(untested) + ".*untested"):
-        plugin.enforce_strict()
+    with pytest.raises(apply.PluginPatchError, match=re.escape(untested) + ".*untested"):
+        apply.enforce_strict()
 
 
 def test_tested_release_says_nothing_about_testing(fake_sglang, caplog):
@@ -251,7 +252,7 @@ def test_ascend_hybrid_factory_builds_the_ascend_backend_on_npu(fake_sglang, mon
     fake_utils.is_npu = lambda: True
     monkeypatch.setitem(sys.modules, "sglang.srt.utils", fake_utils)
     plugin.register()
-    with pytest.raises(plugin.PluginPatchError):  # SGLang has not applied the hooks yet
+    with pytest.raises(apply.PluginPatchError):  # SGLang has not applied the hooks yet
         ah.create_ascend_hybrid_backend("runner")
     fake_sglang.hooks.apply_hooks()
     assert ah.create_ascend_hybrid_backend("runner") == "ascend-backend"
@@ -263,8 +264,8 @@ def test_user_set_strict_env_makes_plain_ascend_strict(fake_sglang, monkeypatch)
     monkeypatch.setattr(patches, "verify", lambda p, version=None: "gone" if p.name == broken.name else None)
     plugin.register()
     monkeypatch.setenv("SGLANG_ASCEND_HYBRID_STRICT", "1")
-    with pytest.raises(plugin.PluginPatchError):
-        plugin.enforce_strict()
+    with pytest.raises(apply.PluginPatchError):
+        apply.enforce_strict()
 
 
 def _deferred_patches():
@@ -277,12 +278,12 @@ def test_npu_module_patches_are_deferred_past_discovery(fake_sglang):
     for p in _deferred_patches():
         assert status.STATUS.patches[p.name].state == status.DEFERRED
         assert p.target not in fake_sglang.hooks._hooks  # nothing for SGLang to import at discovery
-    plugin.apply_deferred()
+    apply.apply_deferred()
     for p in _deferred_patches():
         assert any(h is p.load_hook() for _, h, _ in fake_sglang.hooks._hooks[p.target])
         assert status.STATUS.patches[p.name].state == status.APPLIED
     snapshot = {k: list(v) for k, v in fake_sglang.hooks._hooks.items()}
-    plugin.apply_deferred()  # idempotent
+    apply.apply_deferred()  # idempotent
     assert snapshot == {k: list(v) for k, v in fake_sglang.hooks._hooks.items()}
 
 
@@ -297,8 +298,8 @@ def test_deferred_patch_that_does_not_apply_stops_strict_startup(fake_sglang, mo
 
     monkeypatch.setattr(fake_sglang.hooks, "apply_hooks", apply_all_but)
     mode.record_request()
-    with pytest.raises(plugin.PluginPatchError, match=p.target.replace(".", r"\.")):
-        plugin.apply_deferred()
+    with pytest.raises(apply.PluginPatchError, match=p.target.replace(".", r"\.")):
+        apply.apply_deferred()
 
 
 # ---------------------------------------------------------------------------
@@ -348,7 +349,7 @@ def failing_hook_loader():
 @pytest.fixture
 def lazy_target(fake_sglang, tmp_path, monkeypatch):
     """A one-patch registry whose hook target lives in a real, not yet imported module."""
-    from sglang_ascend_hybrid import import_watch
+    from sglang_ascend_hybrid.patches import import_watch
 
     pkg = tmp_path / LAZY_PKG
     pkg.mkdir()
@@ -373,15 +374,15 @@ def lazy_target(fake_sglang, tmp_path, monkeypatch):
 def test_a_target_in_a_module_not_imported_yet_waits_for_its_import(lazy_target):
     from importlib.machinery import SourceFileLoader
 
-    from sglang_ascend_hybrid import import_watch
+    from sglang_ascend_hybrid.patches import import_watch
 
     plugin.register()
     assert f"{LAZY_PKG}.mod" not in sys.modules  # registration imported nothing
     st = status.STATUS.patches[lazy_target.name]
-    assert (st.state, st.reason) == (plugin.ON_IMPORT, f"put in place when SGLang imports {LAZY_PKG}.mod")
-    plugin.enforce_strict()  # waiting for an import is not a failure, even strict
+    assert (st.state, st.reason) == (apply.ON_IMPORT, f"put in place when SGLang imports {LAZY_PKG}.mod")
+    apply.enforce_strict()  # waiting for an import is not a failure, even strict
     mode.record_request()
-    plugin.enforce_strict()
+    apply.enforce_strict()
 
     import importlib
 
@@ -441,7 +442,7 @@ def test_a_failure_on_import_is_recorded_or_stops_strict_startup(lazy_target, mo
     status._reset_for_tests()
     mode.record_request()  # --attention-backend ascend_hybrid
     plugin.register()
-    with pytest.raises(plugin.PluginPatchError, match=r"lazydemo_pkg_t24\.mod\.f: ImportError: hook module broke"):
+    with pytest.raises(apply.PluginPatchError, match=r"lazydemo_pkg_t24\.mod\.f: ImportError: hook module broke"):
         importlib.import_module(f"{LAZY_PKG}.mod")
 
 
@@ -450,11 +451,11 @@ def test_import_pending_and_the_backend_build_put_every_waiting_patch_in_place(l
                            hook="tests.test_plugin_unit:lazy_hook", why="w", how="h", removal="r")
     monkeypatch.setattr(patches, "PATCHES", (lazy_target, broken))
     plugin.register()
-    assert {s.state for s in status.STATUS.patches.values()} == {plugin.ON_IMPORT}
-    plugin.apply_deferred()  # the first NPU attention-backend build imports what is waited for
+    assert {s.state for s in status.STATUS.patches.values()} == {apply.ON_IMPORT}
+    apply.apply_deferred()  # the first NPU attention-backend build imports what is waited for
     assert status.STATUS.patches[lazy_target.name].state == status.APPLIED
-    assert status.STATUS.patches[broken.name].state == plugin.ON_IMPORT  # its module cannot import
-    assert plugin.import_pending() == [
+    assert status.STATUS.patches[broken.name].state == apply.ON_IMPORT  # its module cannot import
+    assert apply.import_pending() == [
         f"importing {LAZY_PKG}.broken failed: RuntimeError: upstream module broke"]
 
 
@@ -480,7 +481,7 @@ def test_sglang_plugin_load_imports_no_attention_registry_and_parses_nothing_whe
         "lazy = ('sglang.srt.layers.attention.attention_registry', 'sglang.srt.layers.attention.mamba.causal_conv1d')\n"
         "before = [m for m in lazy if m in sys.modules]\n"
         "load_plugins()\n"
-        "from sglang_ascend_hybrid.status import STATUS\n"
+        "from sglang_ascend_hybrid.patches.status import STATUS\n"
         "out = {'before': before, 'after': [m for m in lazy if m in sys.modules],\n"
         "       'parsed': [p for p in parsed if '/sglang/' in p],\n"
         "       'states': {n: s.state for n, s in STATUS.patches.items()}}\n"
@@ -502,6 +503,6 @@ def test_sglang_plugin_load_imports_no_attention_registry_and_parses_nothing_whe
     assert cold["parsed"], "the cold run should have parsed the targets (else the warm check proves nothing)"
     assert warm["parsed"] == []
     for name in ("backend-factories", "short-conv-backend", "conv1d-prefill", "conv1d-decode"):
-        assert warm["states"][name] == plugin.ON_IMPORT, (name, warm["states"][name])
+        assert warm["states"][name] == apply.ON_IMPORT, (name, warm["states"][name])
         assert warm["later"][name] == status.APPLIED, (name, warm["later"][name])
     assert warm["factory"] == "sglang_ascend_hybrid.backends.ascend_hybrid:create_ascend_hybrid_backend"

@@ -1,4 +1,4 @@
-"""The cross-process cache of what upstream source files define (``target_cache``), behind
+"""The cross-process cache of what upstream source files define (``definitions_cache``), behind
 ``patches.find_target``: used only for the exact bytes it parsed, written atomically, and
 harmless when missing, corrupt or unwritable."""
 
@@ -14,7 +14,8 @@ import textwrap
 
 import pytest
 
-from sglang_ascend_hybrid import patches, target_cache
+from sglang_ascend_hybrid import installed_source, patches
+from sglang_ascend_hybrid.patches import definitions_cache
 
 SOURCE = textwrap.dedent("""
     import os as renamed
@@ -33,9 +34,9 @@ SOURCE = textwrap.dedent("""
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    target_cache._reset_for_tests()
-    yield tmp_path / "xdg" / "sglang-ascend-hybrid" / target_cache.FILE_NAME
-    target_cache._reset_for_tests()
+    definitions_cache._reset_for_tests()
+    yield tmp_path / "xdg" / "sglang-ascend-hybrid" / definitions_cache.FILE_NAME
+    definitions_cache._reset_for_tests()
 
 
 def write(path, text, mtime=None):
@@ -49,22 +50,22 @@ def no_parsing(monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("parsed although the cache holds this content")
 
-    monkeypatch.setattr(target_cache.ast, "parse", refuse)
+    monkeypatch.setattr(definitions_cache.ast, "parse", refuse)
 
 
 def test_definitions_follow_find_targets_rules(cache, tmp_path):
-    names = target_cache.definitions(write(tmp_path / "m.py", SOURCE))
+    names = definitions_cache.definitions(write(tmp_path / "m.py", SOURCE))
     assert names == {"renamed": None, "X": None, "in_if": None,
                      "C": {"m": None, "Inner": {"attr": None}}}
 
 
 def test_a_second_process_reads_the_cache_instead_of_parsing(cache, tmp_path, monkeypatch):
     path = write(tmp_path / "m.py", SOURCE)
-    first = target_cache.definitions(path)
+    first = definitions_cache.definitions(path)
     assert cache.is_file()
-    target_cache._reset_for_tests()  # what a fresh process has
+    definitions_cache._reset_for_tests()  # what a fresh process has
     no_parsing(monkeypatch)
-    assert target_cache.definitions(path) == first
+    assert definitions_cache.definitions(path) == first
 
 
 def test_changed_content_is_parsed_again_even_with_the_same_size_and_mtime(cache, tmp_path, monkeypatch):
@@ -72,12 +73,12 @@ def test_changed_content_is_parsed_again_even_with_the_same_size_and_mtime(cache
     restored timestamps) is still seen, in this process and in the next."""
     mtime = 1_600_000_000_000_000_000
     path = write(tmp_path / "m.py", "def old():\n    pass\n", mtime)
-    assert "old" in target_cache.definitions(path)
+    assert "old" in definitions_cache.definitions(path)
     write(tmp_path / "m.py", "def new():\n    pass\n", mtime)
     assert os.stat(path).st_size == len("def old():\n    pass\n") and os.stat(path).st_mtime_ns == mtime
-    assert target_cache.definitions(path) == {"new": None}
-    target_cache._reset_for_tests()
-    assert target_cache.definitions(path) == {"new": None}
+    assert definitions_cache.definitions(path) == {"new": None}
+    definitions_cache._reset_for_tests()
+    assert definitions_cache.definitions(path) == {"new": None}
     # and find_target, through the cache, says so
     monkeypatch.syspath_prepend(str(tmp_path))
     assert patches.find_target("m.new") is None
@@ -85,44 +86,44 @@ def test_changed_content_is_parsed_again_even_with_the_same_size_and_mtime(cache
 
 
 @pytest.mark.parametrize("content", [
-    "not json", json.dumps([1, 2]), json.dumps({"schema": target_cache.SCHEMA + 1, "files": {}}),
-    json.dumps({"schema": target_cache.SCHEMA, "files": "x"}),
+    "not json", json.dumps([1, 2]), json.dumps({"schema": definitions_cache.SCHEMA + 1, "files": {}}),
+    json.dumps({"schema": definitions_cache.SCHEMA, "files": "x"}),
 ], ids=["garbage", "list", "other-schema", "files-not-a-dict"])
 def test_a_corrupt_or_foreign_cache_file_is_ignored_and_replaced(cache, tmp_path, content):
     cache.parent.mkdir(parents=True)
     cache.write_text(content)
     path = write(tmp_path / "m.py", SOURCE)
-    assert "C" in target_cache.definitions(path)
+    assert "C" in definitions_cache.definitions(path)
     data = json.loads(cache.read_text())
-    assert data["schema"] == target_cache.SCHEMA and path in data["files"]
+    assert data["schema"] == definitions_cache.SCHEMA and path in data["files"]
 
 
 def test_a_tampered_entry_for_the_right_content_is_not_trusted(cache, tmp_path, monkeypatch):
     path = write(tmp_path / "m.py", SOURCE)
-    target_cache.definitions(path)
+    definitions_cache.definitions(path)
     data = json.loads(cache.read_text())
     data["files"][path]["names"] = {"C": 5}  # not a name table
     cache.write_text(json.dumps(data))
-    target_cache._reset_for_tests()
-    assert target_cache.definitions(path)["C"] == {"m": None, "Inner": {"attr": None}}
+    definitions_cache._reset_for_tests()
+    assert definitions_cache.definitions(path)["C"] == {"m": None, "Inner": {"attr": None}}
 
 
 def test_an_unwritable_cache_directory_only_means_parsing(tmp_path, monkeypatch):
     blocker = tmp_path / "xdg"
     blocker.write_text("a file where the cache directory would go")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
-    target_cache._reset_for_tests()
-    assert "X" in target_cache.definitions(write(tmp_path / "m.py", SOURCE))
-    target_cache._reset_for_tests()
+    definitions_cache._reset_for_tests()
+    assert "X" in definitions_cache.definitions(write(tmp_path / "m.py", SOURCE))
+    definitions_cache._reset_for_tests()
 
 
 def test_entries_of_deleted_files_are_dropped_and_no_temporary_file_is_left(cache, tmp_path):
     gone, kept = write(tmp_path / "gone.py", "A = 1\n"), write(tmp_path / "kept.py", "B = 1\n")
-    target_cache.definitions(gone)
+    definitions_cache.definitions(gone)
     os.unlink(gone)
-    target_cache.definitions(kept)
+    definitions_cache.definitions(kept)
     assert set(json.loads(cache.read_text())["files"]) == {kept}
-    assert sorted(p.name for p in cache.parent.iterdir()) == [target_cache.FILE_NAME]
+    assert sorted(p.name for p in cache.parent.iterdir()) == [definitions_cache.FILE_NAME]
 
 
 def test_concurrent_writers_never_leave_a_half_written_file(cache, tmp_path):
@@ -134,7 +135,7 @@ def test_concurrent_writers_never_leave_a_half_written_file(cache, tmp_path):
         d.mkdir()
         for i in range(40):
             sources.append(write(d / f"m{i}.py", f"V{i} = {i}\n" * 50))
-    code = ("import sys; from sglang_ascend_hybrid import target_cache as t\n"
+    code = ("import sys; from sglang_ascend_hybrid.patches import definitions_cache as t\n"
             "for p in sys.argv[1:]: t.definitions(p)\n")
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "xdg"))
     procs = [subprocess.Popen([sys.executable, "-c", code, *sources[w * 40:(w + 1) * 40]], env=env)
@@ -143,11 +144,11 @@ def test_concurrent_writers_never_leave_a_half_written_file(cache, tmp_path):
     while any(p.poll() is None for p in procs) or reads == 0:
         if cache.is_file():
             data = json.loads(cache.read_text())  # raises on a torn file
-            assert data["schema"] == target_cache.SCHEMA
+            assert data["schema"] == definitions_cache.SCHEMA
             reads += 1
     assert [p.wait() for p in procs] == [0, 0]
     assert reads > 0
-    assert sorted(p.name for p in cache.parent.iterdir()) == [target_cache.FILE_NAME]
+    assert sorted(p.name for p in cache.parent.iterdir()) == [definitions_cache.FILE_NAME]
 
 
 def test_cached_names_of_the_installed_upstream_targets_equal_a_fresh_parse(cache, monkeypatch):
@@ -158,13 +159,13 @@ def test_cached_names_of_the_installed_upstream_targets_equal_a_fresh_parse(cach
     origins = set()
     for p in patches.PATCHES:
         for target in (p.target, *patches.release_targets(p.extra_targets)):
-            split, origin = patches._locate_module(target.split("."))
+            split, origin = installed_source.locate_module(target.split("."))
             if origin and origin.endswith(".py") and os.path.isfile(origin):
                 origins.add(origin)
     assert len(origins) >= 3, origins
-    fresh = {o: target_cache.summarize(ast.parse(open(o, "rb").read()).body) for o in origins}
+    fresh = {o: definitions_cache.summarize(ast.parse(open(o, "rb").read()).body) for o in origins}
     for o in origins:
-        target_cache.definitions(o)
-    target_cache._reset_for_tests()
+        definitions_cache.definitions(o)
+    definitions_cache._reset_for_tests()
     no_parsing(monkeypatch)
-    assert {o: target_cache.definitions(o) for o in origins} == fresh
+    assert {o: definitions_cache.definitions(o) for o in origins} == fresh

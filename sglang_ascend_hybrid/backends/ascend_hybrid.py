@@ -3,7 +3,7 @@
 On NPU the name resolves to SGLang's own ``"ascend"`` stack during argument
 resolution (:func:`record_hybrid_request`), so every ``== "ascend"`` check
 upstream (Ascend KV pools, allocator, the hybrid-GDN assert) sees Ascend, while
-the plugin remembers the request (strict mode, :mod:`sglang_ascend_hybrid.mode`).
+the plugin remembers the request (strict mode, :mod:`sglang_ascend_hybrid.patches.mode`).
 The plugin's fixes themselves are hooks on upstream symbols (PATCHES.md) and
 are active whenever the plugin is installed.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from sglang_ascend_hybrid.mode import BACKEND_NAME, record_request
+from sglang_ascend_hybrid.patches.mode import BACKEND_NAME, record_request
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def record_hybrid_request(server_args, previous) -> None:
                     "with the plugin's fixes in strict mode", fields[0].replace("_", "-"))
     previous(server_args)
     if on_npu:
-        from sglang_ascend_hybrid.plugin import enforce_strict
+        from sglang_ascend_hybrid.patches.apply import enforce_strict
 
         enforce_strict()
 
@@ -61,7 +61,7 @@ def create_ascend_hybrid_backend(runner):
             "this process has no NPU. Choose a backend for this device instead."
         )
     record_request()
-    from sglang_ascend_hybrid.plugin import enforce_strict
+    from sglang_ascend_hybrid.patches.apply import enforce_strict
 
     enforce_strict()
     from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS

@@ -297,17 +297,14 @@ def _upstream_extra_buffer_archs() -> Optional[frozenset]:
     """SGLang's ``_MAMBA_EXTRA_BUFFER_ARCHS`` read from the installed source (nothing imported:
     ``plan`` stays fast), or None when SGLang or the assignment is not found."""
     import ast
-    from importlib.machinery import PathFinder
 
-    spec = PathFinder.find_spec("sglang")
-    if spec is None or not spec.submodule_search_locations:
-        return None
+    from sglang_ascend_hybrid import installed_source
+
     rel, name = EXTRA_BUFFER_SOURCE
-    for root in spec.submodule_search_locations:
+    for root in installed_source.package_dirs("sglang"):
         path = os.path.join(os.path.dirname(root), rel)
         try:
-            with open(path, encoding="utf-8") as fh:
-                tree = ast.parse(fh.read(), filename=path)
+            tree = ast.parse(installed_source.read_text(path), filename=path)
         except (OSError, SyntaxError, ValueError):
             continue
         for node in tree.body:

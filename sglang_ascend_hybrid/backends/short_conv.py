@@ -224,7 +224,7 @@ def attn_backend_wrapper_around(original, runner, full_attn_backend, *args, **kw
     plugin discovery."""
     if npu_detected():
         from sglang_ascend_hybrid.pairing import enforce_for_model
-        from sglang_ascend_hybrid.plugin import apply_deferred
+        from sglang_ascend_hybrid.patches.apply import apply_deferred
 
         enforce_for_model(runner.model_config)
         apply_deferred()

@@ -17,7 +17,7 @@ replaces it everywhere.
 
 from __future__ import annotations
 
-from sglang_ascend_hybrid.patches.locate import _locate_module, find_target, missing_requirements, target_module
+from sglang_ascend_hybrid.patches.locate import find_target, missing_requirements, target_module
 from sglang_ascend_hybrid.patches.model import (
     NOT_NEEDED,
     UNAVAILABLE,
@@ -52,5 +52,5 @@ __all__ = [
     "RES_STEP", "UNAVAILABLE", "Elsewhere", "Kind", "Patch", "Runtime", "Target", "by_name", "find_target",
     "installed_version", "internals", "matches", "missing_requirements", "range_bounds", "release_state",
     "release_targets", "render_markdown", "sglang_version_problem", "target_module", "tested_releases", "verify",
-    "_internal_missing", "_locate_module", "_on_the_chunk_gdn_route",
+    "_internal_missing", "_on_the_chunk_gdn_route",
 ]

@@ -16,8 +16,8 @@ from sglang_ascend_hybrid.patches.releases import release_targets
 # naming the symbol, not an AttributeError mid-registration.
 HOOK_REGISTRIES = {"srt": "sglang.srt.plugins.hook_registry.HookRegistry",
                    "multimodal": "sglang.multimodal_gen.runtime.platforms.plugins.HookRegistry"}
-HOOK_REGISTRY_INTERNALS = ("_hooks", "_patched")  # plugin._register_hook / _apply_target / _applying_now
-RESOLUTION_INTERNALS = (f"{RES_STEP}._HOOKS",)  # plugin.register_resolution_hook_once, launch_defaults
+HOOK_REGISTRY_INTERNALS = ("_hooks", "_patched")  # apply._register_hook / _apply_target / _applying_now
+RESOLUTION_INTERNALS = (f"{RES_STEP}._HOOKS",)  # apply.register_resolution_hook_once, launch_defaults
 
 
 @functools.lru_cache(maxsize=None)

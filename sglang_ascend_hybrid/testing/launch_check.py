@@ -302,11 +302,12 @@ def register_launch_hooks() -> list[str]:
     Returns the names of the steps hooked.  Raises ``ValueError`` if SGLang no
     longer offers the step as overridable.
     """
-    from sglang_ascend_hybrid import patches, plugin
+    from sglang_ascend_hybrid import patches
+    from sglang_ascend_hybrid.patches import apply
     from sglang_ascend_hybrid.backends.launch_defaults import LAUNCH_PATCH
 
     patch = patches.by_name(LAUNCH_PATCH)
-    plugin.install(patch)  # the path registration takes
+    apply.install(patch)  # the path registration takes
     return [patch.target]
 
 
@@ -391,7 +392,7 @@ def resolve_launch(
     if plugin_logger.getEffectiveLevel() > logging.INFO:
         plugin_logger.setLevel(logging.INFO)
     result = LaunchResult(argv=argv, ok=False)
-    from sglang_ascend_hybrid import mode
+    from sglang_ascend_hybrid.patches import mode
 
     mode._reset_for_tests()  # each resolution starts as a fresh launch would
     try:

@@ -13,7 +13,7 @@ import msgspec
 import pytest
 import torch
 
-from sglang_ascend_hybrid import mode
+from sglang_ascend_hybrid.patches import mode
 from sglang_ascend_hybrid.backends import conv_state_layout, gdn_hooks, gdn_state_dtype, launch_defaults, registry
 from sglang_ascend_hybrid.model_families import GDN_ARCHS, SHORT_CONV_ARCHS
 
@@ -29,12 +29,12 @@ def test_ascend_hybrid_factory_passes_the_model_runner_to_sglangs_ascend_factory
     import sglang.srt.utils as sgl_utils
     from sglang.srt.layers.attention import attention_registry
 
-    from sglang_ascend_hybrid import plugin
     from sglang_ascend_hybrid.backends import ascend_hybrid
+    from sglang_ascend_hybrid.patches import apply
 
     seen = []
     monkeypatch.setattr(sgl_utils, "is_npu", lambda: True)
-    monkeypatch.setattr(plugin, "enforce_strict", lambda: None)
+    monkeypatch.setattr(apply, "enforce_strict", lambda: None)
     monkeypatch.setitem(attention_registry.ATTENTION_BACKENDS, "ascend", lambda r: seen.append(r) or ("ascend", r))
     runner = NS(name="the model runner")
     mode._reset_for_tests()

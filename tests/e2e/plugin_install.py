@@ -64,7 +64,7 @@ def plugin_loaded(npu_stubs_path):
     from sglang_ascend_hybrid.ops.conv import dispatch as conv_dispatch
     from sglang_ascend_hybrid.ops import seam
     from sglang_ascend_hybrid.ops.gdn import prefill
-    from sglang_ascend_hybrid.status import STATUS
+    from sglang_ascend_hybrid.patches.status import STATUS
 
     saved = dict(
         loaded=plugins._plugins_loaded,

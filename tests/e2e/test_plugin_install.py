@@ -5,7 +5,7 @@ depend on nor leak into other tests of the same worker."""
 from __future__ import annotations
 
 from sglang_ascend_hybrid import patches
-from sglang_ascend_hybrid.status import APPLIED, DEFERRED, REGISTERED
+from sglang_ascend_hybrid.patches.status import APPLIED, DEFERRED, REGISTERED
 from tests.e2e import harness
 from tests.e2e.plugin_install import plugin_loaded
 

@@ -32,17 +32,19 @@ STUBS = Path(__file__).resolve().parent.parent / "npu_stubs"
 def column() -> dict:
     """{"release": version, "cells": {row: cell}} for the installed SGLang."""
     sys.path.insert(0, str(STUBS))
-    from sglang_ascend_hybrid import doctor, mode, patches, plugin
-    from sglang_ascend_hybrid.status import STATUS
+    from sglang_ascend_hybrid import doctor, patches
+    from sglang_ascend_hybrid.patches import apply
+    from sglang_ascend_hybrid.patches import mode
+    from sglang_ascend_hybrid.patches.status import STATUS
     from sglang_ascend_hybrid.patches.releases import installed_version
 
     doctor._load_plugins_like_sglang()  # SGLang's srt and (where present) diffusion loaders
     mode.record_request()
     strict = "ok"
     try:
-        plugin.apply_deferred()  # the first NPU attention-backend build
-        plugin.enforce_strict()
-    except plugin.PluginPatchError as exc:
+        apply.apply_deferred()  # the first NPU attention-backend build
+        apply.enforce_strict()
+    except apply.PluginPatchError as exc:
         strict = f"FAILED: {exc}"
     cells = {}
     for p in patches.PATCHES:

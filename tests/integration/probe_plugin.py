@@ -10,13 +10,14 @@ from sglang.srt.plugins.hook_registry import HookRegistry  # noqa: E402
 
 load_plugins()
 from sglang_ascend_hybrid import plugin  # noqa: E402
-from sglang_ascend_hybrid.status import STATUS  # noqa: E402
+from sglang_ascend_hybrid.patches import apply  # noqa: E402
+from sglang_ascend_hybrid.patches.status import STATUS  # noqa: E402
 from sglang.srt.arg_groups import choices, resolution_hooks  # noqa: E402
 from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS  # noqa: E402
 
 STATUS.refresh_applied()
 # a model process imports its model module; the patches waiting for one ("on import") then apply
-facts["import_errors"] = plugin.import_pending()
+facts["import_errors"] = apply.import_pending()
 import sglang.srt.layers.attention.mamba.causal_conv1d as conv_mod  # noqa: E402
 import sglang.srt.models.lfm2 as lfm2  # noqa: E402
 

@@ -19,8 +19,9 @@ logging.getLogger("sglang_ascend_hybrid").addHandler(_Capture(level=logging.INFO
 logging.getLogger("sglang_ascend_hybrid").setLevel(logging.INFO)
 
 from sglang_ascend_hybrid import plugin  # noqa: E402
+from sglang_ascend_hybrid.patches import apply  # noqa: E402
 from sglang_ascend_hybrid.testing.launch_check import resolve_launch  # noqa: E402
-from sglang_ascend_hybrid.status import STATUS  # noqa: E402
+from sglang_ascend_hybrid.patches.status import STATUS  # noqa: E402
 
 model = Path(sys.argv[1])
 out = {}
@@ -28,7 +29,7 @@ for backend in ("ascend", "ascend_hybrid"):
     res = resolve_launch(model, tp_size=1, attention_backend=backend, load_plugins=True)
     out[backend] = res.to_json()
 plugin.register()  # a second registration in the same process says nothing new
-out["import_errors"] = plugin.import_pending()  # as a process that runs a model: every patch in place
+out["import_errors"] = apply.import_pending()  # as a process that runs a model: every patch in place
 out["sglang_version"] = STATUS.sglang_version
 out["status"] = {n: [s.state, s.reason] for n, s in STATUS.patches.items()}
 out["lines"] = lines

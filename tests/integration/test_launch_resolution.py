@@ -397,12 +397,13 @@ def test_extra_buffer_checks_adapt_to_each_release_signature(monkeypatch):
 
 
 def test_launch_hooks_take_the_registration_path(monkeypatch):
-    """register_launch_hooks puts the registry's patch in place through plugin.install, the path
+    """register_launch_hooks puts the registry's patch in place through apply.install, the path
     plugin registration takes for every patch (no second list of hooks)."""
-    from sglang_ascend_hybrid import patches, plugin
+    from sglang_ascend_hybrid import patches
+    from sglang_ascend_hybrid.patches import apply
 
     seen = []
-    monkeypatch.setattr(plugin, "install", lambda patch: seen.append(patch.name) or "applied")
+    monkeypatch.setattr(apply, "install", lambda patch: seen.append(patch.name) or "applied")
     patch = patches.by_name(launch_defaults.LAUNCH_PATCH)
     assert launch_check.register_launch_hooks() == [patch.target]
     assert seen == [patch.name] and patch.kind == "resolution"

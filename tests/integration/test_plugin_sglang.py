@@ -73,7 +73,7 @@ def test_disable_env_leaves_sglang_untouched():
     env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0", SGLANG_ASCEND_HYBRID_DISABLE="1")
     code = ("from sglang.srt.plugins import load_plugins; load_plugins();"
             "from sglang.srt.arg_groups import choices;"
-            "from sglang_ascend_hybrid.status import STATUS;"
+            "from sglang_ascend_hybrid.patches.status import STATUS;"
             "print('ascend_hybrid' in choices.ATTENTION_BACKEND_CHOICES, STATUS.summary())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -147,7 +147,7 @@ def test_diffusion_fix_is_installed_or_plainly_unavailable():
     code = (
         "from sglang.multimodal_gen.runtime.platforms import plugins as mm\n"
         "mm.load_plugins(); mm.apply_plugin_hooks()\n"
-        "from sglang_ascend_hybrid.status import STATUS\n"
+        "from sglang_ascend_hybrid.patches.status import STATUS\n"
         "STATUS.refresh_applied()\n"
         "from sglang.multimodal_gen.runtime.layers.attention.backends import ascend_fa\n"
         "from sglang_ascend_hybrid.ops.attention import api as pa\n"
@@ -173,12 +173,13 @@ def test_discovery_never_imports_npu_packages_and_deferred_patches_apply_on_npu_
         "from sglang.srt.plugins import load_plugins\n"
         "before = npu_mods()  # what SGLang / transformers import on their own\n"
         "load_plugins()\n"
-        "from sglang_ascend_hybrid.status import STATUS\n"
-        "from sglang_ascend_hybrid import mode, patches\n"
+        "from sglang_ascend_hybrid.patches.status import STATUS\n"
+        "from sglang_ascend_hybrid import patches\n"
+        "from sglang_ascend_hybrid.patches import mode\n"
         "out = {'imported': sorted(npu_mods() - before),\n"
         "       'discovery': {n: s.state for n, s in STATUS.patches.items()}}\n"
         "mode.record_request()  # strict: --attention-backend ascend_hybrid\n"
-        "from sglang_ascend_hybrid.plugin import apply_deferred\n"
+        "from sglang_ascend_hybrid.patches.apply import apply_deferred\n"
         "apply_deferred()\n"
         "out['build'] = {n: s.state for n, s in STATUS.patches.items()}\n"
         "def wrapped(target):\n"

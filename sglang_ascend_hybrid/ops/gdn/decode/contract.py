@@ -45,10 +45,9 @@ from __future__ import annotations
 
 import ast
 import functools
-import importlib.util
-import os
 from typing import Optional
 
+from sglang_ascend_hybrid import installed_source
 from sglang_ascend_hybrid.ops import probes
 
 OP_DECODE_GENERIC = ("sgl_kernel_npu.fla.fused_sigmoid_gating_recurrent:"
@@ -96,13 +95,8 @@ def decode_refusal_reason(entry: str, value_heads: int, pool_contiguous: bool) -
     return None
 
 
-def _gdn_triton_source() -> Optional[str]:
-    spec = importlib.util.find_spec("sglang")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = os.path.join(list(spec.submodule_search_locations)[0], "srt", "layers", "attention", "linear",
-                        "kernels", "gdn_triton.py")
-    return path if os.path.exists(path) else None
+# SGLang's module that imports the decode entry on NPU, inside the sglang package.
+GDN_TRITON_SOURCE = ("srt", "layers", "attention", "linear", "kernels", "gdn_triton.py")
 
 
 @functools.lru_cache(maxsize=None)
@@ -110,11 +104,10 @@ def installed_decode_entry() -> Optional[str]:
     """Which decode entry the installed SGLang's ``gdn_triton.py`` imports on NPU (read once per process
     from its source, not imported; the decode hook asks at every step): ``"generic"``, ``"optimized"``,
     or None (not found)."""
-    path = _gdn_triton_source()
+    path = installed_source.source_file("sglang", *GDN_TRITON_SOURCE)
     if path is None:
         return None
-    with open(path, encoding="utf-8") as fh:
-        tree = ast.parse(fh.read(), path)
+    tree = ast.parse(installed_source.read_text(path), path)
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module:
             for alias in node.names:

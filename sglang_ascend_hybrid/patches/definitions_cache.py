@@ -32,6 +32,8 @@ import os
 import tempfile
 import threading
 
+from sglang_ascend_hybrid.installed_source import read_bytes
+
 SCHEMA = 1  # bump when the definition rules (``summarize``) change
 FILE_NAME = f"targets-v{SCHEMA}.json"
 MAX_ENTRIES = 256
@@ -88,8 +90,7 @@ def definitions(path: str) -> Names:
     Raises what reading or parsing the file raises (``OSError``, ``SyntaxError``,
     ``ValueError``), as parsing it directly would."""
     path = os.path.abspath(path)
-    with open(path, "rb") as fh:
-        data = fh.read()
+    data = read_bytes(path)
     digest = hashlib.sha256(data).hexdigest()
     with _lock:
         known = _memory.get(path)
