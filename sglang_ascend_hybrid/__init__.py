@@ -1,5 +1,21 @@
 """sglang-ascend-hybrid: serve hybrid linear-attention models with SGLang on Ascend NPUs.
 
+Layers, one folder each:
+
+* :mod:`.plugin` -- SGLang's plugin entry points (thin; hands over to :mod:`.patches`);
+* :mod:`.patches` -- every upstream symbol the plugin touches, and putting those patches in place
+  (apply, on-import, deferred, strict mode, status, the cross-process definitions cache);
+* :mod:`.backends` -- hooks and integration: SGLang backend classes, upstream hook functions,
+  launch defaults;
+* :mod:`.ops` -- the plugin's device ops: the device seam, kernel ladders, contracts, references;
+* :mod:`.emulators` -- CPU emulators of NPU ops with the real contracts (tests, ``selftest --device cpu``);
+* :mod:`.tools` -- operator tools behind :mod:`.cli` (doctor, plan, selftest, pairing, reports);
+* :mod:`.testing` -- test and rehearsal tooling, never imported by serving code.
+
+Beside them: :mod:`.model_families` (model knowledge: what a config.json means for the plugin),
+:mod:`.installed_source` (the one reader of installed SGLang / sgl-kernel-npu source),
+:mod:`.envs` (the environment variables), :mod:`.logutil`.
+
 Importing this package is cheap: it never imports ``torch_npu`` or
 ``sgl_kernel_npu``; those are probed lazily by :mod:`sglang_ascend_hybrid.ops.seam`.
 """

@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 
-from sglang_ascend_hybrid.console import PROG, error
+from sglang_ascend_hybrid.tools.console import PROG, error
 
 
 
@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_selftest_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``selftest`` subcommand's options, declared here so that building the parser does not
-    import :mod:`sglang_ascend_hybrid.selftest` (which imports torch)."""
+    import :mod:`sglang_ascend_hybrid.tools.selftest` (which imports torch)."""
     parser.add_argument("--device", choices=("cpu", "npu"), default="cpu",
                         help="cpu: device paths through the CPU emulators (times are the emulators'); "
                              "npu: the real kernels")
@@ -104,15 +104,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command != "doctor" and invalid_settings(args.command):
         return 2
     if args.command == "doctor":
-        from sglang_ascend_hybrid import doctor
+        from sglang_ascend_hybrid.tools import doctor
 
         return doctor.main(args)
     if args.command == "plan":
-        from sglang_ascend_hybrid import plan
+        from sglang_ascend_hybrid.tools import plan
 
         return plan.main(args)
     if args.command == "selftest":
-        from sglang_ascend_hybrid import selftest
+        from sglang_ascend_hybrid.tools import selftest
 
         return selftest.main(args)
     if args.command == "rehearse":  # test and rehearsal tooling: the emulated device, in child processes

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_ascend_hybrid import doctor_report, envs, kernel_report, patches
+from sglang_ascend_hybrid import envs, patches
+from sglang_ascend_hybrid.tools import doctor_report, kernel_report
 from sglang_ascend_hybrid.patches.releases import installed_version
 from tests.test_doctor_cli import run_cli
 
@@ -138,7 +139,7 @@ def test_an_unreadable_config_is_named_by_the_model_dirs_last_component(tmp_path
 def test_device_ops_are_reported_by_module_qualified_name():
     """sgl-kernel-npu has a chunk_gated_delta_rule_npu in fla.chunk (the entry the plugin hooks) and, since its
     PR #747, in fla.chunk_gated_delta_rule_npu (a wrapper of torch.ops.npu.chunk_gated_delta_rule)."""
-    from sglang_ascend_hybrid import doctor
+    from sglang_ascend_hybrid.tools import doctor
 
     ops = {"sgl_kernel_npu.fla.chunk:chunk_gated_delta_rule_npu": True,
            "sgl_kernel_npu.fla.chunk_gated_delta_rule_npu:chunk_gated_delta_rule_npu": False,

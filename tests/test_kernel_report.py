@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from sglang_ascend_hybrid import kernel_report
+from sglang_ascend_hybrid.tools import kernel_report
 from sglang_ascend_hybrid.emulators import causal_conv1d as conv_emu
 from sglang_ascend_hybrid.emulators import gdn as gdn_emu
 from sglang_ascend_hybrid.ops import seam

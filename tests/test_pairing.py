@@ -1,4 +1,4 @@
-"""The sgl-kernel-npu pairing check (sglang_ascend_hybrid.pairing): SGLang's sgl_kernel_npu
+"""The sgl-kernel-npu pairing check (sglang_ascend_hybrid.tools.pairing): SGLang's sgl_kernel_npu
 imports, read from the installed release's source, checked against fake sgl_kernel_npu
 trees built in tmp_path; the startup stop / WARNING from the attn_backend_wrapper hook;
 the doctor section.
@@ -19,7 +19,7 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from sglang_ascend_hybrid import doctor, pairing
+from sglang_ascend_hybrid.tools import doctor, pairing
 from sglang_ascend_hybrid.patches import mode
 from sglang_ascend_hybrid.backends import short_conv
 from sglang_ascend_hybrid.patches.releases import installed_version
@@ -728,7 +728,7 @@ def test_pairing_module_imports_no_torch_or_npu_package():
     import subprocess
     import sys
 
-    code = ("import sys; from sglang_ascend_hybrid import pairing; pairing.check()\n"
+    code = ("import sys; from sglang_ascend_hybrid.tools import pairing; pairing.check()\n"
             "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'torch_npu', 'sgl_kernel_npu')\n"
             "       or m.startswith('sglang.')]\n"
             "print(bad)")

@@ -196,7 +196,7 @@ def test_plan_shows_the_ssm_state_dtype_and_the_kernels_it_means(capsys):
     from pathlib import Path
     from types import SimpleNamespace
 
-    from sglang_ascend_hybrid import plan as plan_cli
+    from sglang_ascend_hybrid.tools import plan as plan_cli
 
     cfg = Path(__file__).resolve().parent.parent / "examples" / "configs" / "qwen3_6-27b"
     args = SimpleNamespace(config=str(cfg), tp=[8], json=False, kernel_heads=None, mamba_ssm_dtype=None)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from sglang_ascend_hybrid import cli
-from sglang_ascend_hybrid import kernel_report
+from sglang_ascend_hybrid.tools import kernel_report
 from sglang_ascend_hybrid.emulators import gdn as gdn_emu
 from sglang_ascend_hybrid.emulators import gdn_decode as decode_emu
 from sglang_ascend_hybrid.ops import seam

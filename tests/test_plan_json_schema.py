@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sglang_ascend_hybrid import cli
-from sglang_ascend_hybrid import plan as plan_cli
+from sglang_ascend_hybrid.tools import plan as plan_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "examples" / "configs"

@@ -8,7 +8,7 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from sglang_ascend_hybrid import plan
+from sglang_ascend_hybrid.tools import plan
 
 
 @pytest.mark.parametrize("width,dtype,expected", [

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglang_ascend_hybrid import selftest
+from sglang_ascend_hybrid.tools import selftest
 from sglang_ascend_hybrid.ops.conv import api as conv
 from sglang_ascend_hybrid.ops import seam
 

@@ -217,13 +217,13 @@ def attn_backend_wrapper_around(original, runner, full_attn_backend, *args, **kw
     """AROUND hook for ``attention_registry.attn_backend_wrapper`` (see module docstring).
 
     On NPU it first checks that the installed sgl_kernel_npu provides what the model's
-    family imports (:func:`sglang_ascend_hybrid.pairing.enforce_for_model`: under
+    family imports (:func:`sglang_ascend_hybrid.tools.pairing.enforce_for_model`: under
     ascend_hybrid a missing one stops startup by name instead of an ImportError from
     SGLang), then applies the plugin's deferred patches (targets in modules that
     import NPU packages, e.g. the Ascend GDN backend), which must not be touched at
     plugin discovery."""
     if npu_detected():
-        from sglang_ascend_hybrid.pairing import enforce_for_model
+        from sglang_ascend_hybrid.tools.pairing import enforce_for_model
         from sglang_ascend_hybrid.patches.apply import apply_deferred
 
         enforce_for_model(runner.model_config)

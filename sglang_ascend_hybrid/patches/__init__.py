@@ -10,6 +10,11 @@ Modules: :mod:`.model` (the dataclasses, kinds and states), :mod:`.registry` (th
 entries), :mod:`.locate` (finding a target on disk without importing it),
 :mod:`.releases` (installed versions, release specifiers, what a patch is on a
 release), :mod:`.verification` (startup checks), :mod:`.render` (PATCHES.md).
+Putting them in place: :mod:`.apply` (registration, on import of a target's module through
+:mod:`.import_watch`, deferred to the NPU backend build, strict mode), :mod:`.mode` (was
+``ascend_hybrid`` asked for), :mod:`.status` (what happened to each patch in this process),
+:mod:`.definitions_cache` (what a target's source file defines, kept across processes); this
+package imports none of those.
 Callers use the names re-exported here; :data:`PATCHES` is read from this package
 at call time (:func:`by_name`, :func:`render_markdown`), so replacing it here
 replaces it everywhere.

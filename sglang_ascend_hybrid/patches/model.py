@@ -88,7 +88,7 @@ class Patch:
     # NPU packages the target module imports at top.  Without them the patch is
     # skipped (the target cannot be used on this machine either); with them it is
     # verified at discovery but applied only when SGLang first builds the attention
-    # backend on NPU (plugin.apply_deferred), so discovery never imports them.
+    # backend on NPU (patches.apply.apply_deferred), so discovery never imports them.
     requires: tuple[str, ...] = ()
     # Where the step name is declared, for kind="resolution".
     step_registry: str = "sglang.srt.arg_groups.resolution_hooks._OVERRIDABLE_HOOKS"

@@ -280,7 +280,7 @@ def test_wrapper_hands_the_original_its_arguments_and_probes_what_it_built(ascen
     import sglang.srt.utils as sglang_utils
 
     import sglang_ascend_hybrid.backends.gdn_hooks as gdn_hooks
-    import sglang_ascend_hybrid.pairing as pairing
+    import sglang_ascend_hybrid.tools.pairing as pairing
     from sglang.srt.configs.qwen3_next import Qwen3NextConfig
 
     monkeypatch.setattr(sglang_utils, "is_npu", lambda: npu)
@@ -306,7 +306,7 @@ def test_wrapper_hands_the_original_its_arguments_and_probes_what_it_built(ascen
 
 
 def test_short_conv_model_is_checked_for_its_kernels_before_the_backend_is_built(ascend_env, monkeypatch):
-    import sglang_ascend_hybrid.pairing as pairing
+    import sglang_ascend_hybrid.tools.pairing as pairing
 
     enforced = []
     monkeypatch.setattr(pairing, "enforce_for_model", enforced.append)

@@ -32,7 +32,8 @@ STUBS = Path(__file__).resolve().parent.parent / "npu_stubs"
 def column() -> dict:
     """{"release": version, "cells": {row: cell}} for the installed SGLang."""
     sys.path.insert(0, str(STUBS))
-    from sglang_ascend_hybrid import doctor, patches
+    from sglang_ascend_hybrid import patches
+    from sglang_ascend_hybrid.tools import doctor
     from sglang_ascend_hybrid.patches import apply
     from sglang_ascend_hybrid.patches import mode
     from sglang_ascend_hybrid.patches.status import STATUS

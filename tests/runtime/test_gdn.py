@@ -107,7 +107,7 @@ def test_qwen3_5_fp32_pool_keeps_fp32_on_the_torch_rungs():
 
 def qwen3_5_attention_ops() -> set:
     """The sgl_kernel_npu norm / rope / gate entries the installed ``models/qwen3_5.py`` imports."""
-    from sglang_ascend_hybrid import pairing
+    from sglang_ascend_hybrid.tools import pairing
 
     wanted = ("triton_split_qkv_rmsnorm_mrope", "split_qkvgate_gemma_rmsnorm_rope", "fused_sigmoid_mul")
     found = {imp.what for imp in pairing.scan_sglang(files=["sglang/srt/models/qwen3_5.py"])

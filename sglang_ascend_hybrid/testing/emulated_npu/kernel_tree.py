@@ -1,7 +1,7 @@
 """Writes the emulated device's ``sgl_kernel_npu`` file tree for the installed SGLang.
 
 The tree holds exactly the modules and names SGLang's source imports from ``sgl_kernel_npu`` (the
-plugin's pairing scan, :func:`sglang_ascend_hybrid.pairing.scan_sglang`), plus the Python entries
+plugin's pairing scan, :func:`sglang_ascend_hybrid.tools.pairing.scan_sglang`), plus the Python entries
 the plugin's own emulators stand for; each name is bound, in plain assignments the pairing check
 reads, to :func:`.surface.entry` (its emulator, or a callable that raises NotImplementedError
 naming it).  Imports SGLang guards with ``try/except ImportError`` are left out unless an emulator
@@ -78,7 +78,7 @@ def write_tree(dest: str, modules: dict[str, set[str]], version: str) -> None:
 
 def generate(dest: str, sglang_root: Optional[str] = None) -> dict[str, set[str]]:
     """Write the tree for the SGLang at ``sglang_root`` (default: the installed one) under ``dest``."""
-    from sglang_ascend_hybrid import pairing
+    from sglang_ascend_hybrid.tools import pairing
     from sglang_ascend_hybrid.testing.emulated_npu import surface
 
     imports = pairing.scan_sglang(sglang_root)

@@ -23,7 +23,7 @@ import sys
 import tempfile
 from typing import Optional
 
-from sglang_ascend_hybrid.console import PROG
+from sglang_ascend_hybrid.tools.console import PROG
 
 TINY_HIDDEN = 64
 TINY_VOCAB = 160

@@ -29,7 +29,7 @@ class RuntimeRunError(RuntimeError):
 
 def kernel_tree_dir(sglang_root: Optional[str] = None) -> str:
     """The emulated ``sgl_kernel_npu`` tree for the installed SGLang (written once per process)."""
-    from sglang_ascend_hybrid import pairing
+    from sglang_ascend_hybrid.tools import pairing
 
     root = sglang_root or pairing.sglang_dir() or ""
     if root not in _TREES:

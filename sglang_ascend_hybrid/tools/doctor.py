@@ -71,7 +71,7 @@ def collect() -> dict:
 
     ops = {d.op: seam.available(d.op) for d in catalog.device_ops()}  # every op a ladder's rung calls
     status = [_patch_state(p, STATUS) for p in patches.PATCHES]
-    from sglang_ascend_hybrid import kernel_report
+    from sglang_ascend_hybrid.tools import kernel_report
 
     try:
         kernels = kernel_report.report()
@@ -96,8 +96,8 @@ def collect() -> dict:
 
 def collect_pairing() -> dict:
     """Each sgl_kernel_npu import of the installed SGLang and its state in the installed
-    sgl_kernel_npu (:mod:`sglang_ascend_hybrid.pairing`), as data."""
-    from sglang_ascend_hybrid import pairing
+    sgl_kernel_npu (:mod:`sglang_ascend_hybrid.tools.pairing`), as data."""
+    from sglang_ascend_hybrid.tools import pairing
 
     try:
         report = pairing.check()
@@ -122,7 +122,7 @@ def _render_skipped(data: dict, w) -> None:
 
 
 def render_pairing(data: dict, w) -> None:
-    from sglang_ascend_hybrid.pairing import NOT_INSTALLED
+    from sglang_ascend_hybrid.tools.pairing import NOT_INSTALLED
 
     w("\nsgl-kernel-npu pairing\n")
     if "error" in data:
@@ -255,7 +255,7 @@ def render(info: dict, out: TextIO | None = None) -> None:
     w("\nDevice ops (through the plugin's seam)\n")
     for name, ok in info["device_ops"].items():
         w(f"  {qualified_op(name):58s} {'present' if ok else 'absent'}\n")
-    from sglang_ascend_hybrid import kernel_report
+    from sglang_ascend_hybrid.tools import kernel_report
 
     kernels = info.get("kernels") or {}
     if "error" in kernels:
@@ -294,7 +294,7 @@ def main(args) -> int:
         return 2
     info = collect()
     if getattr(args, "report", False):
-        from sglang_ascend_hybrid.doctor_report import render_report
+        from sglang_ascend_hybrid.tools.doctor_report import render_report
 
         render_report(info, sys.stdout.write, getattr(args, "model_path", None), getattr(args, "tp", None) or 1)
     else:

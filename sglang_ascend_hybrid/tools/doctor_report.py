@@ -63,7 +63,7 @@ def plan_text(model_path: str, tp: int) -> str:
     """The ``plan`` rows of the model at ``model_path`` for one TP size, or its one-line error
     (naming the model directory by its last component only)."""
     from sglang_ascend_hybrid import model_families as mf
-    from sglang_ascend_hybrid import plan
+    from sglang_ascend_hybrid.tools import plan
 
     try:
         cfg = mf.load_config(model_path)
@@ -77,7 +77,7 @@ def plan_text(model_path: str, tp: int) -> str:
 
 
 def render_report(info: dict, write, model_path: Optional[str] = None, tp: int = 1) -> None:
-    """Markdown of doctor's data ``info`` (:func:`sglang_ascend_hybrid.doctor.collect`); the home
+    """Markdown of doctor's data ``info`` (:func:`sglang_ascend_hybrid.tools.doctor.collect`); the home
     directory in any text (an error's path) reads ``~``."""
     home = os.path.expanduser("~")
 
@@ -102,7 +102,7 @@ def render_report(info: dict, write, model_path: Optional[str] = None, tp: int =
         _table(w, ("kernel", "present", "variant", "rungs"),
                [(k["kernel"], "yes" if k["present"] else "no", k["variant"], ", ".join(k.get("used_by", ())))
                 for k in kernels.get("kernels", [])])
-    from sglang_ascend_hybrid.doctor import qualified_op
+    from sglang_ascend_hybrid.tools.doctor import qualified_op
 
     # module-qualified: sgl-kernel-npu has a chunk_gated_delta_rule_npu in two modules
     w("\n**Device ops through the seam**: " + ", ".join(

@@ -551,7 +551,7 @@ def format_table(results: list[Result], device: str = "cpu") -> str:
 
 
 def main(args) -> int:
-    from sglang_ascend_hybrid.console import error
+    from sglang_ascend_hybrid.tools.console import error
 
     device = getattr(args, "device", "cpu") or "cpu"
     quick = bool(getattr(args, "quick", False))
