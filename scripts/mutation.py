@@ -51,7 +51,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                  "sglang_ascend_hybrid/patches/verification.py",
                  "sglang_ascend_hybrid/patches/definitions_cache.py"],
                 ["tests/test_patches_registry.py", "tests/test_patches_find_target.py", "tests/test_plugin_unit.py",
-                 "tests/test_plugin_registration.py", "tests/test_target_cache.py"]),
+                 "tests/test_plugin_registration.py", "tests/test_definitions_cache.py"]),
     "gdn": (["sglang_ascend_hybrid/ops/gdn/*"],
             ["tests/ops/gdn/test_gdn_reference.py", "tests/ops/gdn/prefill/test_gdn_prefill_ladder.py",
              "tests/ops/gdn/decode/test_gdn_decode_public_op.py",
