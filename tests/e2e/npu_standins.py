@@ -183,10 +183,26 @@ def qkvzba_split_contiguous(mixed_qkvz, mixed_ba, num_heads_qk, num_heads_v, hea
             mixed_ba[:, :num_heads_v].contiguous(), mixed_ba[:, num_heads_v:2 * num_heads_v].contiguous())
 
 
+def sigmoid_gate_mul(attn_output, gate, inplace: bool = False, quant: bool = False):
+    """``fused_sigmoid_mul`` (``sglang/kernels/ops/elementwise/elementwise.py``), Qwen3.5's attention
+    output gate off NPU: ``attn_output * sigmoid(gate)`` computed in fp32 and stored in
+    ``attn_output``'s dtype, a 3-D gate ``[T, heads, head_dim]`` read as ``attn_output``'s 2-D shape
+    (torch's fp32 ``exp`` and the interpreter's numpy one may differ in the last bit).  Triton's CPU
+    interpreter runs the kernel at ~2.5 s a call."""
+    if quant:
+        raise ValueError("sigmoid_gate_mul: quant=True (the FP8 output path) has no stand-in; expected quant=False")
+    g = gate.reshape(attn_output.shape).float()
+    result = (attn_output.float() * torch.sigmoid(g)).to(attn_output.dtype)
+    if inplace:
+        return attn_output.copy_(result)
+    return result
+
+
 @contextlib.contextmanager
-def torch_projection_split():
-    """The GDN models' projection-split kernels replaced by :func:`qkvzba_split_interleaved` /
-    :func:`qkvzba_split_contiguous` where the model modules bound them."""
+def torch_model_kernels():
+    """The GDN models' own Triton kernels replaced by their torch forms where the model modules bound
+    them: the projection split (:func:`qkvzba_split_interleaved` / :func:`qkvzba_split_contiguous`) and
+    Qwen3.5's attention output gate (:func:`sigmoid_gate_mul`)."""
     import sglang.srt.models.qwen3_5 as qwen3_5
     import sglang.srt.models.qwen3_next as qwen3_next
 
@@ -195,4 +211,6 @@ def torch_projection_split():
             mp.setattr(qwen3_next, "fused_qkvzba_split_reshape_cat", qkvzba_split_interleaved)
         if hasattr(qwen3_5, "fused_qkvzba_split_reshape_cat_contiguous"):
             mp.setattr(qwen3_5, "fused_qkvzba_split_reshape_cat_contiguous", qkvzba_split_contiguous)
+        if hasattr(qwen3_5, "fused_sigmoid_mul"):
+            mp.setattr(qwen3_5, "fused_sigmoid_mul", sigmoid_gate_mul)
         yield

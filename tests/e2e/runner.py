@@ -29,11 +29,11 @@ GDN_FAMILIES = ("qwen3_next", "qwen3_5", "qwen3_5_moe")
 # The GDN runs take the installed release's Ascend GDN prefill route: AscendGDNAttnBackend.chunk_gdn
 # (gdn-prefill-ladder) or, on older releases, forward_extend -> TritonGDNKernel.extend (gdn-extend-step,
 # gdn-extend-ladder; tests/e2e/npu_standins.ascend_gdn_helpers binds that route's NPU entry).
-# Families whose GDN projection split runs on the plain-torch copy of SGLang's Triton split kernel
-# (npu_standins.torch_projection_split, checked bit for bit against the kernel in test_prefix_cache.py):
-# the Triton interpreter takes ~35 ms a launch on a CPU.  Qwen3.5-MoE has the dense Qwen3.5's GDN layer
-# class, whose runs keep the Triton kernel.
-TORCH_PROJECTION_SPLIT = ("qwen3_5_moe",)
+# Families whose GDN projection split and attention output gate run on the plain-torch copies of SGLang's
+# Triton kernels (npu_standins.torch_model_kernels, checked against the kernels in test_prefix_cache.py):
+# the Triton interpreter takes ~35 ms a launch on a CPU (the gate ~2.5 s a call).  Qwen3.5-MoE has the
+# dense Qwen3.5's GDN layer class, whose runs here keep the Triton kernels.
+TORCH_MODEL_KERNELS = ("qwen3_5_moe",)
 SHORT_CONV_FAMILIES = ("lfm2", "lfm2_moe", "lfm2_vl", "zaya")
 
 
@@ -129,8 +129,8 @@ def run_family(name: str, *, dtype: torch.dtype = torch.float32,
             _count(mp, calls, module, fn)
         if name in GDN_FAMILIES:
             stack.enter_context(npu_standins.ascend_gdn_helpers())
-        if name in TORCH_PROJECTION_SPLIT:
-            stack.enter_context(npu_standins.torch_projection_split())
+        if name in TORCH_MODEL_KERNELS:
+            stack.enter_context(npu_standins.torch_model_kernels())
         device_calls = stack.enter_context(device()) if device is not None else None
         if breakage is not None:
             breakage(mp)

@@ -190,12 +190,12 @@ def spec_npu_ops(*, fp32_conv: bool = True):
 
 
 def fast_split(dev: Optional[Callable]) -> Callable:
-    """``dev`` (a device context of :mod:`tests.e2e.device`, or None) plus the GDN models'
-    projection split in plain torch (:func:`tests.e2e.npu_standins.torch_projection_split`: the same
-    elements as SGLang's Triton kernels, which Triton's CPU interpreter runs at ~35 ms a launch)."""
+    """``dev`` (a device context of :mod:`tests.e2e.device`, or None) plus the GDN models' projection
+    split and attention output gate in plain torch (:func:`tests.e2e.npu_standins.torch_model_kernels`:
+    what SGLang's Triton kernels compute, which Triton's CPU interpreter runs at ~35 ms a launch)."""
     @contextlib.contextmanager
     def both():
-        with npu_standins.torch_projection_split():
+        with npu_standins.torch_model_kernels():
             if dev is None:
                 yield None
             else:

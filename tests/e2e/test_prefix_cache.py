@@ -88,7 +88,7 @@ def run_prefix(name: str, case: str, *, dtype=torch.float32, ssm_dtype=None, dev
         out["run"] = _run_case(case, engine)
         return [out["run"].b]
 
-    with npu_standins.torch_projection_split():
+    with npu_standins.torch_model_kernels():
         run = run_family(name, dtype=dtype, device=device_ctx, ssm_dtype=ssm_dtype, plan_runner=plan_runner,
                          server_args=prefix.SERVER_ARGS, breakage=breakage,
                          engine_args=dict(extra_buffer=True, max_context=prefix.MAX_CONTEXT, mamba_slots=10,
@@ -182,6 +182,31 @@ def test_negative_control_snapshot_one_token_late_fails():
     run, r = run_prefix("qwen3_5", "page_boundary", breakage=_one_token_late)
     with pytest.raises(AssertionError):
         _assert_lossless(r, FP32_LOGITS, FP32_STATE)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_sigmoid_gate_stand_in_equals_the_triton_kernel(dtype, inplace):
+    """Qwen3.5's attention output gate: the stand-in gives the Triton kernel's elements (both compute
+    in fp32 and round once to the output dtype; their fp32 ``exp`` may differ in the last bit, so two
+    units in the last place of the output dtype are allowed) for its 3-D strided gate and the flat form."""
+    from sglang.kernels.ops.elementwise.elementwise import fused_sigmoid_mul
+
+    gen = torch.Generator().manual_seed(3)
+    T, heads, head_dim = 5, 4, 16
+    both = torch.randn(T, heads, 2 * head_dim, generator=gen).to(dtype)
+    gate = both[..., head_dim:]  # strided, as qwen3_5.py splits q and gate
+    for g in (gate, gate.reshape(T, heads * head_dim).contiguous()):
+        attn = torch.randn(T, heads * head_dim, generator=gen).to(dtype)
+        want = fused_sigmoid_mul(attn.clone(), g, inplace=inplace)
+        mine_in = attn.clone()
+        got = npu_standins.sigmoid_gate_mul(mine_in, g, inplace=inplace)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        ulp = 2 * torch.finfo(dtype).eps * want.float().abs()  # two units in the last place
+        assert bool(((got.float() - want.float()).abs() <= ulp).all()), float((got.float() - want.float()).abs().max())
+        assert torch.equal(mine_in, got if inplace else attn)  # in place only when asked
+    with pytest.raises(ValueError, match="quant=True"):
+        npu_standins.sigmoid_gate_mul(attn, gate, quant=True)
 
 
 def test_projection_split_stand_ins_equal_the_triton_kernels():
@@ -294,7 +319,7 @@ def test_gdn_mixed_batch_of_tracked_and_untracked_requests():
         out["fresh"] = prefix.layer_states(engine, 5)
         return [a]
 
-    with npu_standins.torch_projection_split():
+    with npu_standins.torch_model_kernels():
         run_family("qwen3_5", plan_runner=plan_runner, server_args=prefix.SERVER_ARGS,
                    engine_args=dict(extra_buffer=True, max_context=prefix.MAX_CONTEXT, mamba_slots=10, rows=6))
     assert out["untouched"] == 0.0

@@ -63,7 +63,7 @@ def run_radix(name: str, case: str, *, dtype=torch.float32, ssm_dtype=None, devi
         return []
 
     t0 = time.time()
-    with npu_standins.torch_projection_split():
+    with npu_standins.torch_model_kernels():
         run_family(name, dtype=dtype, device=device_ctx, ssm_dtype=ssm_dtype, plan_runner=plan_runner,
                    server_args=radix.SERVER_ARGS, engine_args=radix.ENGINE_ARGS, breakage=breakage)
     out["seconds"] = time.time() - t0
