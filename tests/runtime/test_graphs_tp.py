@@ -13,20 +13,18 @@ from tests.runtime import tier
 # graphs and TP=2 run in the base release (the older releases run the Engine subset of the tier, for CI time)
 pytestmark = [pytest.mark.runtime, pytest.mark.base_release_only, pytest.mark.xdist_group("runtime-graphs-tp")]
 
-GRAPHS = tier.GRAPHS
-
 
 def test_lfm2_graphs_match_transformers():
-    r = tier.run("lfm2", "float32", engine=GRAPHS)
+    r = tier.run("lfm2", "float32", engine=tier.GRAPHS)
     tier.assert_served_whole(r)
     tier.assert_matches_transformers(r)
 
 
 def test_lfm2_decode_steps_replay_npu_graphs():
-    served = tier.run("lfm2", "float32", engine=GRAPHS).served
+    served = tier.run("lfm2", "float32", engine=tier.GRAPHS).served
     # SGLang's capture log line (0.5.23: "... NPU graph end. bs=[1, 2, 4]"; older: "... CUDA graph end.")
     assert re.search(r"Capture [^\n]*graph end\.", served.log), "no graph capture in the log"
-    assert tier.graph_counts(served).get("captures") == 3  # exactly one graph per batch size of GRAPHS
+    assert tier.graph_counts(served).get("captures") == 3  # exactly one graph per batch size of tier.GRAPHS
     tier.assert_decode_replayed_graphs(served)
     # graph decode attention is FIA's .out form with the lengths graph.update rebinds
     assert {"torch_npu.npu_fused_infer_attention_score.out",
@@ -57,7 +55,7 @@ def test_lfm2_tp2_runs_two_ranks():
 
 # the GDN family at TP=2 with decode graphs on and a bf16 SSM pool (the seed deployment's shape without
 # speculative decoding): Qwen3.5's (6, 2) GDN heads become (3, 1) per rank
-GDN_TP2_GRAPHS = {"tp_size": 2, "mamba_ssm_dtype": "bfloat16", **GRAPHS}
+GDN_TP2_GRAPHS = {"tp_size": 2, "mamba_ssm_dtype": "bfloat16", **tier.GRAPHS}
 
 
 def test_qwen3_5_tp2_with_graphs_matches_transformers():

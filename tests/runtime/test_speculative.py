@@ -153,7 +153,7 @@ def test_qwen3_5_nextn_fp32_matches_transformers_and_the_plain_run():
 # --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4 --dtype bfloat16
 # --mamba-ssm-dtype bfloat16 --disable-radix-cache, NPU graphs on), on the tiny Qwen3.5 with its MTP layer
 SEED = {"speculative_algorithm": "NEXTN", **SPEC_FLAGS, "tp_size": 2, "mamba_ssm_dtype": "bfloat16",
-        "disable_radix_cache": True, "disable_cuda_graph": False, "cuda_graph_bs_decode": (1, 2, 4)}
+        "disable_radix_cache": True, **tier.GRAPHS}
 
 
 @pytest.mark.base_release_only
