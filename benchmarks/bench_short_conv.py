@@ -52,7 +52,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from benchmarks.harness import Goal, measure, run  # noqa: E402
-from sglang_ascend_hybrid.backends.conv_state_layout import cuda_layout_view  # noqa: E402
+from sglang_ascend_hybrid.integration.conv_state_layout import cuda_layout_view  # noqa: E402
 from sglang_ascend_hybrid.ops.conv.api import causal_conv1d_fn, causal_conv1d_update  # noqa: E402
 
 DECODE_REPS = 31

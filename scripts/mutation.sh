@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Mutation testing of the modules that decide results.  Not run by CI (too slow):
-# run it before closing a change to ops/, backends/, plugin.py or patches/.
+# run it before closing a change to ops/, integration/, plugin.py or patches/.
 #
 #   scripts/mutation.sh [--sample N] [--resume] [--max-children N] [group ...]
 #

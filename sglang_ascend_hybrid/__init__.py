@@ -5,8 +5,8 @@ Layers, one folder each:
 * :mod:`.plugin` -- SGLang's plugin entry points (thin; hands over to :mod:`.patches`);
 * :mod:`.patches` -- every upstream symbol the plugin touches, and putting those patches in place
   (apply, on-import, deferred, strict mode, status, the cross-process definitions cache);
-* :mod:`.backends` -- hooks and integration: SGLang backend classes, upstream hook functions,
-  launch defaults;
+* :mod:`.integration` -- the SGLang-integration layer: every function a patch's ``hook=`` names
+  (launch decisions, GDN hooks, the short-conv sidecar, packed attention) and the backend classes;
 * :mod:`.ops` -- the plugin's device ops: the device seam, kernel ladders, contracts, references;
 * :mod:`.emulators` -- CPU emulators of NPU ops with the real contracts (tests, ``selftest --device cpu``);
 * :mod:`.tools` -- operator tools behind :mod:`.cli` (doctor, plan, selftest, pairing, reports);

@@ -21,7 +21,7 @@ import pytest
 
 from sglang_ascend_hybrid.tools import doctor, pairing
 from sglang_ascend_hybrid.patches import mode
-from sglang_ascend_hybrid.backends import short_conv
+from sglang_ascend_hybrid.integration import short_conv
 from sglang_ascend_hybrid.patches.releases import installed_version
 
 DECODE_OPTIMIZED = "sgl_kernel_npu.fla.fused_sigmoid_gating_recurrent_decode_optimized"

@@ -161,7 +161,7 @@ def test_model_dtype_is_what_sglang_runs_with_dtype_auto(name, cfg, expected):
 
 
 def test_family_table_is_the_one_source_of_the_lists():
-    from sglang_ascend_hybrid.backends import launch_defaults
+    from sglang_ascend_hybrid.integration import launch_defaults
 
     assert mf.GDN_MODEL_TYPES | mf.SHORT_CONV_MODEL_TYPES == set(mf.BY_MODEL_TYPE)
     assert launch_defaults.GDN_ARCHS == mf.GDN_ARCHS and launch_defaults.SHORT_CONV_ARCHS == mf.SHORT_CONV_ARCHS

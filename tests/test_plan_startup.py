@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglang_ascend_hybrid.backends import launch_defaults as ld
+from sglang_ascend_hybrid.integration import launch_defaults as ld
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "examples" / "configs"

@@ -13,7 +13,7 @@ import pytest
 
 from sglang_ascend_hybrid import patches, plugin
 from sglang_ascend_hybrid.patches import apply, mode, status
-from sglang_ascend_hybrid.backends import registry
+from sglang_ascend_hybrid.integration import registry
 from sglang_ascend_hybrid.patches import releases
 from sglang_ascend_hybrid.patches.releases import range_bounds
 
@@ -98,7 +98,7 @@ def fake_sglang(monkeypatch):
         def load(self):
             return lambda runner: f"built-{self.name}"
 
-    eps = [EP("ascend_hybrid", "sglang_ascend_hybrid.backends.ascend_hybrid:create_ascend_hybrid_backend"),
+    eps = [EP("ascend_hybrid", "sglang_ascend_hybrid.integration.ascend_hybrid:create_ascend_hybrid_backend"),
            EP("third_party", "other.pkg:factory")]
     monkeypatch.setattr(registry, "entry_points", lambda group: eps if group == registry.GROUP else [])
     monkeypatch.setattr(apply, "installed_version", lambda dist: NEWEST_TESTED)
@@ -236,7 +236,7 @@ def test_tested_release_says_nothing_about_testing(fake_sglang, caplog):
 
 
 def test_ascend_hybrid_factory_refuses_non_npu_clearly(monkeypatch):
-    import sglang_ascend_hybrid.backends.ascend_hybrid as ah
+    import sglang_ascend_hybrid.integration.ascend_hybrid as ah
 
     fake_utils = types.ModuleType("sglang.srt.utils")
     fake_utils.is_npu = lambda: False
@@ -246,7 +246,7 @@ def test_ascend_hybrid_factory_refuses_non_npu_clearly(monkeypatch):
 
 
 def test_ascend_hybrid_factory_builds_the_ascend_backend_on_npu(fake_sglang, monkeypatch):
-    import sglang_ascend_hybrid.backends.ascend_hybrid as ah
+    import sglang_ascend_hybrid.integration.ascend_hybrid as ah
 
     fake_utils = types.ModuleType("sglang.srt.utils")
     fake_utils.is_npu = lambda: True
@@ -505,4 +505,4 @@ def test_sglang_plugin_load_imports_no_attention_registry_and_parses_nothing_whe
     for name in ("backend-factories", "short-conv-backend", "conv1d-prefill", "conv1d-decode"):
         assert warm["states"][name] == apply.ON_IMPORT, (name, warm["states"][name])
         assert warm["later"][name] == status.APPLIED, (name, warm["later"][name])
-    assert warm["factory"] == "sglang_ascend_hybrid.backends.ascend_hybrid:create_ascend_hybrid_backend"
+    assert warm["factory"] == "sglang_ascend_hybrid.integration.ascend_hybrid:create_ascend_hybrid_backend"

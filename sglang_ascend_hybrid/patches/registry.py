@@ -27,7 +27,7 @@ PATCHES: tuple[Patch, ...] = (
         target="sglang.srt.arg_groups.choices.ATTENTION_BACKEND_CHOICES",
         extra_targets=("sglang.srt.arg_groups.choices.DRAFT_ATTENTION_BACKEND_CHOICES",),
         kind="choices",
-        hook="sglang_ascend_hybrid.backends.registry:add_backend_choices",
+        hook="sglang_ascend_hybrid.integration.registry:add_backend_choices",
         why="argparse rejects --attention-backend/--prefill-/--decode-attention-backend ascend_hybrid "
             "and draft backends not in DRAFT_ATTENTION_BACKEND_CHOICES fall back to flashinfer on NPU",
         how="append every name of the sglang.attention_backends entry-point group to both lists "
@@ -40,7 +40,7 @@ PATCHES: tuple[Patch, ...] = (
         name="backend-factories",
         target="sglang.srt.layers.attention.attention_registry.ATTENTION_BACKENDS",
         kind="backend_registry",
-        hook="sglang_ascend_hybrid.backends.registry:add_backend_factories",
+        hook="sglang_ascend_hybrid.integration.registry:add_backend_factories",
         why="a backend name needs a factory in ATTENTION_BACKENDS",
         how="ATTENTION_BACKENDS[name] = factory for every sglang.attention_backends entry point "
             "(existing names are never overwritten)",
@@ -52,7 +52,7 @@ PATCHES: tuple[Patch, ...] = (
         name="record-hybrid-request",
         target="handle_npu_backends",
         kind="resolution",
-        hook="sglang_ascend_hybrid.backends.ascend_hybrid:record_hybrid_request",
+        hook="sglang_ascend_hybrid.integration.ascend_hybrid:record_hybrid_request",
         why="on NPU, set_default_server_args overwrites every attention backend with 'ascend' (and many "
             "places compare == 'ascend' for Ascend KV pools, allocator, the hybrid-GDN assert), which "
             "would erase the user's request for ascend_hybrid",
@@ -80,7 +80,7 @@ PATCHES: tuple[Patch, ...] = (
             Target("sglang.srt.runtime_context.get_platform", "<0.5.22"),
             "sglang.srt.arg_groups.mamba_hook.validate_mamba_no_buffer",
         ),
-        hook="sglang_ascend_hybrid.backends.launch_defaults:launch_defaults_hook",
+        hook="sglang_ascend_hybrid.integration.launch_defaults:launch_defaults_hook",
         why="on NPU SGLang defaults page_size to 128 while short-conv hybrids (LFM2, LFM2-MoE, LFM2-VL, "
             "ZAYA1) get the no_buffer mamba radix cache, which asserts page_size 1 ('no_buffer only supports "
             "page_size=1', or a later scheduler error for LFM2-VL). page_size 1 is not viable on Ascend (the "
@@ -105,7 +105,7 @@ PATCHES: tuple[Patch, ...] = (
             "sglang.srt.arg_groups.overrides.resolving_view",
             "sglang.srt.arg_groups.overrides.model_config_of",
         ),
-        hook="sglang_ascend_hybrid.backends.gdn_state_dtype:gdn_state_dtype_hook",
+        hook="sglang_ascend_hybrid.integration.gdn_state_dtype:gdn_state_dtype_hook",
         why="GDN models on NPU get the SSM state dtype of --mamba-ssm-dtype, else of the model config (float32 "
             "for Qwen3.5 / 3.6), and which fused kernels can serve depends on it; operators need to see that "
             "before the first request",
@@ -121,7 +121,7 @@ PATCHES: tuple[Patch, ...] = (
         extra_targets=("sglang.srt.arg_groups.overrides._MAMBA_EXTRA_BUFFER_ARCHS",),
         kind="hook",
         hook_type="around",
-        hook="sglang_ascend_hybrid.backends.launch_defaults:supports_extra_buffer_around",
+        hook="sglang_ascend_hybrid.integration.launch_defaults:supports_extra_buffer_around",
         why="SGLang lets only the architectures of arg_groups/overrides.py _MAMBA_EXTRA_BUFFER_ARCHS use the "
             "mamba extra_buffer radix-cache strategy; LFM2 / LFM2-MoE are not among them (SGLang's short-conv "
             "sidecar writes no snapshot), and on NPU their other strategy, no_buffer, needs page size 1, which "
@@ -140,7 +140,7 @@ PATCHES: tuple[Patch, ...] = (
         target="sglang.srt.layers.attention.attention_registry.attn_backend_wrapper",
         kind="hook",
         hook_type="around",
-        hook="sglang_ascend_hybrid.backends.short_conv:attn_backend_wrapper_around",
+        hook="sglang_ascend_hybrid.integration.short_conv:attn_backend_wrapper_around",
         why="on NPU upstream raises NotImplementedError for ZayaConfig / Lfm2Config / Lfm2MoeConfig / "
             "Lfm2VlConfig: the conv-state sidecar (ShortConvAttnBackend.conv_state_metadata) has no Ascend "
             "implementation and the model code assumes the CUDA conv-state layout",
@@ -164,7 +164,7 @@ PATCHES: tuple[Patch, ...] = (
         target="sglang.srt.layers.attention.mamba.causal_conv1d.causal_conv1d_fn",
         kind="hook",
         hook_type="around",
-        hook="sglang_ascend_hybrid.ops.conv.api:causal_conv1d_fn_around",
+        hook="sglang_ascend_hybrid.integration.conv_hooks:causal_conv1d_fn_around",
         why="LFM2's short-conv prefill calls causal_conv1d_fn, which off CUDA runs SGLang's Triton kernel "
             "that assumes a [slots, dim, W-1] contiguous conv state; the NPU pool is window-major",
         how="AROUND (SGLang's HookRegistry also rebinds the copy imported into sglang.srt.models.lfm2): "
@@ -180,7 +180,7 @@ PATCHES: tuple[Patch, ...] = (
         target="sglang.srt.layers.attention.mamba.causal_conv1d.causal_conv1d_update",
         kind="hook",
         hook_type="around",
-        hook="sglang_ascend_hybrid.ops.conv.api:causal_conv1d_update_around",
+        hook="sglang_ascend_hybrid.integration.conv_hooks:causal_conv1d_update_around",
         why="LFM2's short-conv decode calls causal_conv1d_update with the same layout assumption",
         how="AROUND, same routing as conv1d-prefill; after the update, tracked decode steps copy their "
             "state into their track slot (static shapes, no host sync)",
@@ -192,7 +192,7 @@ PATCHES: tuple[Patch, ...] = (
         target="sglang.srt.models.lfm2.shortconv_target_verify",
         kind="hook",
         hook_type="around",
-        hook="sglang_ascend_hybrid.backends.short_conv_verify:shortconv_target_verify_around",
+        hook="sglang_ascend_hybrid.integration.short_conv_verify:shortconv_target_verify_around",
         why="LFM2 / LFM2-MoE's TARGET_VERIFY runs SGLang's Triton conv update with the CUDA-layout "
             "intermediate_conv_window tape; SGLang's NPU commit ignores that tape and rolls the window-major "
             "conv pool back with sgl-kernel-npu's conv_state_rollback, which needs the verify to have written "
@@ -210,7 +210,7 @@ PATCHES: tuple[Patch, ...] = (
         target="sglang.srt.models.zaya.cca_extend",
         kind="hook",
         hook_type="around",
-        hook="sglang_ascend_hybrid.backends.short_conv_track:cca_extend_around",
+        hook="sglang_ascend_hybrid.integration.short_conv_track:cca_extend_around",
         why="ZAYA1's CCA runs its own conv against the short-conv sidecar's slots (cca_extend / cca_decode), "
             "so no backend call sees its inputs: without a snapshot of its conv window and its one-token "
             "prev_hs lag at tracked boundaries the mamba extra_buffer radix cache has nothing to restore",
@@ -230,7 +230,7 @@ PATCHES: tuple[Patch, ...] = (
         target="sglang.srt.models.zaya.cca_decode",
         kind="hook",
         hook_type="around",
-        hook="sglang_ascend_hybrid.backends.short_conv_track:cca_decode_around",
+        hook="sglang_ascend_hybrid.integration.short_conv_track:cca_decode_around",
         why="the decode half of zaya-cca-extend-snapshots: track-grid decode steps must leave their state in "
             "their track slot",
         how="AROUND: after the original, tracked rows copy the conv window and prev_hs into their track slots "
@@ -244,7 +244,7 @@ PATCHES: tuple[Patch, ...] = (
         kind="hook",
         hook_type="around",
         requires=("sgl_kernel_npu",),
-        hook="sglang_ascend_hybrid.backends.gdn_hooks:ascend_chunk_gdn",
+        hook="sglang_ascend_hybrid.integration.gdn_hooks:ascend_chunk_gdn",
         why="GDN prefill (Qwen3.5 / Qwen3.6 / Qwen3-Next) crashes the server when the NPU kernel refuses "
             "the per-rank (value heads, key heads) pair, e.g. Qwen3.6-27B at TP=8 -> (6, 2); this method "
             "is the narrowest wrapper of torch.ops.npu.chunk_gated_delta_rule in sglang 0.5.23 and gets a "
@@ -282,7 +282,7 @@ PATCHES: tuple[Patch, ...] = (
         kind="hook",
         hook_type="around",
         requires=("sgl_kernel_npu",),
-        hook="sglang_ascend_hybrid.backends.gdn_hooks:ascend_verify_update",
+        hook="sglang_ascend_hybrid.integration.gdn_hooks:ascend_verify_update",
         why="speculative decoding (MTP) of GDN models verifies draft tokens with "
             "torch.ops.npu.recurrent_gated_delta_rule, which is bf16-only without a dtype check: with the "
             "fp32 SSM pool the Qwen3.5 / 3.6 configs ask for it reads fp32 bytes as bf16 and the output "
@@ -305,7 +305,7 @@ PATCHES: tuple[Patch, ...] = (
         kind="hook",
         hook_type="around",
         requires=("sgl_kernel_npu",),
-        hook="sglang_ascend_hybrid.backends.gdn_hooks:ascend_gdn_decode",
+        hook="sglang_ascend_hybrid.integration.gdn_hooks:ascend_gdn_decode",
         why="plain GDN decode on NPU (AscendGDNAttnBackend.forward_decode -> GDNKernelDispatcher.decode -> "
             "this method) calls sgl-kernel-npu's Triton decode kernel on the SSM pool, and that kernel's "
             "readable source (fla/fused_sigmoid_gating_recurrent.py, fla/fused_sigmoid_gating_recurrent_"
@@ -331,7 +331,7 @@ PATCHES: tuple[Patch, ...] = (
         kind="hook",
         hook_type="around",
         requires=("sgl_kernel_npu",),
-        hook="sglang_ascend_hybrid.backends.gdn_hooks:sgl_chunk_gated_delta_rule_npu",
+        hook="sglang_ascend_hybrid.integration.gdn_hooks:sgl_chunk_gated_delta_rule_npu",
         why="older SGLang releases route GDN prefill through GDNKernelDispatcher.extend -> this entry -> "
             "run_mega_chunk_gdn, whose check_shape raises 'unsupported mega_chunk_gdn (NumValueHeads, "
             "NumKeyHeads) pair' (failure B); inside AscendGDNAttnBackend.forward_extend gdn-extend-ladder "
@@ -352,7 +352,7 @@ PATCHES: tuple[Patch, ...] = (
         kind="hook",
         hook_type="around",
         requires=("sgl_kernel_npu",),
-        hook="sglang_ascend_hybrid.backends.gdn_hooks:ascend_gdn_forward_extend",
+        hook="sglang_ascend_hybrid.integration.gdn_hooks:ascend_gdn_forward_extend",
         why="on releases whose GDN prefill goes forward_extend -> GDNKernelDispatcher.extend -> "
             "TritonGDNKernel.extend, the kernel call (gdn-extend-ladder) does not see the step's "
             "radix-cache tracking (forward_metadata.has_mamba_track_mask / track_ssm_h_src), which "
@@ -373,7 +373,7 @@ PATCHES: tuple[Patch, ...] = (
         kind="hook",
         hook_type="around",
         requires=("sgl_kernel_npu",),
-        hook="sglang_ascend_hybrid.backends.gdn_hooks:triton_gdn_extend",
+        hook="sglang_ascend_hybrid.integration.gdn_hooks:triton_gdn_extend",
         why="on NPU this method hands the value-first pool's rows ([N, Hv, V, K]) to sgl-kernel-npu's "
             "Triton entry, which reads and writes states key first ([N, H, K, V], FLA's layout: SKN "
             "f425bdf1 fla/chunk.py), and forward_extend writes its key-first final state and copies its "
@@ -403,7 +403,7 @@ PATCHES: tuple[Patch, ...] = (
         kind="hook",
         hook_type="replace",
         runtime="multimodal",
-        hook="sglang_ascend_hybrid.ops.attention.api:fused_infer_attention_varlen",
+        hook="sglang_ascend_hybrid.integration.packed_attention:fused_infer_attention_varlen",
         why="upstream raises NotImplementedError for a packed batch where a sequence is empty on only the "
             "query or only the key/value side (ring-attention KV-only chunks, empty query segments) and "
             "returns uninitialised tensors for all-empty batches",
@@ -414,7 +414,7 @@ PATCHES: tuple[Patch, ...] = (
         upstream="none: no upstream issue or pull request found for fused_infer_attention_varlen refusing "
                  "one-sided sequences",
         removal="when upstream's fused_infer_attention_varlen no longer refuses one-sided sequences "
-                "(ops.attention.api.upstream_needs_replacement(ascend_fa) returns False)",
+                "(integration.packed_attention.upstream_needs_replacement(ascend_fa) returns False)",
         releases=">=0.5.21",
         elsewhere=Elsewhere(
             state=UNAVAILABLE,

@@ -4,8 +4,8 @@ Uses the runtime's own code: the family table and config rules
 (:mod:`sglang_ascend_hybrid.model_families`), the GDN head planner and the prefill ladder's
 signature rules (:func:`sglang_ascend_hybrid.ops.gdn.prefill.prefill_static_reasons`), the
 conv-kernel limits (:mod:`sglang_ascend_hybrid.ops.conv.contract`), the SSM state dtype rules
-(:mod:`sglang_ascend_hybrid.backends.gdn_state_dtype`) and the launch-default decisions
-(:mod:`sglang_ascend_hybrid.backends.launch_defaults`, which reads what it needs of SGLang from
+(:mod:`sglang_ascend_hybrid.integration.gdn_state_dtype`) and the launch-default decisions
+(:mod:`sglang_ascend_hybrid.integration.launch_defaults`, which reads what it needs of SGLang from
 its installed source).  Nothing of SGLang or transformers is imported.  The config is parsed
 once (:func:`sglang_ascend_hybrid.model_families.facts`); every row is computed from those facts.
 
@@ -51,7 +51,7 @@ def kernel_predicate(kernel_heads: Optional[list[int]]) -> Optional[Callable[[in
 def state_dtype(facts: mf.ModelFacts, override: Optional[str] = None) -> tuple[str, str]:
     """The SSM state dtype SGLang will give this model, and where it comes from (the runtime's
     precedence: --mamba-ssm-dtype, SGLANG_MAMBA_SSM_DTYPE, the config, float32)."""
-    from sglang_ascend_hybrid.backends.gdn_state_dtype import effective_dtype
+    from sglang_ascend_hybrid.integration.gdn_state_dtype import effective_dtype
 
     return effective_dtype(override, facts.config_ssm_dtype, os.environ.get("SGLANG_MAMBA_SSM_DTYPE"))
 
@@ -68,7 +68,7 @@ def prefill_entry(lay: mf.GDNLayout, dtype: str, state: str, chunk_states: bool,
     """Which prefill rung serves calls of this layout (per rank), the reasons of every other rung."""
     import torch
 
-    from sglang_ascend_hybrid.backends.gdn_hooks import prefill_skip
+    from sglang_ascend_hybrid.integration.gdn_hooks import prefill_skip
     from sglang_ascend_hybrid.envs import ENV
     from sglang_ascend_hybrid.ops.gdn import prefill
     from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature
@@ -132,7 +132,7 @@ def decode_entry(lay: mf.GDNLayout, dtype: str, state: str) -> dict[str, Any]:
 def gdn_entry(facts: mf.ModelFacts, tp: int, predicate=None, ssm_dtype: Optional[str] = None) -> dict[str, Any]:
     import torch
 
-    from sglang_ascend_hybrid.backends.gdn_state_dtype import plan_state
+    from sglang_ascend_hybrid.integration.gdn_state_dtype import plan_state
     from sglang_ascend_hybrid.ops.gdn.prefill import plan_for_layout
 
     lay = facts.gdn_layout(tp)
@@ -228,7 +228,7 @@ def assumptions(kernel_heads: Optional[list[int]]) -> dict[str, Any]:
 def plan(cfg: dict, tp_sizes=DEFAULT_TP, kernel_heads: Optional[list[int]] = None,
          ssm_dtype: Optional[str] = None) -> dict[str, Any]:
     """The plan document (``docs/plan-json.md``) of ``cfg`` at each TP size."""
-    from sglang_ascend_hybrid.backends.launch_defaults import planned_adjustments, planned_prefix_cache
+    from sglang_ascend_hybrid.integration.launch_defaults import planned_adjustments, planned_prefix_cache
 
     facts = mf.facts(cfg)  # the one parse: a malformed config fails as a whole, before any TP size
     predicate = kernel_predicate(kernel_heads)
@@ -276,7 +276,7 @@ def _rung_line(r: dict, mega_plan: Optional[dict] = None, width: int = 10) -> st
 
 
 def render(doc: dict[str, Any], out: TextIO | None = None) -> None:
-    from sglang_ascend_hybrid.backends.launch_defaults import SNAPSHOT_WRITERS
+    from sglang_ascend_hybrid.integration.launch_defaults import SNAPSHOT_WRITERS
 
     w = (out or sys.stdout).write
     m, a = doc["model"], doc["assumptions"]

@@ -106,7 +106,7 @@ def run_family(name: str, *, dtype: torch.dtype = torch.float32,
     family's models to run (default: :func:`built` / :func:`built_bf16`; a tensor-parallel rank
     builds its own shard, :mod:`tests.e2e.tp`); ``server_args`` / ``engine_args``: more SGLang server
     arguments and :class:`harness.Engine` arguments (the prefix-cache runs: extra buffer, longer context)."""
-    from sglang_ascend_hybrid.backends import gdn_hooks
+    from sglang_ascend_hybrid.integration import gdn_hooks
     from sglang_ascend_hybrid.ops.conv import api as plugin_conv
 
     b = models if models is not None else built(name) if dtype == torch.float32 else built_bf16(name)

@@ -21,7 +21,7 @@ import functools
 import pytest
 import torch
 
-from sglang_ascend_hybrid.backends import short_conv
+from sglang_ascend_hybrid.integration import short_conv
 from sglang_ascend_hybrid.ops.gdn import decode
 from tests.e2e import device, graph_runner as gr, harness
 from tests.e2e.runner import run_family
@@ -230,10 +230,10 @@ def test_negative_control_gdn_graph_decode_without_sglangs_track_copy_fails(monk
 
 
 def test_negative_control_graph_decode_without_the_track_copy_leaves_track_slots_stale():
-    from sglang_ascend_hybrid.backends import short_conv_track
+    from sglang_ascend_hybrid.integration import short_conv_track
 
     def no_copy(mp):
-        mp.setattr(short_conv_track.ConvCallTracker, "after_update", lambda self, conv_state: None)
+        mp.setattr(short_conv_track, "after_update", lambda conv_state: None)
 
     run, graph = _tracked_graph_run("lfm2", _watch_short_conv, breakage=no_copy)
     cache = run.backend.linear_attn_backend.req_to_token_pool.mamba_pool.mamba_cache

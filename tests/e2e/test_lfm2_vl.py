@@ -21,7 +21,7 @@ from array import array
 import pytest
 import torch
 
-from sglang_ascend_hybrid.backends import short_conv
+from sglang_ascend_hybrid.integration import short_conv
 from tests.e2e import harness
 from tests.e2e.families import LFM2_VL_IMAGE_TOKEN
 from tests.e2e.runner import built, run_family

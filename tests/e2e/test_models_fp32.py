@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_ascend_hybrid.backends import short_conv
+from sglang_ascend_hybrid.integration import short_conv
 from tests.e2e import device, harness
 from tests.e2e.runner import GDN_FAMILIES, run_family
 

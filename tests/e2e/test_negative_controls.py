@@ -9,8 +9,8 @@ import dataclasses
 import pytest
 import torch
 
-from sglang_ascend_hybrid.backends import gdn_hooks, short_conv
-from sglang_ascend_hybrid.backends.conv_state_layout import cuda_layout_view
+from sglang_ascend_hybrid.integration import gdn_hooks, short_conv
+from sglang_ascend_hybrid.integration.conv_state_layout import cuda_layout_view
 from tests.e2e import device
 from tests.e2e.runner import run_family
 

@@ -150,7 +150,7 @@ def test_gdn_bf16_model_hits_are_lossless(name, case, pool):
 
 def _round_h_through_bf16(mp):
     """The plugin's earlier hook: per-chunk states rounded to the activation dtype."""
-    from sglang_ascend_hybrid.backends import gdn_hooks
+    from sglang_ascend_hybrid.integration import gdn_hooks
 
     real = gdn_hooks.chunk_with_states
 
@@ -245,9 +245,9 @@ def test_short_conv_negative_control_snapshot_one_token_late_fails():
 
 
 def _no_conv_snapshot(mp):
-    from sglang_ascend_hybrid.backends import short_conv_track
+    from sglang_ascend_hybrid.integration import short_conv_track
 
-    mp.setattr(short_conv_track.ConvCallTracker, "before_prefill", lambda self, x, conv_states: None)
+    mp.setattr(short_conv_track, "before_prefill", lambda x, conv_states: None)
 
 
 def test_short_conv_negative_control_without_the_sidecar_snapshot_fails():

@@ -1,6 +1,6 @@
 """Speculative decoding (EAGLE-family linear chains, topk 1) of whole short-conv models on Ascend:
 LFM2, LFM2-MoE, LFM2-VL (text requests) and ZAYA1 (its CCA conv) through the plugin's verify paths
-(:mod:`sglang_ascend_hybrid.backends.short_conv_verify`), driven as :mod:`tests.e2e.spec` drives
+(:mod:`sglang_ascend_hybrid.integration.short_conv_verify`), driven as :mod:`tests.e2e.spec` drives
 SGLang's EAGLE worker: prefills, TARGET_VERIFY steps of 4-token windows with drafts partly rejected,
 SGLang's greedy acceptance, SGLang's NPU commit (``update_mamba_state_after_mtp_verify`` ->
 ``conv_state_rollback`` on the window-major draft pool, and the plugin's commit of ZAYA1's
@@ -23,7 +23,7 @@ from types import SimpleNamespace as NS
 import pytest
 import torch
 
-from sglang_ascend_hybrid.backends import short_conv_verify
+from sglang_ascend_hybrid.integration import short_conv_verify
 from tests.e2e import harness, spec
 from tests.e2e.runner import built, run_family
 from tests.release_subset import older_releases_run

@@ -110,7 +110,7 @@ def _recorder(shapes: dict, key: str, fn: Callable, shape_of: Callable) -> Calla
 def _watch_plugin_ops(mp, shapes: dict) -> None:
     """Record what the plugin's ops are handed: GDN prefill (Hk, Hv) and decode (Hk, K, Hv, V),
     conv channels of the prefill and decode conv ops (x's and the weight's)."""
-    from sglang_ascend_hybrid.backends import gdn_hooks
+    from sglang_ascend_hybrid.integration import gdn_hooks
     from sglang_ascend_hybrid.ops.conv import api as plugin_conv
     from sglang_ascend_hybrid.ops.gdn import decode
 

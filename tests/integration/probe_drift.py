@@ -12,7 +12,7 @@ from sglang_ascend_hybrid.testing.launch_check import resolve_launch
 DRIFTED = "sglang.srt.layers.attention.attention_registry.removed_in_a_later_release"
 patches.PATCHES = patches.PATCHES + (
     patches.Patch(name="simulated-drift", target=DRIFTED, kind="hook", hook_type="around",
-                  hook="sglang_ascend_hybrid.backends.ascend_hybrid:create_ascend_hybrid_backend",
+                  hook="sglang_ascend_hybrid.integration.ascend_hybrid:create_ascend_hybrid_backend",
                   why="test", how="test", removal="test"),
 )
 model = Path(sys.argv[1])

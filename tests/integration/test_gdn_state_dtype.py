@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_ascend_hybrid.backends import gdn_state_dtype as gsd
+from sglang_ascend_hybrid.integration import gdn_state_dtype as gsd
 from sglang_ascend_hybrid.testing.launch_check import resolve_isolated
 
 from ._families import config_dir

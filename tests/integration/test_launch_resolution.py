@@ -13,8 +13,8 @@ import re
 
 import pytest
 
-from sglang_ascend_hybrid.backends import launch_defaults
-from sglang_ascend_hybrid.backends.launch_defaults import LaunchConfigError, planned_adjustments
+from sglang_ascend_hybrid.integration import launch_defaults
+from sglang_ascend_hybrid.integration.launch_defaults import LaunchConfigError, planned_adjustments
 from sglang_ascend_hybrid.testing import launch_check
 from sglang_ascend_hybrid.testing.launch_check import resolve_isolated
 

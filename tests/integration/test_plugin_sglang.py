@@ -55,7 +55,7 @@ def test_load_plugins_runs_register_through_entry_points(facts):
 
 def test_attention_backends_holds_the_entry_point_factory(facts):
     assert facts["factory_entry_point"] == (
-        "sglang_ascend_hybrid.backends.ascend_hybrid:create_ascend_hybrid_backend")
+        "sglang_ascend_hybrid.integration.ascend_hybrid:create_ascend_hybrid_backend")
     assert facts["in_choices"] and facts["in_draft_choices"]
 
 
@@ -150,7 +150,7 @@ def test_diffusion_fix_is_installed_or_plainly_unavailable():
         "from sglang_ascend_hybrid.patches.status import STATUS\n"
         "STATUS.refresh_applied()\n"
         "from sglang.multimodal_gen.runtime.layers.attention.backends import ascend_fa\n"
-        "from sglang_ascend_hybrid.ops.attention import api as pa\n"
+        "from sglang_ascend_hybrid.integration import packed_attention as pa\n"
         "st = STATUS.patches['packed-attention-one-sided']\n"
         "print(st.state, pa.probe_replacement(ascend_fa.fused_infer_attention_varlen))\n"
     )

@@ -5,5 +5,5 @@
 - :mod:`.inputs`: input validation (shape checks without a sync, value checks on the host);
 - :mod:`.torch_impl`: the tuned pure-torch rung (the CPU path);
 - :mod:`.dispatch`: the kernel ladders and their rungs;
-- :mod:`.api`: the public ops and SGLang's hooks.
+- :mod:`.api`: the public ops (SGLang's hooks: :mod:`sglang_ascend_hybrid.integration.conv_hooks`).
 """

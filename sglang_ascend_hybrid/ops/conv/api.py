@@ -5,7 +5,7 @@ Same signatures and semantics as
 :mod:`~sglang_ascend_hybrid.ops.conv.torch_impl` for those semantics), plus a keyword
 ``check_values``.  Conv states may be any strided ``[slots, dim, state_len]`` tensor, in
 particular the transposed view of a window-major NPU pool that
-:mod:`sglang_ascend_hybrid.backends.conv_state_layout` hands to the model; the state is its
+:mod:`sglang_ascend_hybrid.integration.conv_state_layout` hands to the model; the state is its
 columns ``[0, W-1)``.
 
 Kernels: :mod:`~sglang_ascend_hybrid.ops.conv.dispatch` (the ladders),
@@ -20,13 +20,8 @@ decode under graph capture never reads tensor values on the host.  Empty batches
 ``T == 0`` return an empty result without calling any kernel.  ``SGLANG_ASCEND_HYBRID_CONV_BACKEND``
 forces a rung.
 
-Hooks: SGLang's LFM2 imports ``causal_conv1d_fn`` / ``causal_conv1d_update`` into its own
-module.  :func:`causal_conv1d_fn_around` / :func:`causal_conv1d_update_around` are AROUND
-hooks for the two names in ``sglang.srt.layers.attention.mamba.causal_conv1d`` (HookRegistry
-rebinds the from-import copies).  They route to this module when the input lives on an NPU,
-when a conv emulator is installed in the seam (CPU self-test), or when the conv state is a
-window-major view (only the NPU pool is laid out that way); every other call (CUDA, ROCm,
-CPU with a CUDA-layout pool) runs the original.
+The SGLang hooks that route LFM2's calls here live in
+:mod:`sglang_ascend_hybrid.integration.conv_hooks`.
 """
 
 from __future__ import annotations
@@ -35,7 +30,6 @@ from typing import Optional
 
 import torch
 
-from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.ops.conv.dispatch import (
     FN_LADDER,
     UPDATE_LADDER,
@@ -45,8 +39,6 @@ from sglang_ascend_hybrid.ops.conv.dispatch import (
     _signature,
     _UpdateCall,
     _VerifyCall,
-    device_possible,
-    is_window_major,
 )
 from sglang_ascend_hybrid.ops.conv.inputs import (
     PAD_SLOT_ID,
@@ -189,61 +181,3 @@ def causal_conv1d_verify(
         return torch.empty_like(x)
     call = _VerifyCall(x, conv_window, weight, bias, activation, cache_indices, pad_slot_id, draft_token_num)
     return _dispatch(VERIFY_LADDER, _signature("verify", width, x, weight, conv_window.transpose(1, 2)), call, x)
-
-
-# --------------------------------------------------------------------------- hooks
-
-
-def routes_to_plugin(x, conv_state) -> bool:
-    """Whether an upstream conv call belongs to this plugin (see module docstring)."""
-    if not isinstance(x, torch.Tensor):
-        return False
-    return device_possible(x) or (isinstance(conv_state, torch.Tensor) and is_window_major(conv_state))
-
-
-def _host_seq_lens_check(seq_lens_cpu, x) -> None:
-    """Value check on SGLang's host mirror of the query lengths (no device read)."""
-    if seq_lens_cpu is None or not isinstance(x, torch.Tensor) or x.dim() != 2:
-        return
-    lens = [int(v) for v in seq_lens_cpu]
-    if any(v < 0 for v in lens) or sum(lens) > x.shape[1]:
-        raise ValueError(f"seq_lens_cpu={lens}: expected non-negative lengths summing to at most "
-                         f"the {x.shape[1]} tokens of x")
-
-
-# Observers of the serving calls the hooks below route to the plugin: ``before_prefill(x, conv_states)``
-# runs before the prefill kernel, ``after_update(conv_state)`` after the decode update (the Ascend
-# short-conv sidecar registers its radix-cache snapshots here: backends/short_conv_track.py).
-CALL_OBSERVERS: list = []
-
-
-def add_call_observer(observer) -> None:
-    if observer not in CALL_OBSERVERS:
-        CALL_OBSERVERS.append(observer)
-
-
-def causal_conv1d_fn_around(original, *args, **kwargs):
-    """AROUND hook for ``sglang.srt.layers.attention.mamba.causal_conv1d.causal_conv1d_fn``."""
-    x = args[0] if args else kwargs.get("x")
-    state = args[6] if len(args) > 6 else kwargs.get("conv_states")
-    if routes_to_plugin(x, state):
-        _host_seq_lens_check(kwargs.get("seq_lens_cpu"), x)
-        kwargs.setdefault("check_values", ENV.DEBUG_CHECKS.get())
-        for observer in CALL_OBSERVERS:
-            observer.before_prefill(x, state)
-        return causal_conv1d_fn(*args, **kwargs)
-    return original(*args, **kwargs)
-
-
-def causal_conv1d_update_around(original, *args, **kwargs):
-    """AROUND hook for ``sglang.srt.layers.attention.mamba.causal_conv1d.causal_conv1d_update``
-    (the serving decode path: no host sync unless SGLANG_ASCEND_HYBRID_DEBUG_CHECKS=1)."""
-    x = args[0] if args else kwargs.get("x")
-    state = args[1] if len(args) > 1 else kwargs.get("conv_state")
-    if routes_to_plugin(x, state):
-        kwargs.setdefault("check_values", ENV.DEBUG_CHECKS.get())
-        out = causal_conv1d_update(*args, **kwargs)
-        for observer in CALL_OBSERVERS:
-            observer.after_update(state)
-        return out
-    return original(*args, **kwargs)

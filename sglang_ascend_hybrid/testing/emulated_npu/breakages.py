@@ -72,8 +72,8 @@ def _invert_decode_layout(module) -> None:
 
 # name -> (plugin module it patches, the patch)
 BREAKAGES: dict[str, tuple[str, Callable]] = {
-    "ignore-saved-conv-state": ("sglang_ascend_hybrid.backends.short_conv", _ignore_saved_conv_state),
-    "ignore-saved-ssm-state": ("sglang_ascend_hybrid.backends.gdn_hooks", _ignore_saved_ssm_state),
+    "ignore-saved-conv-state": ("sglang_ascend_hybrid.integration.short_conv", _ignore_saved_conv_state),
+    "ignore-saved-ssm-state": ("sglang_ascend_hybrid.integration.gdn_hooks", _ignore_saved_ssm_state),
     "invert-decode-layout": ("sglang_ascend_hybrid.ops.gdn.decode.probe", _invert_decode_layout),
 }
 

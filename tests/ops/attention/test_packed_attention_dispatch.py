@@ -13,6 +13,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from sglang_ascend_hybrid.emulators import fused_infer_attention as emu
+from sglang_ascend_hybrid.integration import packed_attention as patch_side
 from sglang_ascend_hybrid.ops.attention import api as pa
 from sglang_ascend_hybrid.ops.attention.torch_impl import packed_attention_torch
 from sglang_ascend_hybrid.ops import seam
@@ -455,9 +456,9 @@ def test_probe_replacement_tells_fixed_from_refusing():
         out, lse = fused_infer_attention_varlen(*args, **kwargs)
         return out, torch.nan_to_num(lse, neginf=0.0)
 
-    assert pa.probe_replacement(fused_infer_attention_varlen)
-    assert not pa.probe_replacement(refusing)
-    assert not pa.probe_replacement(wrong_fill)
+    assert patch_side.probe_replacement(fused_infer_attention_varlen)
+    assert not patch_side.probe_replacement(refusing)
+    assert not patch_side.probe_replacement(wrong_fill)
 
 
 def test_upstream_needs_replacement_reads_the_source():
@@ -465,8 +466,8 @@ def test_upstream_needs_replacement_reads_the_source():
 
     fixed = types.ModuleType("fixed_upstream")
     fixed.fused_infer_attention_varlen = fused_infer_attention_varlen
-    assert not pa.upstream_needs_replacement(fixed)
-    assert not pa.upstream_needs_replacement(types.ModuleType("no_function"))
+    assert not patch_side.upstream_needs_replacement(fixed)
+    assert not patch_side.upstream_needs_replacement(types.ModuleType("no_function"))
 
 
 def test_random_packed_case_helper():
@@ -482,7 +483,7 @@ def test_random_packed_case_helper():
 
 def test_probe_replacement_works_with_emulators_installed():
     with seam.install_emulators(emu.emulators()):
-        assert pa.probe_replacement(fused_infer_attention_varlen)
+        assert patch_side.probe_replacement(fused_infer_attention_varlen)
 
 
 def test_query_only_rows_are_zero_and_neg_inf_whatever_their_queries():

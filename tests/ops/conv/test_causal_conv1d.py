@@ -11,7 +11,7 @@ from sglang.kernels.ops.mamba.causal_conv1d_triton import (
     causal_conv1d_fn as triton_fn,
     causal_conv1d_update as triton_update,
 )
-from sglang_ascend_hybrid.backends.conv_state_layout import cuda_layout_view, shares_storage
+from sglang_ascend_hybrid.integration.conv_state_layout import cuda_layout_view, shares_storage
 from sglang_ascend_hybrid.ops.conv.api import causal_conv1d_fn, causal_conv1d_update
 
 DIM = 24

@@ -13,8 +13,9 @@ from sglang.kernels.ops.mamba.causal_conv1d_triton import (
     causal_conv1d_fn as triton_fn,
     causal_conv1d_update as triton_update,
 )
-from sglang_ascend_hybrid.backends.conv_state_layout import cuda_layout_view
+from sglang_ascend_hybrid.integration.conv_state_layout import cuda_layout_view
 from sglang_ascend_hybrid.emulators import causal_conv1d as emu
+from sglang_ascend_hybrid.integration import conv_hooks
 from sglang_ascend_hybrid.ops.conv import api as ops
 from sglang_ascend_hybrid.ops.conv import dispatch as conv_dispatch
 from sglang_ascend_hybrid.ops import seam
@@ -191,7 +192,7 @@ def test_decode_only_env_backend_leaves_prefill_on_its_ladder(monkeypatch, caplo
     with seam.install_emulators(installed):
         for _ in range(2):  # the second call says nothing more
             pool.copy_(ref_pool)
-            out = ops.causal_conv1d_fn_around(lambda *a, **k: pytest.fail("upstream called"),
+            out = conv_hooks.causal_conv1d_fn_around(lambda *a, **k: pytest.fail("upstream called"),
                                               x, weight, bias, query_start_loc=qsl, cache_indices=idx,
                                               has_initial_state=his, conv_states=cuda_layout_view(pool),
                                               activation="silu")
@@ -230,27 +231,27 @@ def test_hooks_route_window_major_to_plugin_and_cuda_layout_to_original():
     weight = torch.randn(DIM, 3, generator=gen)
     qsl = torch.tensor([0, 3], dtype=torch.int32)
     cuda_states = torch.zeros(2, DIM, 2)
-    assert ops.causal_conv1d_fn_around(original, x, weight, None, qsl, torch.tensor([1]), None,
+    assert conv_hooks.causal_conv1d_fn_around(original, x, weight, None, qsl, torch.tensor([1]), None,
                                        cuda_states, None) == "upstream"
     pool = torch.zeros(2, 2, DIM)
-    out = ops.causal_conv1d_fn_around(original, x, weight, None, query_start_loc=qsl,
+    out = conv_hooks.causal_conv1d_fn_around(original, x, weight, None, query_start_loc=qsl,
                                       cache_indices=torch.tensor([1]), conv_states=cuda_layout_view(pool),
                                       activation=None)
     assert calls == ["original"] and out.shape == x.shape
     torch.testing.assert_close(pool[1], x[:, 1:].t())
 
-    assert ops.causal_conv1d_update_around(original, torch.randn(1, DIM), cuda_states, weight) == "upstream"
-    ops.causal_conv1d_update_around(original, torch.randn(1, DIM), cuda_layout_view(pool), weight,
+    assert conv_hooks.causal_conv1d_update_around(original, torch.randn(1, DIM), cuda_states, weight) == "upstream"
+    conv_hooks.causal_conv1d_update_around(original, torch.randn(1, DIM), cuda_layout_view(pool), weight,
                                     conv_state_indices=torch.tensor([0]))
     assert calls == ["original", "original"] and pool[0].abs().sum() > 0
 
 
 def test_hooks_route_everything_to_plugin_while_emulated():
     with seam.install_emulators({emu.OP_ACLNN: emu.NpuCausalConv1d()}):
-        assert ops.routes_to_plugin(torch.zeros(2, DIM), torch.zeros(2, DIM, 2))
-    assert not ops.routes_to_plugin(torch.zeros(2, DIM), torch.zeros(2, DIM, 2))
-    assert ops.routes_to_plugin(torch.zeros(2, DIM), cuda_layout_view(torch.zeros(2, 1, DIM)))
-    assert not ops.routes_to_plugin(torch.zeros(2, DIM), torch.zeros(2, DIM, 1))
+        assert conv_hooks.routes_to_plugin(torch.zeros(2, DIM), torch.zeros(2, DIM, 2))
+    assert not conv_hooks.routes_to_plugin(torch.zeros(2, DIM), torch.zeros(2, DIM, 2))
+    assert conv_hooks.routes_to_plugin(torch.zeros(2, DIM), cuda_layout_view(torch.zeros(2, 1, DIM)))
+    assert not conv_hooks.routes_to_plugin(torch.zeros(2, DIM), torch.zeros(2, DIM, 1))
 
 
 def test_npu_v2_prefill_without_cache_indices_on_several_sequences():

@@ -11,8 +11,9 @@ import logging
 import pytest
 import torch
 
-from sglang_ascend_hybrid.backends.conv_state_layout import cuda_layout_view
+from sglang_ascend_hybrid.integration.conv_state_layout import cuda_layout_view
 from sglang_ascend_hybrid.emulators import causal_conv1d as emu
+from sglang_ascend_hybrid.integration import conv_hooks
 from sglang_ascend_hybrid.ops.conv import api as ops
 from sglang_ascend_hybrid.ops.conv import dispatch as conv_dispatch
 from sglang_ascend_hybrid.ops import seam
@@ -269,7 +270,7 @@ def test_decode_hook_path_has_no_host_sync_on_any_rung(rung, dtype, draft):
 
     with seam.install_emulators({n: opaque(f) for n, f in emu.emulators().items()}), forced_backend(rung):
         with SyncCounter() as counter:
-            ops.causal_conv1d_update_around(original, *args, **kwargs)
+            conv_hooks.causal_conv1d_update_around(original, *args, **kwargs)
     assert counter.total == 0, dict(counter.counts)
 
 
@@ -281,10 +282,10 @@ def test_direct_call_and_debug_checks_do_read_values_on_the_host(monkeypatch):
             ops.causal_conv1d_update(*args, **kwargs)
         monkeypatch.setenv("SGLANG_ASCEND_HYBRID_DEBUG_CHECKS", "1")
         with SyncCounter() as debug:
-            ops.causal_conv1d_update_around(None, *args, **kwargs)
+            conv_hooks.causal_conv1d_update_around(None, *args, **kwargs)
         bad = dict(kwargs, conv_state_indices=torch.tensor([3, 3, 0, 5], dtype=torch.int32))
         with pytest.raises(ValueError, match="conv_state_indices uses slot 3"):
-            ops.causal_conv1d_update_around(None, *args, **bad)
+            conv_hooks.causal_conv1d_update_around(None, *args, **bad)
     # two host reads: the range check and the duplicate check
     assert direct.total == debug.total == 2, (dict(direct.counts), dict(debug.counts))
 
@@ -294,7 +295,7 @@ def test_prefill_hook_checks_sglangs_host_lengths_without_a_sync():
     pool = _pool(3, False, torch.float16, gen)
     x = torch.randn(DIM, 3, generator=gen).half()
     with pytest.raises(ValueError, match="seq_lens_cpu"):
-        ops.causal_conv1d_fn_around(None, x, torch.randn(DIM, 3).half(), None,
+        conv_hooks.causal_conv1d_fn_around(None, x, torch.randn(DIM, 3).half(), None,
                                     torch.tensor([0, 2, 3], dtype=torch.int32), torch.tensor([0, 1]), None,
                                     cuda_layout_view(pool), None, seq_lens_cpu=[2, 5])
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from sglang_ascend_hybrid.backends.conv_state_layout import cuda_layout_view
+from sglang_ascend_hybrid.integration.conv_state_layout import cuda_layout_view
 from sglang_ascend_hybrid.ops.conv import torch_impl as ref
 from tests.ops.conv.conv_oracle import assert_close_to_oracle, oracle_fn, oracle_update
 from tests.sync_counter import SyncCounter

@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sglang_ascend_hybrid.backends.conv_state_layout import cuda_layout_view
+from sglang_ascend_hybrid.integration.conv_state_layout import cuda_layout_view
 from sglang_ascend_hybrid.emulators import causal_conv1d as conv_emu
 from sglang_ascend_hybrid.emulators import gdn as emu
 from sglang_ascend_hybrid.ops.conv import api as conv_ops

@@ -293,7 +293,7 @@ def test_a_non_contiguous_pool_never_reaches_the_kernel(caplog):
 
 @pytest.mark.parametrize("forced,rung", [("torch", "torch"), ("mega", "triton_decode")])
 def test_the_hook_obeys_the_gdn_backend_variable_for_decode_rungs_only(forced, rung, monkeypatch, caplog):
-    from sglang_ascend_hybrid.backends import gdn_hooks
+    from sglang_ascend_hybrid.integration import gdn_hooks
 
     monkeypatch.setenv("SGLANG_ASCEND_HYBRID_GDN_BACKEND", forced)
     monkeypatch.setattr(dc, "installed_decode_entry", lambda: ENTRY)

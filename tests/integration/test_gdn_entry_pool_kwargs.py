@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_ascend_hybrid.backends import gdn_hooks
-from tests.backends.test_gdn_hooks_edges import MEGA_REFUSAL, _fla_inputs
+from sglang_ascend_hybrid.integration import gdn_hooks
+from tests.integration.test_gdn_hooks_edges import MEGA_REFUSAL, _fla_inputs
 from tests.ops.gdn.gdn_oracles import fla
 
 K = V = 16

@@ -137,21 +137,20 @@ def copy_decode(state: torch.Tensor, track: DecodeTrack) -> None:
     state.index_copy_(0, dst, state.index_select(0, track.src))
 
 
-class ConvCallTracker:
-    """The observer the plugin's conv calls report to (:data:`ops.conv.api.CALL_OBSERVERS`)."""
-
-    def before_prefill(self, x: torch.Tensor, conv_states: torch.Tensor) -> None:
-        step = current()
-        if step is not None and step.extend is not None and conv_states is not None:
-            snapshot_extend(conv_states, x, step.extend)
-
-    def after_update(self, conv_state: torch.Tensor) -> None:
-        step = current()
-        if step is not None and step.decode is not None and conv_state is not None:
-            copy_decode(conv_state, step.decode)
+def before_prefill(x: torch.Tensor, conv_states: torch.Tensor) -> None:
+    """Called by the conv prefill hook before the plugin's kernel overwrites the slots: the
+    tracked boundaries' windows into their track slots (nothing unless a step is published)."""
+    step = current()
+    if step is not None and step.extend is not None and conv_states is not None:
+        snapshot_extend(conv_states, x, step.extend)
 
 
-TRACKER = ConvCallTracker()
+def after_update(conv_state: torch.Tensor) -> None:
+    """Called by the conv decode hook after the plugin's update: tracked rows' new state into
+    their track slots (capture-safe; nothing unless a step is published)."""
+    step = current()
+    if step is not None and step.decode is not None and conv_state is not None:
+        copy_decode(conv_state, step.decode)
 
 
 def _cca_args(args, kwargs):
@@ -164,11 +163,11 @@ def _cca_args(args, kwargs):
 def cca_extend_around(original, *args, **kwargs):
     """AROUND hook of ZAYA1's ``sglang.srt.models.zaya.cca_extend``: in a TARGET_VERIFY step
     published by the Ascend sidecar, the plugin's CCA verify
-    (:func:`~sglang_ascend_hybrid.backends.short_conv_verify.cca_verify`); otherwise, before it
+    (:func:`~sglang_ascend_hybrid.integration.short_conv_verify.cca_verify`); otherwise, before it
     overwrites the requests' slots, the tracked boundaries' conv window (of ``qk``, the CCA conv
     input) and ``prev_hs`` (the hidden state of the token before the boundary) into their track
     slots."""
-    from sglang_ascend_hybrid.backends import short_conv_verify
+    from sglang_ascend_hybrid.integration import short_conv_verify
 
     draft = short_conv_verify.current()
     if draft is not None:

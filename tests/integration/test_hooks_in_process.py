@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from sglang_ascend_hybrid.patches import mode
-from sglang_ascend_hybrid.backends import conv_state_layout, gdn_hooks, gdn_state_dtype, launch_defaults, registry
+from sglang_ascend_hybrid.integration import conv_state_layout, gdn_hooks, gdn_state_dtype, launch_defaults, registry
 from sglang_ascend_hybrid.model_families import GDN_ARCHS, SHORT_CONV_ARCHS
 
 NS = types.SimpleNamespace
@@ -29,7 +29,7 @@ def test_ascend_hybrid_factory_passes_the_model_runner_to_sglangs_ascend_factory
     import sglang.srt.utils as sgl_utils
     from sglang.srt.layers.attention import attention_registry
 
-    from sglang_ascend_hybrid.backends import ascend_hybrid
+    from sglang_ascend_hybrid.integration import ascend_hybrid
     from sglang_ascend_hybrid.patches import apply
 
     seen = []

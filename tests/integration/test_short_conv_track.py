@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_ascend_hybrid.backends import short_conv_track as sct
+from sglang_ascend_hybrid.integration import short_conv_track as sct
 from tests.sync_counter import SyncCounter
 
 C, S, SLOTS = 5, 3, 9
@@ -85,8 +85,8 @@ def test_tracker_is_idle_without_a_published_step():
     state = torch.randn(SLOTS, C, S)
     before = state.clone()
     sct.publish(None)
-    sct.TRACKER.before_prefill(torch.randn(C, 4), state)
-    sct.TRACKER.after_update(state)
+    sct.before_prefill(torch.randn(C, 4), state)
+    sct.after_update(state)
     assert torch.equal(state, before)
 
 
@@ -167,16 +167,16 @@ def test_tracker_takes_the_published_snapshots():
     state, x = torch.zeros(SLOTS, C, S), torch.randn(C, 8)
     try:
         sct.publish(_extend_step())
-        sct.TRACKER.before_prefill(x, state)
+        sct.before_prefill(x, state)
         assert torch.equal(state[4], x[:, 3:6])
-        sct.TRACKER.after_update(state)  # an extend step has no decode track
+        sct.after_update(state)  # an extend step has no decode track
         assert torch.equal(state[5], torch.zeros(C, S))
         sct.publish(_decode_step())
         state[2] = 7.0
-        sct.TRACKER.after_update(state)
+        sct.after_update(state)
         assert torch.equal(state[5], state[2])
         before = state.clone()
-        sct.TRACKER.before_prefill(x, state)  # a decode step has no extend track
+        sct.before_prefill(x, state)  # a decode step has no extend track
         assert torch.equal(state, before)
     finally:
         sct.publish(None)

@@ -39,8 +39,8 @@ import importlib
 import logging
 from typing import Optional
 
-from sglang_ascend_hybrid.backends import short_conv_track, short_conv_verify
-from sglang_ascend_hybrid.backends.conv_state_layout import layer_cache_cuda_view
+from sglang_ascend_hybrid.integration import short_conv_track, short_conv_verify
+from sglang_ascend_hybrid.integration.conv_state_layout import layer_cache_cuda_view
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.model_families import FAMILIES
 
@@ -140,8 +140,6 @@ def backend_classes():
     )
     from sglang.srt.layers.attention.linear.short_conv_backend import ShortConvAttnBackend
 
-    from sglang_ascend_hybrid.ops.conv.api import add_call_observer
-
     class AscendShortConvAttnBackend(ShortConvAttnBackend, AscendMambaAttnBackendBase):
         """ShortConvAttnBackend's plumbing on the Ascend mamba base; window-major pool views."""
 
@@ -149,7 +147,6 @@ def backend_classes():
             self._draft = speculative_draft_tokens(model_runner)
             self._window_major, self._state_lens = conv_pool_layout(model_runner, self._draft)
             super().__init__(model_runner)
-            add_call_observer(short_conv_track.TRACKER)
 
         def _publish_track(self, forward_batch):
             short_conv_track.publish(
@@ -232,7 +229,7 @@ def attn_backend_wrapper_around(original, runner, full_attn_backend, *args, **kw
         if cfg is not None:
             return build_short_conv_backend(runner, full_attn_backend, cfg)
         backend = original(runner, full_attn_backend, *args, **kwargs)
-        from sglang_ascend_hybrid.backends.gdn_hooks import probe_gdn_backend
+        from sglang_ascend_hybrid.integration.gdn_hooks import probe_gdn_backend
 
         probe_gdn_backend(runner, backend)  # before any graph capture
         return backend

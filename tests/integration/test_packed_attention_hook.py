@@ -16,7 +16,8 @@ import types
 import pytest
 import torch
 
-from sglang_ascend_hybrid.ops.attention import api as pa
+from sglang_ascend_hybrid.integration import packed_attention as pa
+from sglang_ascend_hybrid.ops.attention.inputs import packed_boundaries
 from sglang_ascend_hybrid.ops.attention.api import fused_infer_attention_varlen
 from sglang_ascend_hybrid.ops.attention.cases import packed_case
 from sglang_ascend_hybrid.ops.attention.reference import naive_packed_attention
@@ -142,5 +143,5 @@ def test_upstream_still_needs_the_replacement(ascend_fa):
     with pytest.raises(ValueError) as upstream:
         ascend_fa._packed_boundaries(torch.tensor([0, 3, 2]), None, 2, "cu_seqlens_q")
     with pytest.raises(ValueError) as ours:
-        pa.packed_boundaries(torch.tensor([0, 3, 2]), None, 2, "cu_seqlens_q")
+        packed_boundaries(torch.tensor([0, 3, 2]), None, 2, "cu_seqlens_q")
     assert str(upstream.value) == str(ours.value)

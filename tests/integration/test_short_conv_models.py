@@ -11,9 +11,10 @@ import functools
 import pytest
 import torch
 
-from sglang_ascend_hybrid.backends import short_conv
+from sglang_ascend_hybrid.integration import short_conv
+from sglang_ascend_hybrid.integration import conv_hooks
 from sglang_ascend_hybrid.ops.conv import api as plugin_conv
-from tests.backends.test_short_conv_backend import (  # noqa: F401  (fixture re-export)
+from tests.integration.test_short_conv_backend import (  # noqa: F401  (fixture re-export)
     ascend_env,
     decode_batch,
     extend_batch,
@@ -79,9 +80,9 @@ def test_lfm2_short_conv_layer(ascend_env, monkeypatch, width):  # noqa: F811  (
 
     # what the plugin's AROUND hooks do to LFM2's from-imported names
     monkeypatch.setattr(lfm2, "causal_conv1d_fn",
-                        functools.partial(plugin_conv.causal_conv1d_fn_around, upstream_conv.causal_conv1d_fn))
+                        functools.partial(conv_hooks.causal_conv1d_fn_around, upstream_conv.causal_conv1d_fn))
     monkeypatch.setattr(lfm2, "causal_conv1d_update",
-                        functools.partial(plugin_conv.causal_conv1d_update_around,
+                        functools.partial(conv_hooks.causal_conv1d_update_around,
                                           upstream_conv.causal_conv1d_update))
     used = []
     real_fn, real_update = plugin_conv.causal_conv1d_fn, plugin_conv.causal_conv1d_update

@@ -19,7 +19,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sglang_ascend_hybrid.backends import gdn_hooks
+from sglang_ascend_hybrid.integration import gdn_hooks
 from sglang_ascend_hybrid.emulators import gdn as emu
 from sglang_ascend_hybrid.emulators.mamba_state_update import emulate_move_intermediate_cache
 from sglang_ascend_hybrid.ops import seam

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from fla.ops.gated_delta_rule.naive import naive_recurrent_gated_delta_rule
 
-from sglang_ascend_hybrid.backends import gdn_hooks
+from sglang_ascend_hybrid.integration import gdn_hooks
 from sglang_ascend_hybrid.ops.gdn import contract
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_ascend_hybrid.backends.conv_state_layout import cuda_layout_view
+from sglang_ascend_hybrid.integration.conv_state_layout import cuda_layout_view
+from sglang_ascend_hybrid.integration import conv_hooks as hooks
 from sglang_ascend_hybrid.ops.conv import api as ops
 
 DIM = 16
@@ -36,14 +37,14 @@ def test_upstream_calls_reach_the_original_with_every_argument():
     original = _Recorder()
     args = (x, weight, None, qsl, torch.tensor([0, 1]), None, cuda_states)
     kwargs = dict(activation="silu", seq_lens_cpu=[2, 3])
-    assert ops.causal_conv1d_fn_around(original, *args, **kwargs) == "upstream"
+    assert hooks.causal_conv1d_fn_around(original, *args, **kwargs) == "upstream"
     (got_args, got_kwargs), = original.calls
     assert got_args == args and got_kwargs == kwargs
     original.calls.clear()
     step = torch.randn(2, DIM)
     args = (step, cuda_states, weight)
     kwargs = dict(bias=None, activation="silu", conv_state_indices=torch.tensor([0, 2]))
-    assert ops.causal_conv1d_update_around(original, *args, **kwargs) == "upstream"
+    assert hooks.causal_conv1d_update_around(original, *args, **kwargs) == "upstream"
     (got_args, got_kwargs), = original.calls
     assert got_args == args and got_kwargs == kwargs
 
@@ -60,11 +61,11 @@ def test_prefill_hook_routes_keyword_and_positional_calls_alike(by_keyword):
     original = _Recorder()
     ci = torch.tensor([2, 0])
     if by_keyword:
-        out, pool = _prefill(lambda st: ops.causal_conv1d_fn_around(
+        out, pool = _prefill(lambda st: hooks.causal_conv1d_fn_around(
             original, x=x, weight=weight, bias=None, query_start_loc=qsl, cache_indices=ci, conv_states=st,
             activation=None))
     else:
-        out, pool = _prefill(lambda st: ops.causal_conv1d_fn_around(
+        out, pool = _prefill(lambda st: hooks.causal_conv1d_fn_around(
             original, x, weight, None, qsl, ci, None, st, activation=None))
     assert original.calls == []
     ref, ref_pool = _prefill(lambda st: ops.causal_conv1d_fn(x, weight, None, qsl, ci, None, st, activation=None))
@@ -82,10 +83,10 @@ def test_decode_hook_routes_keyword_and_positional_calls_alike(by_keyword):
     idx = torch.tensor([2, 0])
     original = _Recorder()
     if by_keyword:
-        out = ops.causal_conv1d_update_around(original, x=step, conv_state=cuda_layout_view(pool), weight=weight,
+        out = hooks.causal_conv1d_update_around(original, x=step, conv_state=cuda_layout_view(pool), weight=weight,
                                               conv_state_indices=idx)
     else:
-        out = ops.causal_conv1d_update_around(original, step, cuda_layout_view(pool), weight,
+        out = hooks.causal_conv1d_update_around(original, step, cuda_layout_view(pool), weight,
                                               conv_state_indices=idx)
     assert original.calls == []
     ref = ops.causal_conv1d_update(step, cuda_layout_view(ref_pool), weight, conv_state_indices=idx)
@@ -98,7 +99,7 @@ def test_seq_lens_check_accepts_empty_sequences_and_a_full_batch(lens):
     x, weight, _ = _case()
     qsl = torch.tensor([0] + lens).cumsum(0).to(torch.int32)
     pool = torch.zeros(len(lens), 2, DIM)
-    out = ops.causal_conv1d_fn_around(None, x[:, :sum(lens)].contiguous(), weight, None, query_start_loc=qsl,
+    out = hooks.causal_conv1d_fn_around(None, x[:, :sum(lens)].contiguous(), weight, None, query_start_loc=qsl,
                                       cache_indices=torch.arange(len(lens)), conv_states=cuda_layout_view(pool),
                                       activation=None, seq_lens_cpu=lens)
     assert out.shape == (DIM, sum(lens))
@@ -109,16 +110,16 @@ def test_seq_lens_check_rejects_negative_and_too_many(lens, needle):
     x, weight, qsl = _case()
     pool = torch.zeros(2, 2, DIM)
     with pytest.raises(ValueError, match=needle + r": expected non-negative lengths summing to at most the 5 "):
-        ops.causal_conv1d_fn_around(None, x, weight, None, query_start_loc=qsl, cache_indices=torch.arange(2),
+        hooks.causal_conv1d_fn_around(None, x, weight, None, query_start_loc=qsl, cache_indices=torch.arange(2),
                                     conv_states=cuda_layout_view(pool), activation=None, seq_lens_cpu=lens)
 
 
 def test_seq_lens_check_only_reads_2d_inputs():
     """A 3-D x is not the packed [dim, tokens] layout the check is about: no verdict on it."""
-    ops._host_seq_lens_check([100], torch.zeros(1, DIM, 5))
-    ops._host_seq_lens_check([100], "not a tensor")
+    hooks.check_host_seq_lens([100], torch.zeros(1, DIM, 5))
+    hooks.check_host_seq_lens([100], "not a tensor")
     with pytest.raises(ValueError):
-        ops._host_seq_lens_check([100], torch.zeros(DIM, 5))
+        hooks.check_host_seq_lens([100], torch.zeros(DIM, 5))
 
 
 # ------------------------------------------------------------------ prefill checks and defaults

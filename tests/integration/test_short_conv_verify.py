@@ -1,4 +1,4 @@
-"""The short-conv verify integration (:mod:`sglang_ascend_hybrid.backends.short_conv_verify`):
+"""The short-conv verify integration (:mod:`sglang_ascend_hybrid.integration.short_conv_verify`):
 ZAYA1's CCA verify against SGLang's own ``cca_extend`` (the upstream function, run here), the
 windows it leaves for SGLang's rollback, graph safety, the commit of further conv states, which
 speculative settings are served, and the LFM2 hook's routing."""
@@ -12,8 +12,8 @@ import pytest
 import torch
 from torch import nn
 
-from sglang_ascend_hybrid.backends import short_conv_verify as scv
-from sglang_ascend_hybrid.backends.conv_state_layout import (
+from sglang_ascend_hybrid.integration import short_conv_verify as scv
+from sglang_ascend_hybrid.integration.conv_state_layout import (
     cuda_layout_view,
     draft_window,
     layer_cache_cuda_view,

@@ -18,7 +18,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sglang_ascend_hybrid.backends import gdn_hooks, launch_defaults
+from sglang_ascend_hybrid.integration import gdn_hooks, launch_defaults
 from sglang_ascend_hybrid.emulators import gdn as emu
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import prefill, contract

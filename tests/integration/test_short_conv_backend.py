@@ -13,7 +13,7 @@ import re
 import pytest
 import torch
 
-from sglang_ascend_hybrid.backends import short_conv
+from sglang_ascend_hybrid.integration import short_conv
 
 
 # --------------------------------------------------------------------------- helpers (shared)
@@ -279,7 +279,7 @@ def test_metadata_contract_extend_decode_and_graph(ascend_env):
 def test_wrapper_hands_the_original_its_arguments_and_probes_what_it_built(ascend_env, monkeypatch, npu):
     import sglang.srt.utils as sglang_utils
 
-    import sglang_ascend_hybrid.backends.gdn_hooks as gdn_hooks
+    import sglang_ascend_hybrid.integration.gdn_hooks as gdn_hooks
     import sglang_ascend_hybrid.tools.pairing as pairing
     from sglang.srt.configs.qwen3_next import Qwen3NextConfig
 
