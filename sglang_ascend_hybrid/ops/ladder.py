@@ -294,3 +294,17 @@ class Ladder:
             _note_served(self.op, r.name)
             return result
         raise RuntimeError(f"{self.op}: every rung refused {signature!r}")
+
+
+def env_forced_rung(var, names: Sequence[str], family: str, op: str) -> str:
+    """The one forced-backend resolver: the rung the environment variable ``var`` (an
+    :mod:`sglang_ascend_hybrid.envs` entry, validated there against every rung name of its op
+    family) forces on ladder ``op`` whose rung names are ``names``; ``"auto"`` when it forces
+    nothing or names a rung of another ladder of the family (said once per ladder and value)."""
+    forced = var.get()
+    if forced == "auto" or forced in names:
+        return forced
+    log_once(logger, ("env-backend", var.name, op, forced),
+             "sglang-ascend-hybrid: %s=%s is not a %s %s kernel; %s walks its ladder %s",
+             var.name, forced, family, op, op, tuple(names))
+    return "auto"

@@ -58,7 +58,7 @@ from sglang_ascend_hybrid.ops.conv.contract import (
 from sglang_ascend_hybrid.ops.conv.contract import OP_ACLNN, OP_FN_V2, OP_UPDATE_V2, OP_UPDATE_V2_MAIN
 from sglang_ascend_hybrid.ops.conv.inputs import activation_is_silu
 from sglang_ascend_hybrid.ops.conv.torch_impl import causal_conv1d_fn_torch, update_rows_torch, verify_rows_torch
-from sglang_ascend_hybrid.ops.ladder import Absent, Ladder, Rung
+from sglang_ascend_hybrid.ops.ladder import Absent, Ladder, Rung, env_forced_rung
 
 logger = logging.getLogger(__name__)
 
@@ -456,20 +456,8 @@ VERIFY_LADDER = Ladder("causal_conv1d_verify", [
 ])
 
 
-def _forced_backend(ladder: Ladder) -> str:
-    """``SGLANG_ASCEND_HYBRID_CONV_BACKEND`` for this ladder: a rung of the other ladder only
-    (``npu_update_v2`` is a decode kernel) leaves this one on ``auto``, said once."""
-    forced = ENV.CONV_BACKEND.get()  # validated against every conv rung name in envs.py
-    if forced == "auto" or forced in ladder.names:
-        return forced
-    log_once(logger, ("conv-env-backend", ladder.op, forced),
-             "sglang-ascend-hybrid: %s=%s is not a %s kernel; %s walks its ladder %s",
-             ENV.CONV_BACKEND.name, forced, ladder.op, ladder.op, ladder.names)
-    return "auto"
-
-
 def _dispatch(ladder: Ladder, sig: tuple, call, x: torch.Tensor):
-    backend = _forced_backend(ladder)
+    backend = env_forced_rung(ENV.CONV_BACKEND, ladder.names, "conv", ladder.op)
     if backend == "auto" and device_possible(x) and ladder.choose(sig, call).name == "torch":
         def reasons() -> str:  # the predicates' own words, computed only when the line is said
             why = "; ".join(f"{r.name}: {ladder.why_not(r, sig, call)}" for r in ladder.rungs if r.device)

@@ -15,10 +15,10 @@ from typing import Optional
 import torch
 
 from sglang_ascend_hybrid.envs import ENV
-from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops.gdn import decode, prefill
 from sglang_ascend_hybrid.ops.host import host_list
 from sglang_ascend_hybrid.ops.index_dtype import is_index_dtype
+from sglang_ascend_hybrid.ops.ladder import env_forced_rung
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 
 logger = logging.getLogger(__name__)
@@ -42,15 +42,7 @@ def resolve_backend(requested: str, ladder_names: tuple, op: str) -> str:
         if requested not in ladder_names:
             _fail("backend", repr(requested), f"'auto' or one of {ladder_names}")
         return requested
-    forced = ENV.GDN_BACKEND.get()  # validated against every GDN rung name in envs.py
-    if forced == "auto":
-        return "auto"
-    if forced not in ladder_names:
-        log_once(logger, ("gdn-env-backend", op, forced),
-                 "sglang-ascend-hybrid: %s=%s is not a GDN %s kernel; %s walks its ladder %s",
-                 ENV.GDN_BACKEND.name, forced, op, op, ladder_names)
-        return "auto"
-    return forced
+    return env_forced_rung(ENV.GDN_BACKEND, ladder_names, "GDN", op)
 
 
 def _check_heads(q, k, v, g, beta, q_layout: str, **others):
