@@ -105,9 +105,9 @@ def conv_update_rung(width: int, channels: int, dtype: torch.dtype, device: Opti
     x = torch.zeros(1, channels, dtype=dtype, device=dev)
     pool = torch.zeros(2, width - 1, channels, dtype=dtype, device=dev)   # window-major NPU pool
     weight = torch.zeros(channels, width, dtype=dtype, device=dev)
-    call = conv_dispatch._UpdateCall(x, pool.transpose(1, 2), weight, None, None,
+    call = conv_dispatch.UpdateCall(x, pool.transpose(1, 2), weight, None, None,
                                      torch.zeros(1, dtype=torch.int32, device=dev), -1)
-    sig = conv_dispatch._signature("update", width, x, weight, call.conv_state)
+    sig = conv_dispatch.conv_signature("update", width, x, weight, call.conv_state)
     return conv_dispatch.UPDATE_LADDER.choose(sig, call).name
 
 
@@ -120,9 +120,9 @@ def conv_verify_rung(width: int, channels: int, dtype: torch.dtype, draft: int =
     x = torch.zeros(draft, channels, dtype=dtype, device=dev)
     window = torch.zeros(2, (width - 1) + (draft - 1), channels, dtype=dtype, device=dev)
     weight = torch.zeros(channels, width, dtype=dtype, device=dev)
-    call = conv_dispatch._VerifyCall(x, window, weight, None, None, torch.zeros(1, dtype=torch.int32, device=dev),
+    call = conv_dispatch.VerifyCall(x, window, weight, None, None, torch.zeros(1, dtype=torch.int32, device=dev),
                                      -1, draft)
-    sig = conv_dispatch._signature("verify", width, x, weight, window.transpose(1, 2))
+    sig = conv_dispatch.conv_signature("verify", width, x, weight, window.transpose(1, 2))
     return conv_dispatch.VERIFY_LADDER.choose(sig, call).name
 
 

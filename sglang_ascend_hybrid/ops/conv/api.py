@@ -34,11 +34,11 @@ from sglang_ascend_hybrid.ops.conv.dispatch import (
     FN_LADDER,
     UPDATE_LADDER,
     VERIFY_LADDER,
-    _dispatch,
-    _FnCall,
-    _signature,
-    _UpdateCall,
-    _VerifyCall,
+    run_ladder,
+    FnCall,
+    conv_signature,
+    UpdateCall,
+    VerifyCall,
 )
 from sglang_ascend_hybrid.ops.conv.inputs import (
     PAD_SLOT_ID,
@@ -107,9 +107,9 @@ def causal_conv1d_fn(
     if batch == 0 or x.shape[1] == 0:   # nothing to compute, no state to touch (shapes only)
         out = torch.empty_like(x)
     else:
-        call = _FnCall(x, weight, bias, query_start_loc, cache_indices, has_initial_state, conv_states,
+        call = FnCall(x, weight, bias, query_start_loc, cache_indices, has_initial_state, conv_states,
                        activation, pad_slot_id)
-        out = _dispatch(FN_LADDER, _signature("fn", width, x, weight, conv_states), call, x)
+        out = run_ladder(FN_LADDER, conv_signature("fn", width, x, weight, conv_states), call, x)
     if batched is not None:
         b, d, length = batched
         out = out.reshape(d, b, length).transpose(0, 1)
@@ -141,8 +141,8 @@ def causal_conv1d_update(
         check_slot_values(conv_state_indices, "conv_state_indices", conv_state.shape[0], pad_slot_id)
     if x.shape[0] == 0 or (x.dim() == 3 and x.shape[2] == 0):
         return torch.empty_like(x)
-    call = _UpdateCall(x, conv_state, weight, bias, activation, conv_state_indices, pad_slot_id)
-    return _dispatch(UPDATE_LADDER, _signature("update", width, x, weight, conv_state), call, x)
+    call = UpdateCall(x, conv_state, weight, bias, activation, conv_state_indices, pad_slot_id)
+    return run_ladder(UPDATE_LADDER, conv_signature("update", width, x, weight, conv_state), call, x)
 
 
 def causal_conv1d_verify(
@@ -179,5 +179,5 @@ def causal_conv1d_verify(
         check_slot_values(cache_indices, "cache_indices", conv_window.shape[0], pad_slot_id)
     if cache_indices.shape[0] == 0:
         return torch.empty_like(x)
-    call = _VerifyCall(x, conv_window, weight, bias, activation, cache_indices, pad_slot_id, draft_token_num)
-    return _dispatch(VERIFY_LADDER, _signature("verify", width, x, weight, conv_window.transpose(1, 2)), call, x)
+    call = VerifyCall(x, conv_window, weight, bias, activation, cache_indices, pad_slot_id, draft_token_num)
+    return run_ladder(VERIFY_LADDER, conv_signature("verify", width, x, weight, conv_window.transpose(1, 2)), call, x)

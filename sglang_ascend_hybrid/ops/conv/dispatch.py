@@ -45,7 +45,7 @@ from typing import Optional
 import torch
 
 from sglang_ascend_hybrid.envs import ENV
-from sglang_ascend_hybrid.logutil import log_once
+from sglang_ascend_hybrid.logutil import log_once, logged
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.conv.contract import (
     DEVICE_OPS,
@@ -155,7 +155,7 @@ def reset_state() -> None:
 
 
 @dataclass
-class _FnCall:
+class FnCall:
     x: torch.Tensor
     weight: torch.Tensor
     bias: Optional[torch.Tensor]
@@ -179,7 +179,7 @@ class _FnCall:
                 int(self.has_initial_state is not None), 0)
 
 
-def _fn_device_reason(c: _FnCall) -> Optional[str]:
+def _fn_device_reason(c: FnCall) -> Optional[str]:
     if c.conv_states is None:
         return "the call has no conv state pool"
     return _device_reason(c.width, c.x, c.weight, c.conv_states)
@@ -187,13 +187,13 @@ def _fn_device_reason(c: _FnCall) -> Optional[str]:
 
 # The capability predicates ask the seam first: off the NPU (no emulator) that answers no at
 # once, before any shape or layout work (the decode step pays these predicates every call).
-def _fn_v2_ok(c: _FnCall) -> Optional[str]:
+def _fn_v2_ok(c: FnCall) -> Optional[str]:
     if not seam.serves(OP_FN_V2, c.x, c.conv_states):
         return Absent(f"{OP_FN_V2} is not installed for these tensors")
     return _fn_device_reason(c) or _pool_reason(c.conv_states, c.width, exact=True)
 
 
-def _fn_v2(c: _FnCall) -> torch.Tensor:
+def _fn_v2(c: FnCall) -> torch.Tensor:
     pool = c.conv_states.transpose(1, 2)  # [slots, W-1, dim]: the pool's own layout
     batch = c.query_start_loc.shape[0] - 1
     idx = (c.cache_indices if c.cache_indices is not None
@@ -205,14 +205,14 @@ def _fn_v2(c: _FnCall) -> torch.Tensor:
                      c.has_initial_state, pool, act, c.pad_slot_id)
 
 
-def _fn_aclnn_ok(c: _FnCall) -> Optional[str]:
+def _fn_aclnn_ok(c: FnCall) -> Optional[str]:
     if not seam.serves(OP_ACLNN, c.x, c.conv_states):
         return Absent(f"torch.ops.npu.{OP_ACLNN} is not installed for these tensors")
     return (_fn_device_reason(c) or _pool_reason(c.conv_states, c.width, exact=False)
             or _tiling_reason(c.aclnn_key(), c.x.dtype))
 
 
-def _fn_aclnn(c: _FnCall) -> torch.Tensor:
+def _fn_aclnn(c: FnCall) -> torch.Tensor:
     key = c.aclnn_key()
     out = seam.call(
         OP_ACLNN, c.x.t().contiguous(), c.weight.t().contiguous(), c.conv_states.transpose(1, 2),
@@ -224,7 +224,7 @@ def _fn_aclnn(c: _FnCall) -> torch.Tensor:
     return out.t()
 
 
-def _fn_torch(c: _FnCall) -> torch.Tensor:
+def _fn_torch(c: FnCall) -> torch.Tensor:
     return causal_conv1d_fn_torch(c.x, c.weight, c.bias, c.query_start_loc, c.cache_indices,
                                   c.has_initial_state, c.conv_states, c.activation, c.pad_slot_id,
                                   check_values=False)
@@ -252,7 +252,7 @@ FN_LADDER = Ladder("causal_conv1d_fn", [
 
 
 @dataclass
-class _UpdateCall:
+class UpdateCall:
     x: torch.Tensor
     conv_state: torch.Tensor
     weight: torch.Tensor
@@ -280,34 +280,34 @@ class _UpdateCall:
                 int(self.conv_state_indices is not None), 0, 0)
 
 
-def _update_v2_ok(c: _UpdateCall) -> Optional[str]:
+def _update_v2_ok(c: UpdateCall) -> Optional[str]:
     if not seam.serves(OP_UPDATE_V2, c.x, c.conv_state):
         return Absent(f"{OP_UPDATE_V2} is not installed for these tensors")
     return (_device_reason(c.width, c.x, c.weight, c.conv_state)
             or _pool_reason(c.conv_state, c.width, exact=True))
 
 
-def _indices(c: _UpdateCall) -> torch.Tensor:
+def _indices(c: UpdateCall) -> torch.Tensor:
     if c.conv_state_indices is not None:
         return c.conv_state_indices.to(torch.int32)
     return torch.arange(c.x.shape[0], dtype=torch.int32, device=c.x.device)
 
 
-def _update_v2(c: _UpdateCall) -> torch.Tensor:
+def _update_v2(c: UpdateCall) -> torch.Tensor:
     act = "silu" if activation_is_silu(c.activation) else None
     bias = c.bias.to(c.x.dtype) if c.bias is not None else None
     return seam.call(OP_UPDATE_V2, c.x, c.conv_state.transpose(1, 2), c.weight, bias, act,
                      _indices(c), c.pad_slot_id)
 
 
-def _update_aclnn_ok(c: _UpdateCall) -> Optional[str]:
+def _update_aclnn_ok(c: UpdateCall) -> Optional[str]:
     if not seam.serves(OP_ACLNN, c.x, c.conv_state):
         return Absent(f"torch.ops.npu.{OP_ACLNN} is not installed for these tensors")
     return (_device_reason(c.width, c.x, c.weight, c.conv_state)
             or _pool_reason(c.conv_state, c.width, exact=False) or _tiling_reason(c.aclnn_key(), c.x.dtype))
 
 
-def _update_aclnn(c: _UpdateCall) -> torch.Tensor:
+def _update_aclnn(c: UpdateCall) -> torch.Tensor:
     key = c.aclnn_key()
     out = seam.call(
         OP_ACLNN, c.tokens_major(), c.weight.t().contiguous(), c.conv_state.transpose(1, 2),
@@ -331,7 +331,7 @@ def _update_v2_main_reason(x: torch.Tensor, state: torch.Tensor, width: int) -> 
     return None
 
 
-def _update_v2_main_ok(c: _UpdateCall) -> Optional[str]:
+def _update_v2_main_ok(c: UpdateCall) -> Optional[str]:
     reason = _update_v2_main_reason(c.x, c.conv_state, c.width)
     if reason is not None:
         return reason
@@ -340,7 +340,7 @@ def _update_v2_main_ok(c: _UpdateCall) -> Optional[str]:
     return None
 
 
-def _update_v2_main(c: _UpdateCall) -> torch.Tensor:
+def _update_v2_main(c: UpdateCall) -> torch.Tensor:
     act = "silu" if activation_is_silu(c.activation) else None
     x_private = c.tokens_major() if c.x.dim() == 3 else c.x.clone()   # the op overwrites its x
     out = seam.call(OP_UPDATE_V2_MAIN, x_private, c.conv_state.transpose(1, 2), c.weight.t(),
@@ -349,7 +349,7 @@ def _update_v2_main(c: _UpdateCall) -> torch.Tensor:
     return out.transpose(1, 2) if c.x.dim() == 3 else out
 
 
-def _update_torch(c: _UpdateCall) -> torch.Tensor:
+def _update_torch(c: UpdateCall) -> torch.Tensor:
     # the public op checked the inputs already: the rung's body without its checks
     return update_rows_torch(c.x, c.conv_state, c.weight, c.bias, activation_is_silu(c.activation),
                              c.conv_state_indices, c.pad_slot_id, c.width)
@@ -370,7 +370,7 @@ UPDATE_LADDER = Ladder("causal_conv1d_update", [
 
 
 @dataclass
-class _VerifyCall:
+class VerifyCall:
     """One TARGET_VERIFY conv: ``x [B * d, dim]``, ``conv_window [slots, (W-1) + (d-1), dim]``
     (window major, the whole draft window), ``weight [dim, W]`` (SGLang's layout)."""
     x: torch.Tensor
@@ -402,7 +402,7 @@ class _VerifyCall:
                 int(self.bias is not None), 1, 0, 1)
 
 
-def _verify_aclnn_ok(c: _VerifyCall) -> Optional[str]:
+def _verify_aclnn_ok(c: VerifyCall) -> Optional[str]:
     if not seam.serves(OP_ACLNN, c.x, c.conv_window):
         return Absent(f"torch.ops.npu.{OP_ACLNN} is not installed for these tensors")
     if c.width != SPEC_WIDTH:
@@ -413,7 +413,7 @@ def _verify_aclnn_ok(c: _VerifyCall) -> Optional[str]:
             or _tiling_reason(c.aclnn_key(), c.x.dtype))
 
 
-def _verify_aclnn(c: _VerifyCall) -> torch.Tensor:
+def _verify_aclnn(c: VerifyCall) -> torch.Tensor:
     key = c.aclnn_key()
     qsl = torch.arange(c.batch + 1, dtype=torch.int32, device=c.x.device) * c.draft_token_num
     out = seam.call(
@@ -425,11 +425,11 @@ def _verify_aclnn(c: _VerifyCall) -> torch.Tensor:
     return out
 
 
-def _verify_update_v2_ok(c: _VerifyCall) -> Optional[str]:
+def _verify_update_v2_ok(c: VerifyCall) -> Optional[str]:
     return _update_v2_main_reason(c.x, c.conv_window, c.width)
 
 
-def _verify_update_v2(c: _VerifyCall) -> torch.Tensor:
+def _verify_update_v2(c: VerifyCall) -> torch.Tensor:
     act = "silu" if activation_is_silu(c.activation) else None
     x_private = c.x.reshape(c.batch, c.draft_token_num, -1).clone()   # the op overwrites its x
     out = seam.call(OP_UPDATE_V2_MAIN, x_private, c.conv_window, c.weight.t(), bias=c.bias, activation=act,
@@ -438,7 +438,7 @@ def _verify_update_v2(c: _VerifyCall) -> torch.Tensor:
     return out.reshape(c.batch * c.draft_token_num, -1)
 
 
-def _verify_torch(c: _VerifyCall) -> torch.Tensor:
+def _verify_torch(c: VerifyCall) -> torch.Tensor:
     return verify_rows_torch(c.x, c.conv_window, c.weight, c.bias, activation_is_silu(c.activation),
                              c.cache_indices, c.pad_slot_id, c.draft_token_num)
 
@@ -456,19 +456,23 @@ VERIFY_LADDER = Ladder("causal_conv1d_verify", [
 ])
 
 
-def _dispatch(ladder: Ladder, sig: tuple, call, x: torch.Tensor):
+def run_ladder(ladder: Ladder, sig: tuple, call, x: torch.Tensor):
+    """Serve ``call`` on ``ladder`` (the forced rung, else the first whose contract admits it);
+    an NPU call the torch path serves is said once per signature, with every NPU rung's reason
+    (the ladder is asked for that only until the signature has been said)."""
     backend = env_forced_rung(ENV.CONV_BACKEND, ladder.names, "conv", ladder.op)
-    if backend == "auto" and device_possible(x) and ladder.choose(sig, call).name == "torch":
+    key = ("conv-torch-path", sig)
+    if backend == "auto" and not logged(key) and device_possible(x) and ladder.choose(sig, call).name == "torch":
         def reasons() -> str:  # the predicates' own words, computed only when the line is said
             why = "; ".join(f"{r.name}: {ladder.why_not(r, sig, call)}" for r in ladder.rungs if r.device)
             return (f"sglang-ascend-hybrid: {ladder.op} {sig} is outside every installed NPU conv kernel's "
                     f"contract or no kernel is installed ({why}); using the torch path for this shape")
 
-        log_once(logger, ("conv-torch-path", sig), reasons)
+        log_once(logger, key, reasons)
     return ladder(sig, call, backend=backend)
 
 
-def _signature(kind: str, width: int, x: torch.Tensor, weight: torch.Tensor,
+def conv_signature(kind: str, width: int, x: torch.Tensor, weight: torch.Tensor,
                state: Optional[torch.Tensor]) -> tuple:
     def name(t):
         return "none" if t is None else str(t.dtype).replace("torch.", "")

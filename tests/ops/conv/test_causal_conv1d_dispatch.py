@@ -54,7 +54,7 @@ def test_prefill_device_rungs_match_triton(width, installed, expected_rung):
     his = torch.tensor(HAS_INIT)
     ref_pool = pool.clone()
     before = pool.clone()
-    call = conv_dispatch._FnCall(x, weight, bias, qsl, idx, his, cuda_layout_view(pool), "silu", -1)
+    call = conv_dispatch.FnCall(x, weight, bias, qsl, idx, his, cuda_layout_view(pool), "silu", -1)
     with seam.install_emulators(_ops(*installed)):
         sig = ("fn", width, DIM, "float16", "window-major")
         assert conv_dispatch.FN_LADDER.choose(sig, call).name == expected_rung
@@ -87,7 +87,7 @@ def test_decode_device_rungs_match_triton(width, installed, expected_rung):
     with seam.install_emulators(_ops(*installed)):
         for step in range(3):
             x = torch.randn(4, DIM, generator=gen).half()
-            call = conv_dispatch._UpdateCall(x, cuda_layout_view(pool), weight, None, None, idx, -1)
+            call = conv_dispatch.UpdateCall(x, cuda_layout_view(pool), weight, None, None, idx, -1)
             assert conv_dispatch.UPDATE_LADDER.choose(("update",), call).name == expected_rung
             out = ops.causal_conv1d_update(x, cuda_layout_view(pool), weight, None, None,
                                            conv_state_indices=idx)
@@ -107,7 +107,7 @@ def test_out_of_limits_goes_to_torch_and_logs_once(caplog, why, dim, width, dtyp
     ref = pool.clone()
     weight = torch.randn(dim, width, generator=gen).to(dtype)
     idx = torch.tensor([1, 3], dtype=torch.int32)
-    call = conv_dispatch._UpdateCall(torch.zeros(2, dim, dtype=dtype), cuda_layout_view(pool), weight, None,
+    call = conv_dispatch.UpdateCall(torch.zeros(2, dim, dtype=dtype), cuda_layout_view(pool), weight, None,
                            None, idx, -1)
     with seam.install_emulators(emu.emulators()), caplog.at_level(logging.INFO):
         assert conv_dispatch.UPDATE_LADDER.choose(("update",), call).name == "torch"
@@ -127,7 +127,7 @@ def test_out_of_limits_goes_to_torch_and_logs_once(caplog, why, dim, width, dtyp
 def test_dim_not_a_multiple_of_16_stays_on_the_npu_kernel():
     """torch.ops.npu.causal_conv1d's host has no dim rule (sgl-kernel-npu f425bdf1)."""
     pool = torch.randn(4, 2, 24).half()
-    call = conv_dispatch._UpdateCall(torch.zeros(2, 24).half(), cuda_layout_view(pool), torch.randn(24, 3).half(),
+    call = conv_dispatch.UpdateCall(torch.zeros(2, 24).half(), cuda_layout_view(pool), torch.randn(24, 3).half(),
                            None, None, torch.tensor([1, 3]), -1)
     with seam.install_emulators(emu.emulators(v2_branch=False)):
         assert conv_dispatch.UPDATE_LADDER.choose(("update",), call).name == "npu_aclnn"

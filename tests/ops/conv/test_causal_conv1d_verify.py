@@ -101,7 +101,7 @@ def test_device_rungs_through_their_emulators_match_the_oracle(rung, width, dtyp
 def test_auto_takes_the_npu_op_at_width_4_and_the_torch_path_at_width_3_with_the_reason(caplog):
     dispatch.reset_state()
     x, window, weight, bias, idx = _case(3, 4, torch.bfloat16)
-    call = dispatch._VerifyCall(x, window, weight, bias, None, idx, -1, 4)
+    call = dispatch.VerifyCall(x, window, weight, bias, None, idx, -1, 4)
     with seam.install_emulators(emu.emulators()), caplog.at_level(logging.INFO):
         why = dispatch.VERIFY_LADDER.why_not(dispatch.VERIFY_LADDER.rungs[0], ("sig",), call)
         assert "takes width 4 only" in str(why)
@@ -109,11 +109,11 @@ def test_auto_takes_the_npu_op_at_width_4_and_the_torch_path_at_width_3_with_the
         causal_conv1d_verify(x, window.clone(), weight, bias, None, idx, 4)
     assert "causal_conv1d_verify" in caplog.text and "using the torch path" in caplog.text
     x4, window4, weight4, bias4, idx4 = _case(4, 4, torch.bfloat16)
-    call4 = dispatch._VerifyCall(x4, window4, weight4, bias4, None, idx4, -1, 4)
+    call4 = dispatch.VerifyCall(x4, window4, weight4, bias4, None, idx4, -1, 4)
     with seam.install_emulators(emu.emulators()):
         assert dispatch.VERIFY_LADDER.choose(("sig4",), call4).name == "npu_aclnn"
         assert "not contiguous" in str(dispatch._verify_aclnn_ok(
-            dispatch._VerifyCall(x4, window4.transpose(1, 2).contiguous().transpose(1, 2), weight4, bias4,
+            dispatch.VerifyCall(x4, window4.transpose(1, 2).contiguous().transpose(1, 2), weight4, bias4,
                                  None, idx4, -1, 4)))
 
 
@@ -192,7 +192,7 @@ def test_a_refusal_is_remembered_per_draft_window_shape():
 def _call(width=4, draft=4, dtype=torch.float16, slots=6, bias=True, window_dtype=None, activation=None):
     x, window, weight, b, idx = _case(width, draft, dtype, slots=slots)
     window = window if window_dtype is None else window.to(window_dtype)
-    return dispatch._VerifyCall(x, window, weight, b if bias else None, activation, idx, -1, draft)
+    return dispatch.VerifyCall(x, window, weight, b if bias else None, activation, idx, -1, draft)
 
 
 def test_aclnn_verify_takes_one_dtype_and_remembers_tiling_shapes_per_dtype():
@@ -203,7 +203,7 @@ def test_aclnn_verify_takes_one_dtype_and_remembers_tiling_shapes_per_dtype():
         assert "not of one dtype" in dispatch._verify_aclnn_ok(_call(dtype=torch.float32))
         c = _call()
         for x, weight in ((c.x.bfloat16(), c.weight), (c.x, c.weight.bfloat16())):   # x or weight the odd one
-            odd = dispatch._VerifyCall(x, c.conv_window, weight, None, None, c.cache_indices, -1, 4)
+            odd = dispatch.VerifyCall(x, c.conv_window, weight, None, None, c.cache_indices, -1, 4)
             assert "not of one dtype" in dispatch._verify_aclnn_ok(odd)
         dispatch._verify_aclnn(_call())                                   # fp16: its tiling shape recorded
         assert dispatch._verify_aclnn_ok(_call()) is None                 # the same shape, the same dtype
@@ -226,9 +226,9 @@ def test_device_verify_rungs_serve_only_npu_tensors(monkeypatch):
                     is_contiguous=lambda: True)
     for ok in (dispatch._verify_aclnn_ok, dispatch._verify_update_v2_ok):
         for x, window in ((npu_x, c.conv_window), (c.x, npu_window), (c.x, c.conv_window)):
-            call = dispatch._VerifyCall(x, window, c.weight, c.bias, None, c.cache_indices, -1, 4)
+            call = dispatch.VerifyCall(x, window, c.weight, c.bias, None, c.cache_indices, -1, 4)
             assert isinstance(ok(call), dispatch.Absent), ok.__name__
-        reason = ok(dispatch._VerifyCall(npu_x, npu_window, c.weight, c.bias, None, c.cache_indices, -1, 4))
+        reason = ok(dispatch.VerifyCall(npu_x, npu_window, c.weight, c.bias, None, c.cache_indices, -1, 4))
         assert not isinstance(reason, dispatch.Absent), ok.__name__
         assert "is not installed for these tensors" in str(ok(c))
 
