@@ -18,7 +18,7 @@ them.  Statements that only log (``log_once(...)``, ``logger.*(...)`` and the GD
 Results: ``.mutation/<group>/results.json`` (status of every mutant run) and
 ``.mutation/summary.txt``.  Show a mutant's diff with
 ``(cd .mutation/<group> && ../../.venv/bin/python -m mutmut show <name>)``.
-Triage of the survivors: docs/mutation-report.md.
+Triage of the survivors: docs/testing.md ("Mutation testing"; history in docs/history/mutation-runs.md).
 """
 
 from __future__ import annotations

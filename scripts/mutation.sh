@@ -6,7 +6,7 @@
 #
 # Installs requirements/mutation.txt (mutmut, pinned) into .venv on demand (never part of CI's
 # environment), then runs scripts/mutation.py: see its docstring for groups and outputs.
-# Triage of the survivors: docs/mutation-report.md.
+# Triage of the survivors: docs/testing.md ("Mutation testing"; history in docs/history/mutation-runs.md).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
