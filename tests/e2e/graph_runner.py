@@ -23,7 +23,7 @@ attention backend, which has no CPU path): its eager metadata is built inside ``
 
 What is watched (:class:`Watch`): the parts the plugin serves inside the captured region (the
 linear backend's ``init_forward_metadata_in_graph`` and the family's ``watched`` calls: the GDN
-decode hook, LFM2's short-conv mixer).  Per watched call: host syncs (:mod:`tests.sync_counter`),
+decode hook, LFM2's short-conv mixer).  Per watched call: host syncs (:mod:`tests.support.sync_counter`),
 the aten op sequence with the storage each tensor argument lives in (:class:`ProducerOpLog`): a
 static buffer (pool, graph buffers, input buffers, weights), a temporary made inside the captured
 region (``"tmp"``), or ``"ext"``: made outside the captured region and not static, which a device
@@ -42,8 +42,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from sglang_ascend_hybrid.ops import seam
-from tests.op_log import StaticOpLog
-from tests.sync_counter import SyncCounter
+from tests.support.op_log import StaticOpLog
+from tests.support.sync_counter import SyncCounter
 
 CAPTURE_BS = (1, 2, 4)
 # live requests per decode step: padded 3 -> 4, exact 2 and 1
@@ -83,7 +83,7 @@ class _Producers(TorchDispatchMode):
 
 
 class ProducerOpLog(StaticOpLog):
-    """:class:`tests.op_log.StaticOpLog` whose non-static tensors are ``"tmp"`` when the captured
+    """:class:`tests.support.op_log.StaticOpLog` whose non-static tensors are ``"tmp"`` when the captured
     region made them and ``"ext"`` when they came from outside it.  A device kernel launched through
     the seam (:func:`opaque_emulators`) is one entry, ``launch <op>``, with its tensor arguments."""
 

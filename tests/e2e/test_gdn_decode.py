@@ -20,7 +20,7 @@ from sglang_ascend_hybrid.ops.gdn.decode import contract as dc
 from sglang_ascend_hybrid.ops.gdn.decode import probe as decode_probe
 from tests.e2e import device, harness
 from tests.e2e.runner import run_family
-from tests.release_subset import older_releases_run
+from tests.support.release_subset import older_releases_run
 
 PLAN = harness.StepPlan()
 GDN_LAYERS = 3

@@ -26,8 +26,8 @@ from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import decode
 from tests.e2e import device, harness
 from tests.e2e.runner import run_family
-from tests.op_log import StaticOpLog
-from tests.sync_counter import SyncCounter
+from tests.support.op_log import StaticOpLog
+from tests.support.sync_counter import SyncCounter
 
 CAPTURE_BS = 4
 STEPS = (("A", "B", "C"), ("A", "C"), ("A", "B", "C"), ("B",), ("A", "B", "C"), ("A", "B"))

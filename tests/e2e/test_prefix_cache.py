@@ -23,7 +23,7 @@ import torch
 
 from tests.e2e import device, harness, npu_standins, prefix
 from tests.e2e.runner import run_family
-from tests.release_subset import older_releases_run
+from tests.support.release_subset import older_releases_run
 
 DECODES = 3
 # (A's prefill chunks, tokens B shares with A, the snapshot B must resume from)

@@ -23,7 +23,7 @@ import torch
 
 from tests.e2e import device, harness, npu_standins, radix
 from tests.e2e.runner import run_family
-from tests.release_subset import older_releases_run
+from tests.support.release_subset import older_releases_run
 
 A_LEN, A_DECODES, B_DECODES = 300, 3, 3
 # B's own tokens after the shared prefix: few, so B's logits depend on the restored state

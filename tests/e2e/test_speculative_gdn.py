@@ -30,7 +30,7 @@ from sglang_ascend_hybrid.ops.gdn import pool_layout
 from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT, RECURRENT_MAX_TOKENS
 from tests.e2e import device, harness, spec
 from tests.e2e.runner import built_bf16, run_family
-from tests.release_subset import older_releases_run
+from tests.support.release_subset import older_releases_run
 
 PLAN = spec.SpecPlan()
 GDN_LAYERS = 3  # linear_attention x3, full_attention

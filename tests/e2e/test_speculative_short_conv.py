@@ -26,7 +26,7 @@ import torch
 from sglang_ascend_hybrid.integration import short_conv_verify
 from tests.e2e import harness, spec
 from tests.e2e.runner import built, run_family
-from tests.release_subset import older_releases_run
+from tests.support.release_subset import older_releases_run
 
 PLAN = spec.SpecPlan()
 VERIFY_STEPS = len(PLAN.batches) + len(PLAN.resume_wrong)

@@ -15,7 +15,7 @@ from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 from sglang_ascend_hybrid.emulators import gdn as emu
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch, l2norm
-from tests.call_counter import Counting
+from tests.support.call_counter import Counting
 
 D = 128
 

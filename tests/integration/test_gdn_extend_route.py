@@ -171,7 +171,7 @@ def test_triton_path_on_an_fp32_pool_keeps_the_tracked_states_exact(monkeypatch)
     from sglang_ascend_hybrid.emulators import gdn as emu
     from sglang_ascend_hybrid.ops import seam
     from sglang_ascend_hybrid.ops.gdn.prefill import chunk_stride_probe
-    from tests.call_counter import Counting
+    from tests.support.call_counter import Counting
 
     monkeypatch.setenv("GDN_ATTN_BACKEND_TRITON", "1")
     q, k, v, g, beta, pool, cu = _inputs([150, 200])  # 3 and 4 chunks

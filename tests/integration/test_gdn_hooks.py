@@ -17,7 +17,7 @@ from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn import prefill
 from sglang_ascend_hybrid.ops.gdn.prefill import chunk_stride_probe
 from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch, l2norm
-from tests.call_counter import Counting as _Counting
+from tests.support.call_counter import Counting as _Counting
 
 D = 128
 

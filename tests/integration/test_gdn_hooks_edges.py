@@ -24,7 +24,7 @@ from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import prefill, contract
 from sglang_ascend_hybrid.ops.gdn.prefill import entries
 from tests.ops.gdn.gdn_oracles import fla, make_triton_chunk_emulator, normalize
-from tests.call_counter import Counting as _Counting
+from tests.support.call_counter import Counting as _Counting
 
 MEGA_REFUSAL = "unsupported mega_chunk_gdn (NumValueHeads, NumKeyHeads) pair (6, 2)"
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from sglang_ascend_hybrid.integration import short_conv_track as sct
-from tests.sync_counter import SyncCounter
+from tests.support.sync_counter import SyncCounter
 
 C, S, SLOTS = 5, 3, 9
 

@@ -19,7 +19,7 @@ from sglang_ascend_hybrid.integration.conv_state_layout import (
     layer_cache_cuda_view,
     shares_storage,
 )
-from tests.sync_counter import SyncCounter
+from tests.support.sync_counter import SyncCounter
 
 CH, HID, T0, T1, HEADS = 8, 6, 2, 2, 4   # CCA channels, hidden, the two conv kernels, q + k heads
 PAD = (T0 - 1) + (T1 - 1)                # ZAYA1's total_padding

@@ -17,7 +17,7 @@ from sglang_ascend_hybrid.ops.attention import contract as fia_contract
 from sglang_ascend_hybrid.ops.attention.torch_impl import packed_attention_torch
 from sglang_ascend_hybrid.ops.attention.api import fused_infer_attention_varlen
 from sglang_ascend_hybrid.ops.attention.cases import packed_case
-from tests.call_counter import Counting
+from tests.support.call_counter import Counting
 
 
 @pytest.mark.parametrize("one_sided", [False, True], ids=["two-sided", "with-one-sided"])

@@ -25,7 +25,7 @@ from tests.ops.conv.conv_oracle import (
     oracle_fn,
     oracle_update,
 )
-from tests.sync_counter import SyncCounter
+from tests.support.sync_counter import SyncCounter
 
 DIM = 24
 OP_OF = {"npu_v2": None, "npu_aclnn": emu.OP_ACLNN, "npu_update_v2": emu.OP_UPDATE_V2_MAIN}

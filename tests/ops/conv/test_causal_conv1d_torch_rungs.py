@@ -15,7 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from sglang_ascend_hybrid.integration.conv_state_layout import cuda_layout_view
 from sglang_ascend_hybrid.ops.conv import torch_impl as ref
 from tests.ops.conv.conv_oracle import assert_close_to_oracle, oracle_fn, oracle_update
-from tests.sync_counter import SyncCounter
+from tests.support.sync_counter import SyncCounter
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 

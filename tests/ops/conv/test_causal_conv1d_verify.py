@@ -16,7 +16,7 @@ from sglang_ascend_hybrid.ops.conv import dispatch
 from sglang_ascend_hybrid.ops.conv.api import causal_conv1d_verify
 from sglang_ascend_hybrid.ops.conv.reference import oracle_update, oracle_verify
 from tests.ops.conv.conv_oracle import assert_close_to_oracle, forced_backend
-from tests.sync_counter import SyncCounter
+from tests.support.sync_counter import SyncCounter
 
 
 def _case(width, draft, dtype, batch=3, slots=6, dim=24, seed=0, idx=None):

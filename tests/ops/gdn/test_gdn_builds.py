@@ -26,7 +26,7 @@ from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, recurrent_gated_delta_rule, contract
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.ladder import Ladder, Rung
-from tests.call_counter import Counting
+from tests.support.call_counter import Counting
 from tests.ops.gdn.gdn_inputs import bf16_packed
 from tests.ops.conv.conv_oracle import assert_close_to_oracle, oracle_fn
 

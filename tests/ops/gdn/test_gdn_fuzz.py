@@ -219,7 +219,7 @@ def test_empty_batches_return_shaped_results_and_touch_nothing():
 
 
 def test_decode_without_value_checks_never_syncs():
-    from tests.sync_counter import SyncCounter
+    from tests.support.sync_counter import SyncCounter
 
     q, k, v, g, beta, pool = _decode_inputs()
     for ops, dtype in (({}, torch.float32), (emu.emulators(chip="A3"), torch.bfloat16)):

@@ -17,7 +17,7 @@ from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, prefill
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
-from tests.call_counter import Counting as _Counting
+from tests.support.call_counter import Counting as _Counting
 
 D = 128
 MEGA = {  # name -> (installed variant, the version string the wheel reports)

@@ -27,7 +27,7 @@ from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch
 from tests.ops.gdn.gdn_oracles import C, make_triton_chunk_emulator
 from tests.ops.gdn.gdn_oracles import fla as _fla
 from tests.ops.gdn.gdn_oracles import normalize as _normalize
-from tests.call_counter import Counting as _Counting
+from tests.support.call_counter import Counting as _Counting
 
 def _inputs(lens, hk, ratio, K, V, *, dtype=torch.float32, seed=0, with_state=True, decay_offset=2.0,
             strong_heads=()):

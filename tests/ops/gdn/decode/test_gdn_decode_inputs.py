@@ -11,7 +11,7 @@ import torch
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.ops.gdn import decode
 from tests.ops.gdn.decode.test_gdn_decode_ladder import SLOTS, _call, _device, _inputs, _oracle
-from tests.sync_counter import SyncCounter
+from tests.support.sync_counter import SyncCounter
 
 
 @pytest.fixture(autouse=True)

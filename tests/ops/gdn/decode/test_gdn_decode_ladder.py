@@ -18,8 +18,8 @@ from sglang_ascend_hybrid.ops.gdn.decode import contract as dc
 from sglang_ascend_hybrid.ops.gdn.decode.reference import gated_decode_reference
 from sglang_ascend_hybrid.ops.gdn.recurrent_rows import beta_logit
 from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable
-from tests.op_log import StaticOpLog
-from tests.sync_counter import SyncCounter
+from tests.support.op_log import StaticOpLog
+from tests.support.sync_counter import SyncCounter
 
 ENTRY = "optimized"
 SLOTS = 8

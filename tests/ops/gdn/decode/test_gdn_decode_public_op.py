@@ -13,7 +13,7 @@ from sglang_ascend_hybrid.emulators import gdn as emu
 from sglang_ascend_hybrid.emulators import gdn_decode as decode_emu
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import decode, recurrent_gated_delta_rule
-from tests.call_counter import Counting as _Counting
+from tests.support.call_counter import Counting as _Counting
 
 
 def test_decode_refusal_leaves_the_state_pool_untouched(caplog):

@@ -14,7 +14,7 @@ from sglang_ascend_hybrid.ops.gdn import pool_step
 from sglang_ascend_hybrid.ops.gdn.api import recurrent_gated_delta_rule
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.gdn.reference import recurrent_step
-from tests.sync_counter import SyncCounter
+from tests.support.sync_counter import SyncCounter
 
 HV, HK, K, V = 4, 2, 16, 8
 ROW_BYTES = HV * V * K * 4

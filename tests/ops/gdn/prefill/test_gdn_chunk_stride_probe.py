@@ -48,7 +48,7 @@ def test_the_triton_rung_trusts_the_probe_over_the_release_prediction(caplog):
     asked for, the probe's 128-token verdict keeps the rung out and torch serves exact states."""
     from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states
     from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch, l2norm
-    from tests.call_counter import Counting
+    from tests.support.call_counter import Counting
 
     caplog.set_level(logging.INFO, logger="sglang_ascend_hybrid")
     gen = torch.Generator().manual_seed(3)

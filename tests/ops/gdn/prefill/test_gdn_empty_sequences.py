@@ -15,7 +15,7 @@ from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 from sglang_ascend_hybrid.ops.gdn import prefill
 from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states
-from tests.call_counter import Counting
+from tests.support.call_counter import Counting
 from tests.ops.gdn.gdn_inputs import bf16_packed
 
 pytestmark = pytest.mark.usefixtures("fresh_gdn")

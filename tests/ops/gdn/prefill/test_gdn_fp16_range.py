@@ -21,7 +21,7 @@ from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, prefill
 from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable
-from tests.call_counter import Counting
+from tests.support.call_counter import Counting
 
 D = 128
 HV, HK = 8, 2  # a native pair of the current mega table

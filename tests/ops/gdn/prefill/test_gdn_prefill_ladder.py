@@ -15,7 +15,7 @@ from sglang_ascend_hybrid.ops.gdn import prefill
 from sglang_ascend_hybrid.ops.gdn.prefill.plan_exec import execute_plan
 from sglang_ascend_hybrid.ops.gdn.prefill.planner import plan_for
 from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch, l2norm
-from tests.call_counter import Counting as _Counting
+from tests.support.call_counter import Counting as _Counting
 
 D = 128
 

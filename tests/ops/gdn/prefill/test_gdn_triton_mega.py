@@ -22,7 +22,7 @@ from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, prefill, signat
 from sglang_ascend_hybrid.ops.gdn.prefill import entries
 from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
-from tests.call_counter import Counting
+from tests.support.call_counter import Counting
 from tests.ops.gdn.gdn_inputs import bf16_packed
 
 D = 128

@@ -23,7 +23,7 @@ from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import verify as gv
 from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable
 from tests.ops.gdn.gdn_verify_oracle import oracle_verify
-from tests.sync_counter import SyncCounter
+from tests.support.sync_counter import SyncCounter
 
 NK, NV, DK, DV = 2, 4, 32, 16
 

@@ -21,7 +21,7 @@ from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import verify as gv
 from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable
 from tests.ops.gdn.verify.test_gdn_verify import DK, NK, NV, _case, _max_rel, _oracle
-from tests.sync_counter import SyncCounter
+from tests.support.sync_counter import SyncCounter
 
 
 def _padded(idx_rows, *, rows, seed=0, accepted=None, lens=None):

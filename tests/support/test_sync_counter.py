@@ -2,7 +2,7 @@
 
 import torch
 
-from tests.sync_counter import SyncCounter
+from tests.support.sync_counter import SyncCounter
 
 
 def test_counts_item_nonzero_bool_and_mask_indexing():

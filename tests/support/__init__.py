@@ -1,0 +1,1 @@
+"""Test helpers shared by every test folder: call and sync counters, the op log, the older-release subset."""
