@@ -21,12 +21,6 @@ def log_once(logger: logging.Logger, key: Hashable, msg, *args, level: int = log
     return True
 
 
-def logged(key: Hashable) -> bool:
-    """Whether :func:`log_once` has said ``key`` in this process (lets a caller skip the work of
-    deciding whether to say it again)."""
-    return key in _seen
-
-
 def reset_log_once() -> None:
     """Forget every key (tests only)."""
     with _lock:

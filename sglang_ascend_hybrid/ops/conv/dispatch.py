@@ -45,7 +45,7 @@ from typing import Optional
 import torch
 
 from sglang_ascend_hybrid.envs import ENV
-from sglang_ascend_hybrid.logutil import log_once, logged
+from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.conv.contract import (
     DEVICE_OPS,
@@ -143,7 +143,9 @@ def _tiling_record(key: tuple, dtype: torch.dtype) -> None:
 
 
 def reset_state() -> None:
-    """Forget call-time refusals and the tiling-key record (tests; a reloaded kernel)."""
+    """Forget call-time refusals, the tiling-key record and the signatures whose torch-path verdict
+    was asked (tests; a reloaded kernel)."""
+    _TORCH_PATH_ASKED.clear()
     FN_LADDER.forget_refusals()
     UPDATE_LADDER.forget_refusals()
     VERIFY_LADDER.forget_refusals()
@@ -456,19 +458,26 @@ VERIFY_LADDER = Ladder("causal_conv1d_verify", [
 ])
 
 
-def run_ladder(ladder: Ladder, sig: tuple, call, x: torch.Tensor):
-    """Serve ``call`` on ``ladder`` (the forced rung, else the first whose contract admits it);
-    an NPU call the torch path serves is said once per signature, with every NPU rung's reason
-    (the ladder is asked for that only until the signature has been said)."""
-    backend = env_forced_rung(ENV.CONV_BACKEND, ladder.names, "conv", ladder.op)
-    key = ("conv-torch-path", sig)
-    if backend == "auto" and not logged(key) and device_possible(x) and ladder.choose(sig, call).name == "torch":
-        def reasons() -> str:  # the predicates' own words, computed only when the line is said
-            why = "; ".join(f"{r.name}: {ladder.why_not(r, sig, call)}" for r in ladder.rungs if r.device)
-            return (f"sglang-ascend-hybrid: {ladder.op} {sig} is outside every installed NPU conv kernel's "
-                    f"contract or no kernel is installed ({why}); using the torch path for this shape")
+# Signatures whose torch-path verdict has been asked (the line below is said at most once per
+# signature; asking the ladder on every call would run every rung's predicate twice per call).
+_TORCH_PATH_ASKED: set = set()
 
-        log_once(logger, key, reasons)
+
+def run_ladder(ladder: Ladder, sig: tuple, call, x: torch.Tensor):
+    """Serve ``call`` on ``ladder`` (the forced rung, else the first whose contract admits it).
+    The first NPU call of a signature that only the torch path admits is said once, with every NPU
+    rung's reason; later calls of that signature do not ask again (a call-time refusal is said by
+    the ladder itself)."""
+    backend = env_forced_rung(ENV.CONV_BACKEND, ladder.names, "conv", ladder.op)
+    if backend == "auto" and sig not in _TORCH_PATH_ASKED and device_possible(x):
+        _TORCH_PATH_ASKED.add(sig)
+        if ladder.choose(sig, call).name == "torch":
+            def reasons() -> str:  # the predicates' own words, computed only when the line is said
+                why = "; ".join(f"{r.name}: {ladder.why_not(r, sig, call)}" for r in ladder.rungs if r.device)
+                return (f"sglang-ascend-hybrid: {ladder.op} {sig} is outside every installed NPU conv kernel's "
+                        f"contract or no kernel is installed ({why}); using the torch path for this shape")
+
+            log_once(logger, ("conv-torch-path", sig), reasons)
     return ladder(sig, call, backend=backend)
 
 
