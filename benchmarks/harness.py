@@ -28,6 +28,10 @@ Every benchmark of this directory measures *ratios* of methods run in one proces
 A goal is ``Goal(label, numerator, denominator, bar, at_least)``: the ratio is
 ``time(numerator) / time(denominator)`` and it must be ``>= bar`` (``at_least``) or
 ``<= bar``.  "Subject is 1.5x faster than the loop" is ``Goal(..., "loop", subject, 1.5)``.
+A goal with ``difference=True`` compares ``time(numerator) - time(denominator)`` in seconds
+instead (shown in microseconds): "the plugin adds at most 30 us to upstream's call" is
+``Goal(..., "plugin", "upstream", 30e-6, at_least=False, difference=True)``; like a ratio it is
+checked on the medians and on the minima.
 
 :func:`count_torch_ops` counts the ATen operators a call dispatches (a
 ``TorchDispatchMode``): the op count an NPU would pay as launches.
@@ -62,12 +66,19 @@ class Goal:
     denominator: str
     bar: float
     at_least: bool = True
+    difference: bool = False   # compare time(numerator) - time(denominator) (seconds), not their ratio
 
-    def check(self, ratio: float) -> bool:
-        return ratio >= self.bar if self.at_least else ratio <= self.bar
+    def check(self, value: float) -> bool:
+        return value >= self.bar if self.at_least else value <= self.bar
+
+    def show(self, value: float) -> str:
+        """A goal's value as printed: a ratio, or a difference in microseconds."""
+        return f"{value * 1e6:.2f} us" if self.difference else f"{value:.3f}"
 
     def wording(self) -> str:
-        return f"{self.numerator} / {self.denominator} {'>=' if self.at_least else '<='} {self.bar:g}"
+        op = "-" if self.difference else "/"
+        bar = f"{self.bar * 1e6:g} us" if self.difference else f"{self.bar:g}"
+        return f"{self.numerator} {op} {self.denominator} {'>=' if self.at_least else '<='} {bar}"
 
 
 @dataclass
@@ -92,6 +103,10 @@ class Table:
     def ratio(self, num: str, den: str) -> tuple[float, float]:
         return self.median(num) / self.median(den), self.minimum(num) / self.minimum(den)
 
+    def difference(self, num: str, den: str) -> tuple[float, float]:
+        """(median(num) - median(den), min(num) - min(den)) in seconds."""
+        return self.median(num) - self.median(den), self.minimum(num) - self.minimum(den)
+
     @property
     def aa(self) -> tuple[float, float]:
         return self.ratio(aa_name(self.subject), self.subject)
@@ -111,7 +126,8 @@ class Table:
     def goal_results(self) -> list[tuple[Goal, float, float, bool]]:
         out = []
         for goal in self.goals:
-            med, mn = self.ratio(goal.numerator, goal.denominator)
+            measure = self.difference if goal.difference else self.ratio
+            med, mn = measure(goal.numerator, goal.denominator)
             out.append((goal, med, mn, goal.check(med) and goal.check(mn)))
         return out
 
@@ -267,7 +283,7 @@ def report(table: Table, unit: float | None = None, unit_name: str | None = None
           f"{mn:.3f} (min)")
     for goal, med, mn, ok in table.goal_results():
         print(f"   VERDICT {'MEETS' if ok else 'BELOW'}: {goal.label}: {goal.wording()} -> "
-              f"{med:.3f} (median), {mn:.3f} (min)")
+              f"{goal.show(med)} (median), {goal.show(mn)} (min)")
 
 
 def summary(tables: Sequence[Table]) -> bool:
@@ -279,9 +295,10 @@ def summary(tables: Sequence[Table]) -> bool:
             all_ok &= ok
             tag = (" [loaded]" if t.loaded else " [slow-sync]" if t.slow_sync else
                    " [noisy]" if t.noisy else "")
+            bar = f"{goal.bar * 1e6:g} us" if goal.difference else f"{goal.bar:g}"
             print(f"   {'MEETS' if ok else 'BELOW'}  {t.threads}t  {goal.label}: "
-                  f"{med:.3f} / {mn:.3f} (median / min; bar {'>=' if goal.at_least else '<='} "
-                  f"{goal.bar:g}){tag}")
+                  f"{goal.show(med)} / {goal.show(mn)} (median / min; bar {'>=' if goal.at_least else '<='} "
+                  f"{bar}){tag}")
     quiet = not any(t.loaded or t.slow_sync for t in tables)
     print(f"   overall: {'all goals met' if all_ok else 'some goals not met'}"
           f"{'' if quiet else ' (LOADED or SLOW-SYNC tables: not a result)'}")
@@ -381,12 +398,16 @@ def count_torch_ops(fn: Callable[[], object]) -> tuple[int, dict[str, int]]:
     return counter.count, dict(sorted(counter.by_op.items(), key=lambda kv: -kv[1]))
 
 
-def run(description: str, tables_at: Callable, argv=None, json_extra: Callable | None = None) -> int:
+def run(description: str, tables_at: Callable, argv=None, json_extra: Callable | None = None,
+        add_arguments: Callable | None = None) -> int:
     """The common main of a benchmark: parse the arguments, set the allocator, then per thread
     count report every table ``tables_at(args, threads, reps)`` yields, as it comes; the summary,
     the JSON (``json_extra(args)`` adds to it) and the exit status (1 when a goal is missed,
-    never for ``--smoke``)."""
-    args = arguments(description).parse_args(argv)
+    never for ``--smoke``).  ``add_arguments(parser)`` adds a benchmark's own options."""
+    parser = arguments(description)
+    if add_arguments is not None:
+        add_arguments(parser)
+    args = parser.parse_args(argv)
     reps = min(args.reps, 2) if args.smoke else args.reps
     print(setup(args))
     tables = []

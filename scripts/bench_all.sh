@@ -8,7 +8,7 @@ out=${1:-perf}
 mkdir -p "$out"
 export TORCH_DEVICE_BACKEND_AUTOLOAD=0 HF_HUB_OFFLINE=1
 for alloc in caching plain; do
-  for bench in bench_gdn bench_gdn_decode bench_gdn_verify bench_short_conv bench_packed_attention; do
+  for bench in bench_gdn bench_gdn_decode bench_gdn_verify bench_short_conv bench_packed_attention bench_hook_overhead; do
     echo "== $bench --allocator $alloc"
     .venv/bin/python "benchmarks/$bench.py" --allocator "$alloc" --json "$out/$bench-$alloc.json" \
       > "$out/$bench-$alloc.txt" 2>&1 || true      # a missed goal exits 1; the table says which

@@ -3,7 +3,8 @@
     python scripts/perf_table.py perf/*.json
 
 File names are ``<benchmark>-<allocator>.json`` (e.g. ``bench_gdn-caching.json``); one row per
-goal and allocator, with the 1- and 2-thread ratios (median / minimum) side by side, the A/A
+goal and allocator, with the 1- and 2-thread ratios (median / minimum; differences in us for a
+difference goal) side by side, the A/A
 control and the CPU time other processes took while the table was measured.
 """
 
@@ -39,16 +40,19 @@ def rows(path: Path):
                 continue
             goal, aa, load, sync = by_goal[label][threads]
             met_all &= goal["met"]
-            cells.append(f"{goal['median']:.2f} / {goal['min']:.2f} {'✅' if goal['met'] else '❌'} "
+            shown = ((f"{goal['median'] * 1e6:.1f} / {goal['min'] * 1e6:.1f} us") if goal.get("difference")
+                     else f"{goal['median']:.2f} / {goal['min']:.2f}")
+            cells.append(f"{shown} {'✅' if goal['met'] else '❌'} "
                          f"(A/A {aa[0]:.2f}, others {load:.2f}" + (f", sync {sync:.2f}" if threads > 1 else "") + ")")
-        bar = f"{'≥' if goal['at_least'] else '≤'} {goal['bar']:g}"
+        bar = f"{'≥' if goal['at_least'] else '≤'} " + (f"{goal['bar'] * 1e6:g} us" if goal.get("difference")
+                                                         else f"{goal['bar']:g}")
         verdict = "met" if met_all else "not met"
         yield f"| `{bench}` | {label} | {allocator} | {bar} | {cells[0]} | {cells[1]} | {verdict} |"
 
 
 def main(argv: list[str]) -> int:
-    print("| benchmark | goal (ratio = numerator / denominator time) | allocator | bar | 1 thread: median / min "
-          "| 2 threads: median / min | |")
+    print("| benchmark | goal (ratio = numerator / denominator time, or their difference in us) | allocator | bar "
+          "| 1 thread: median / min | 2 threads: median / min | |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for name in argv:
         for row in rows(Path(name)):

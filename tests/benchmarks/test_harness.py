@@ -107,3 +107,20 @@ def test_sync_wait_argument_is_validated_and_applied(monkeypatch):
     assert harness.arguments("x").parse_args([]).sync_wait == harness.SYNC_WAIT_S
     harness.setup(harness.arguments("x").parse_args(["--smoke"]))
     assert harness._sync_wait[0] == 0.0                      # smoke runs never wait
+
+
+def test_difference_goal_compares_medians_and_minima_in_seconds():
+    """A difference goal (time(numerator) - time(denominator), shown in us) next to a ratio goal,
+    which keeps its meaning; both need the median and the minimum to clear the bar."""
+    times = {"plugin": [50e-6, 60e-6, 70e-6], "plugin (A/A)": [50e-6, 60e-6, 70e-6],
+             "upstream": [20e-6, 30e-6, 40e-6]}
+    added = harness.Goal("added", "plugin", "upstream", 30e-6, at_least=False, difference=True)
+    t = harness.Table("t", 1, 3, 0.0, times, [added, harness.Goal("ratio", "plugin", "upstream", 2.5,
+                                                                   at_least=False)], "plugin")
+    (g, med, mn, ok), (_, rmed, rmn, rok) = t.goal_results()
+    assert (med, mn) == pytest.approx((30e-6, 30e-6)) and ok
+    assert (rmed, rmn) == pytest.approx((2.0, 2.5)) and rok
+    assert g.wording() == "plugin - upstream <= 30 us" and g.show(med) == "30.00 us"
+    t.times["plugin"] = [50e-6, 61e-6, 70e-6]                  # median 31 us over: below the bar
+    assert not t.goal_results()[0][3]
+    assert harness.Goal("r", "a", "b", 1.5).show(2.0) == "2.000"   # ratio goals print as before

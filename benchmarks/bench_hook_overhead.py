@@ -1,0 +1,415 @@
+"""Host time the plugin's hooks add per layer call, against SGLang's own call of its kernel.
+
+    .venv/bin/python benchmarks/bench_hook_overhead.py [--reps 15] [--threads 1,2] [--json out.json]
+
+Every device op is a *stub* behind the seam (:mod:`sglang_ascend_hybrid.ops.seam`): it does no
+math, counts its calls and returns a preallocated tensor of the op's output shape.  What is timed
+is therefore the host work around the kernel: argument parsing, shape / dtype checks, the ladder's
+choice, views, casts, and the small torch ops a hook adds (on an NPU each of those is one more
+launch; here it runs on CPU tensors of the serving shapes).  One table per verb, at 1 and 2 threads
+(``benchmarks/harness.py``), methods interleaved:
+
+* ``upstream``: SGLang's own call path (0.5.23) transcribed, its kernels the same stubs:
+  ``AscendGDNAttnBackend.chunk_gdn`` (two ``l2norm_fwd`` launches, the fp32 cast of g, the chunk
+  indices, ``h = k.new_empty(...)``, ``torch.ops.npu.chunk_gated_delta_rule``),
+  ``TritonGDNKernel.decode`` (one call of the sgl-kernel-npu Triton decode entry),
+  ``fused_recurrent_gated_delta_rule_update`` (casts, the graph-mode index tensors,
+  ``torch.ops.npu.recurrent_gated_delta_rule``), ``causal_conv1d_fn`` / ``causal_conv1d_update`` off
+  CUDA (the Triton entry, here the stub, with ``seq_lens_cpu``);
+* ``plugin``: the plugin's AROUND hook called the way SGLang's HookRegistry calls it
+  (``hook(original, self, *args)``), serving the call on the rung a real deployment takes:
+
+  ``gdn extend``          ``ascend_chunk_gdn`` -> prefill ladder -> ``npu_chunk`` (A3, bf16 pool)
+  ``gdn decode triton``   ``ascend_gdn_decode`` -> ``triton_decode`` (its layout probe found the
+                          installed entry value-first; the verdict is recorded, not probed)
+  ``gdn decode npu_recurrent`` ``ascend_gdn_decode`` -> ``npu_recurrent`` (the probe found the entry
+                          key-first, the sgl-kernel-npu source's addressing; bf16 pool): this route
+                          also gathers the live rows and scatters them back (state copies that the
+                          Triton route does not make: on CPU their bytes count in its time)
+  ``gdn verify``          ``ascend_verify_update`` (graph mode) -> verify ladder -> ``npu_recurrent``
+  ``conv prefill``        ``causal_conv1d_fn_around`` -> ``torch.ops.npu.causal_conv1d`` (run mode 0)
+  ``conv decode``         ``causal_conv1d_update_around`` -> ``torch.ops.npu.causal_conv1d`` (run mode 1)
+
+Shapes: Qwen3.6-27B at TP=8 per rank (6 value heads, 2 key heads, K = V = 128, bf16), decode and
+verify batch 8 (verify 4 tokens per request), extend 128 tokens in 2 requests (96 + 32); LFM2 conv
+dim 1024, width 3, bf16, decode batch 8, prefill 128 tokens in 2 requests.
+
+Each repetition calls a method ``--inner`` times (default 200); times are per call.  Goal per verb
+and thread count: ``plugin - upstream <= 30 us`` (a difference goal, on the medians and on the
+minima).  Before timing, every verb is checked once: the plugin's output is the stub's (its
+recognisable values), each call ran its verb's stub once, and no matmul-class ATen op ran (no real
+math); the ATen op count of one call of each method is printed beside the table (each op is one
+launch on an NPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Callable
+
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+from benchmarks import harness  # noqa: E402
+from sglang_ascend_hybrid.integration import conv_hooks, gdn_hooks  # noqa: E402
+from sglang_ascend_hybrid.ops import probes, seam  # noqa: E402
+from sglang_ascend_hybrid.ops.conv import contract as conv_contract  # noqa: E402
+from sglang_ascend_hybrid.ops.gdn import contract as gdn_contract  # noqa: E402
+from sglang_ascend_hybrid.ops.gdn.decode import contract as decode_contract  # noqa: E402
+from sglang_ascend_hybrid.ops.gdn.decode import probe as decode_probe  # noqa: E402
+
+GOAL_ADDED_S = 30e-6          # at most 30 us added per layer call
+INNER = 200                   # calls per repetition and method
+HV, HK, K, V = 6, 2, 128, 128  # Qwen3.6-27B per rank at TP=8
+DECODE_BATCH, DRAFT = 8, 4
+EXTEND_LENS = (96, 32)
+CONV_DIM, CONV_WIDTH = 1024, 3  # LFM2
+SLOTS = 32                    # pool slots per layer
+BF16 = torch.bfloat16
+ENTRY = "optimized"           # the decode entry SGLang 0.5.21+ imports
+MATH_OPS = ("aten.mm", "aten.bmm", "aten.addmm", "aten.matmul", "aten.baddbmm", "aten.einsum",
+            "aten.convolution", "aten._softmax", "aten.linalg_vector_norm")
+
+
+class Stub:
+    """A device op that does no math: counts its calls and returns preallocated output(s)."""
+
+    def __init__(self, name: str, output):
+        self.name, self.output, self.calls = name, output, 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self.output
+
+
+def _marked(*shape, dtype=BF16) -> torch.Tensor:
+    """A preallocated stub output with recognisable values (so the plugin's result can be traced to it)."""
+    n = 1
+    for s in shape:
+        n *= s
+    return (torch.arange(n, dtype=torch.float32).remainder(251) / 8 + 1).to(dtype).reshape(shape)
+
+
+@dataclass
+class Verb:
+    name: str
+    rung: str
+    upstream: Callable[[], object]
+    plugin: Callable[[], object]
+    stubs: dict                            # seam name -> Stub
+    expect: Callable[[object], bool]       # the plugin's result is the stub's output
+    counted: tuple                         # the stubs each plugin call must call once
+    setup: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+    notes: list = field(default_factory=list)
+
+
+def _gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+def _r(gen, *shape, dtype=BF16):
+    return torch.randn(*shape, generator=gen).to(dtype)
+
+
+# ----------------------------------------------------------------------------- GDN extend
+
+
+def gdn_extend() -> Verb:
+    gen = _gen(1)
+    T = sum(EXTEND_LENS)
+    N = len(EXTEND_LENS)
+    q, k = _r(gen, T, HK, K), _r(gen, T, HK, K)
+    v = _r(gen, T, HV, V)
+    g = torch.nn.functional.logsigmoid(torch.randn(1, T, HV, generator=gen))
+    beta = torch.rand(1, T, HV, generator=gen).to(BF16)
+    cu = torch.tensor((0, *EXTEND_LENS), dtype=torch.int32).cumsum(0).to(torch.int32)
+    pool = _r(gen, SLOTS, HV, V, K) * 0.1
+    cache = torch.tensor([3, 7])
+    initial = pool[cache]
+    chunk_indices = torch.tensor([[s, c] for s, n in enumerate(EXTEND_LENS) for c in range(-(-n // 64))])
+    chunk = Stub(gdn_contract.OP_NPU_CHUNK, (_marked(T, HV, V), _marked(N, HV, V, K)))
+    l2 = Stub("l2norm_fwd", q)          # SGLang's Triton l2norm launch: returns its input's shape
+    backend = SimpleNamespace(forward_metadata=SimpleNamespace(has_mamba_track_mask=False),
+                              actual_seq_lengths=torch.diff(cu).to(torch.int32),
+                              req_to_token_pool=SimpleNamespace(mamba_pool=SimpleNamespace(
+                                  mamba_cache=SimpleNamespace(temporal=pool.unsqueeze(0)))))
+
+    def upstream():   # AscendGDNAttnBackend.chunk_gdn, kernels stubbed
+        qn, kn = l2(q), l2(k)
+        gf = g.to(torch.float32)
+        scale = kn.shape[-1] ** -0.5
+        h = kn.new_empty(len(chunk_indices), v.shape[-2], v.shape[-1], kn.shape[-1])
+        o, last = chunk(qn, kn, v, beta=beta, initial_state=initial, actual_seq_lengths=backend.actual_seq_lengths,
+                        scale=scale, chunk_state=h, g=gf)
+        return o, last, h
+
+    def plugin():
+        return gdn_hooks.ascend_chunk_gdn(upstream, backend, q, k, v, g, beta, initial, cu)
+
+    def expect(out):
+        o, final, h = out
+        return (torch.equal(o, chunk.output[0].reshape(T, HV, V)) and torch.equal(final, chunk.output[1])
+                and tuple(h.shape) == (len(chunk_indices), HV, V, K))
+
+    return Verb("gdn extend", "npu_chunk", upstream, plugin, {gdn_contract.OP_NPU_CHUNK: chunk}, expect,
+                (chunk,), lambda: seam.install_device_facts(chip="A3"),
+                [f"{T} tokens in {N} requests, Hv {HV} Hk {HK} K {K} V {V}, bf16 pool (A3)"])
+
+
+# ----------------------------------------------------------------------------- GDN decode
+
+
+def _decode_inputs(pool_dtype):
+    gen = _gen(2)
+    B = DECODE_BATCH
+    return dict(q=_r(gen, 1, B, HK, K), k=_r(gen, 1, B, HK, K), v=_r(gen, 1, B, HV, V), a=_r(gen, B, HV),
+                b=_r(gen, B, HV), A_log=torch.randn(HV, generator=gen), dt_bias=_r(gen, HV),
+                ssm_states=(_r(gen, SLOTS, HV, V, K) * 0.1).to(pool_dtype),
+                cache_indices=torch.randperm(SLOTS, generator=gen)[:B].to(torch.int32),
+                query_start_loc=torch.arange(B + 1, dtype=torch.int32))
+
+
+@contextlib.contextmanager
+def _decode_verdict(layout: str, pool_dtype):
+    """The decode-layout probe's verdict for the serving signature, recorded (the stub cannot be probed)."""
+    sig = decode_probe.signature(ENTRY, BF16, pool_dtype, K, V)
+    seam.record_verdict(decode_probe.PROBE.name, sig,
+                        probes.Verdict(decode_probe.PROBE.name, sig, layout, layout == decode_contract.VALUE_FIRST,
+                                       "recorded by bench_hook_overhead"))
+    try:
+        yield
+    finally:
+        seam.forget_verdicts()
+
+
+def _installed_entry(entry):
+    """The decode entry the installed SGLang imports, as the hook asks for it (read from its source)."""
+    @contextlib.contextmanager
+    def cm():
+        saved = decode_contract.installed_decode_entry
+        decode_contract.installed_decode_entry = lambda: entry
+        try:
+            yield
+        finally:
+            decode_contract.installed_decode_entry = saved
+    return cm()
+
+
+def gdn_decode(route: str) -> Verb:
+    B = DECODE_BATCH
+    triton = route == "triton_decode"
+    pool_dtype = torch.float32 if triton else BF16   # the Triton route keeps an fp32 pool; the op is bf16-only
+    x = _decode_inputs(pool_dtype)
+    entry_stub = Stub(decode_contract.DECODE_ENTRIES[ENTRY], _marked(B, HV, V))     # optimized: [N, HV, V]
+    stubs = {decode_contract.DECODE_ENTRIES[ENTRY]: entry_stub}
+    if not triton:
+        stubs[gdn_contract.OP_NPU_RECURRENT] = Stub(gdn_contract.OP_NPU_RECURRENT, _marked(B, 1, HV, V))
+    served = stubs[decode_contract.DECODE_ENTRIES[ENTRY] if triton else gdn_contract.OP_NPU_RECURRENT]
+
+    def upstream():   # TritonGDNKernel.decode: one call of the Triton entry
+        return entry_stub(A_log=x["A_log"], dt_bias=x["dt_bias"], q=x["q"], k=x["k"], v=x["v"], a=x["a"], b=x["b"],
+                          initial_state_source=x["ssm_states"], initial_state_indices=x["cache_indices"],
+                          cu_seqlens=x["query_start_loc"], use_qk_l2norm_in_kernel=True, softplus_beta=1.0,
+                          softplus_threshold=20.0)
+
+    def plugin():
+        return gdn_hooks.ascend_gdn_decode(upstream, None, x["q"], x["k"], x["v"], x["a"], x["b"], A_log=x["A_log"],
+                                           dt_bias=x["dt_bias"], ssm_states=x["ssm_states"],
+                                           cache_indices=x["cache_indices"], query_start_loc=x["query_start_loc"])
+
+    def expect(o):
+        return torch.equal(o.reshape(B, HV, V), served.output.reshape(B, HV, V))
+
+    layout = decode_contract.VALUE_FIRST if triton else decode_contract.KEY_FIRST
+
+    @contextlib.contextmanager
+    def setup():
+        with _installed_entry(ENTRY), _decode_verdict(layout, pool_dtype):
+            yield
+
+    dtype = str(pool_dtype).replace("torch.", "")
+    return Verb(f"gdn decode {route}", route, upstream, plugin, stubs, expect, (served,), setup,
+                [f"batch {B}, Hv {HV} Hk {HK} K {K} V {V}, {dtype} pool, entry {ENTRY!r} probed {layout}"])
+
+
+# ----------------------------------------------------------------------------- GDN verify
+
+
+def gdn_verify() -> Verb:
+    gen = _gen(3)
+    B, S = DECODE_BATCH, DRAFT
+    mix = _r(gen, B, S, 2 * HK * K + HV * V)
+    pool = _r(gen, SLOTS, HV, V, K) * 0.1
+    scratch = torch.zeros((B + 1) * S, HV, V, K, dtype=BF16)   # SGLang's [size + 1, S] scratch, rows flat
+    beta, g = _r(gen, B * S, HV), torch.randn(B * S, HV, generator=gen)
+    cache = torch.randperm(SLOTS, generator=gen)[:B].to(torch.int32)
+    backend = SimpleNamespace(graph_mode=True, forward_metadata=SimpleNamespace(
+        mamba_cache_indices_gdn=torch.arange(B * S, dtype=torch.int32).view(B, S)))
+    op = Stub(gdn_contract.OP_NPU_RECURRENT, _marked(B, S, HV, V))
+
+    def upstream():   # AscendGDNAttnBackend.fused_recurrent_gated_delta_rule_update (graph mode), op stubbed
+        b16, gf = beta.to(BF16), g.to(torch.float32)
+        scale = 1 / (K ** 0.5)
+        inter = scratch.view(-1, HV, K, V)
+        nat = torch.full([B], 1, dtype=torch.int32, device=cache.device)
+        lens = torch.full([B], S, dtype=torch.int32, device=cache.device)
+        idx = backend.forward_metadata.mamba_cache_indices_gdn
+        out = op(mix, pool, beta=b16, scale=scale, actual_seq_lengths=lens, ssm_state_indices=idx.view(B, S),
+                 nk=HK, nv=HV, intermediate_state=inter, cache_indices=cache, num_accepted_tokens=nat, g=gf)
+        inter.view(-1, S, HV, K, V)
+        return out
+
+    def plugin():
+        return gdn_hooks.ascend_verify_update(upstream, backend, mix, HK, HV, K, V, pool, beta, g, cache,
+                                              intermediate_state=scratch)
+
+    def expect(out):
+        return torch.equal(out, op.output)
+
+    return Verb("gdn verify", "npu_recurrent", upstream, plugin, {op.name: op}, expect, (op,), notes=[
+        f"batch {B} x {S} draft tokens, Hv {HV} Hk {HK} K {K} V {V}, bf16 pool and scratch, graph mode"])
+
+
+# ----------------------------------------------------------------------------- conv
+
+
+def _conv_pool(gen):
+    """One layer of the window-major NPU conv pool ``[slots, W-1, dim]`` as the model sees it: ``[slots, dim, W-1]``."""
+    return _r(gen, SLOTS, CONV_WIDTH - 1, CONV_DIM).transpose(1, 2)
+
+
+def conv_prefill() -> Verb:
+    gen = _gen(4)
+    T = sum(EXTEND_LENS)
+    x = _r(gen, CONV_DIM, T)
+    weight = _r(gen, CONV_DIM, CONV_WIDTH)
+    state = _conv_pool(gen)
+    qsl = torch.tensor((0, *EXTEND_LENS), dtype=torch.int32).cumsum(0).to(torch.int32)
+    cache = torch.tensor([5, 9], dtype=torch.int32)
+    has_init = torch.tensor([True, False])
+    op = Stub(conv_contract.OP_ACLNN, _marked(T, CONV_DIM))           # run mode 0: [T, dim]
+    kwargs = dict(query_start_loc=qsl, cache_indices=cache, has_initial_state=has_init, conv_states=state,
+                  activation=None)
+
+    def upstream():   # sglang ... causal_conv1d.causal_conv1d_fn off CUDA: the Triton entry (stubbed)
+        kw = dict(kwargs)
+        if "seq_lens_cpu" not in kw:
+            kw["seq_lens_cpu"] = (qsl[1:] - qsl[:-1]).cpu().tolist()
+        return op(x, weight, None, **kw)
+
+    def plugin():
+        return conv_hooks.causal_conv1d_fn_around(upstream, x, weight, None, **kwargs)
+
+    def expect(out):
+        return torch.equal(out, op.output.t())
+
+    return Verb("conv prefill", "npu_aclnn", upstream, plugin, {op.name: op}, expect, (op,), notes=[
+        f"LFM2 dim {CONV_DIM} width {CONV_WIDTH}, {T} tokens in {len(EXTEND_LENS)} requests, bf16, window-major pool"])
+
+
+def conv_decode() -> Verb:
+    gen = _gen(5)
+    B = DECODE_BATCH
+    x = _r(gen, B, CONV_DIM)
+    weight = _r(gen, CONV_DIM, CONV_WIDTH)
+    state = _conv_pool(gen)
+    cache = torch.randperm(SLOTS, generator=gen)[:B].to(torch.int32)
+    op = Stub(conv_contract.OP_ACLNN, _marked(B, 1, CONV_DIM))        # run mode 1: [B, L, dim]
+
+    def upstream():   # causal_conv1d_update off CUDA: the Triton entry (stubbed)
+        return op(x, state, weight, bias=None, activation=None, cache_seqlens=None, conv_state_indices=cache,
+                  pad_slot_id=-1)
+
+    def plugin():
+        return conv_hooks.causal_conv1d_update_around(upstream, x, state, weight, None, activation=None,
+                                                      conv_state_indices=cache)
+
+    def expect(out):
+        return torch.equal(out, op.output.transpose(1, 2)[..., 0])
+
+    return Verb("conv decode", "npu_aclnn", upstream, plugin, {op.name: op}, expect, (op,), notes=[
+        f"LFM2 dim {CONV_DIM} width {CONV_WIDTH}, batch {B}, bf16, window-major pool"])
+
+
+def verbs() -> list[Verb]:
+    return [gdn_extend(), gdn_decode("triton_decode"), gdn_decode("npu_recurrent"), gdn_verify(), conv_prefill(),
+            conv_decode()]
+
+
+# ----------------------------------------------------------------------------- checks and tables
+
+
+@contextlib.contextmanager
+def serving(verb: Verb):
+    """The verb's stubs behind the seam (and its device facts / probe verdict)."""
+    ops = {name: stub for name, stub in verb.stubs.items() if name != "l2norm_fwd"}
+    with verb.setup(), seam.install_emulators(ops):
+        yield
+
+
+def check(verb: Verb) -> dict:
+    """One plugin call: its result is the stub's output, each counted stub ran once, no real math ran.
+    Returns what was seen (ATen op counts of both methods, the stubs' calls); raises on a failure."""
+    before = [s.calls for s in verb.counted]
+    n_plugin, by_op = harness.count_torch_ops(verb.plugin)
+    calls = [s.calls - b for s, b in zip(verb.counted, before)]
+    if calls != [1] * len(verb.counted):
+        raise AssertionError(f"{verb.name}: the plugin call ran its stubs {calls} times, expected once each "
+                             f"({[s.name for s in verb.counted]}): not the {verb.rung} rung")
+    math = sorted(op for op in by_op if op in MATH_OPS)
+    if math:
+        raise AssertionError(f"{verb.name}: real math ran in the plugin call: {math}")
+    if not verb.expect(verb.plugin()):
+        raise AssertionError(f"{verb.name}: the plugin's result is not the stub's output")
+    n_upstream, _ = harness.count_torch_ops(verb.upstream)
+    return {"plugin_aten_ops": n_plugin, "upstream_aten_ops": n_upstream, "plugin_ops_by_name": by_op,
+            "stub_calls": {s.name: s.calls for s in verb.counted}}
+
+
+def _loop(fn, inner):
+    def run():
+        for _ in range(inner):
+            fn()
+    return run
+
+
+def table(verb: Verb, threads: int, reps: int, inner: int) -> harness.Table:
+    with serving(verb):
+        seen = check(verb)
+        goal = harness.Goal(f"{verb.name}: plugin adds <= {GOAL_ADDED_S * 1e6:g} us per layer call", "plugin",
+                            "upstream", GOAL_ADDED_S, at_least=False, difference=True)
+        t = harness.measure(f"hook overhead, {verb.name} (plugin rung: {verb.rung})",
+                            [("upstream", _loop(verb.upstream, inner)), ("plugin", _loop(verb.plugin, inner))],
+                            "plugin", [goal], reps=reps, threads=threads, notes=list(verb.notes))
+    t.times = {name: [x / inner for x in ts] for name, ts in t.times.items()}   # per call
+    t.notes.append(f"per call ({inner} calls per repetition); ATen ops per call: plugin {seen['plugin_aten_ops']}, "
+                   f"upstream {seen['upstream_aten_ops']}; stubs ran, no matmul-class op: checked")
+    return t
+
+
+def tables_at(args, threads, reps):
+    if args.inner < 1:
+        raise SystemExit(f"--inner={args.inner}: expected a positive number of calls per repetition")
+    inner = min(args.inner, 2) if args.smoke else args.inner
+    for verb in verbs():
+        yield table(verb, threads, reps, inner)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--inner", type=int, default=INNER,
+                        help=f"calls of each method per repetition (default {INNER}; --smoke: 2)")
+
+
+def main(argv=None) -> int:
+    return harness.run(__doc__.splitlines()[0], tables_at, argv, add_arguments=add_arguments)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
