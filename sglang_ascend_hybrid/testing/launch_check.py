@@ -304,7 +304,7 @@ def register_launch_hooks() -> list[str]:
     """
     from sglang_ascend_hybrid import patches
     from sglang_ascend_hybrid.patches import apply
-    from sglang_ascend_hybrid.integration.launch_defaults import LAUNCH_PATCH
+    from sglang_ascend_hybrid.integration.launch.registration import LAUNCH_PATCH
 
     patch = patches.by_name(LAUNCH_PATCH)
     apply.install(patch)  # the path registration takes
@@ -316,10 +316,10 @@ def launch_hooks_suspended() -> Iterator[None]:
     """Temporarily take the launch hooks out of SGLang's registry (SGLang's own resolution)."""
     from sglang.srt.arg_groups import resolution_hooks
 
-    from sglang_ascend_hybrid.integration.launch_defaults import _launch_hooks
+    from sglang_ascend_hybrid.integration.launch.registration import launch_hooks
 
     removed: list[tuple[str, int, Callable]] = []
-    for step, fn in _launch_hooks():
+    for step, fn in launch_hooks():
         chain = resolution_hooks._HOOKS.get(step, [])
         while fn in chain:
             i = chain.index(fn)
@@ -428,7 +428,7 @@ def resolve_launch(
 
 
 def _adjustments_of(server_args: Any) -> list[str]:
-    from sglang_ascend_hybrid.integration.launch_defaults import adjustments_of
+    from sglang_ascend_hybrid.integration.launch.resolution import adjustments_of
 
     return adjustments_of(server_args)
 
