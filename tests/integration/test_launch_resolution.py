@@ -356,7 +356,7 @@ def test_emulation_passes_only_the_platform_facts_this_release_knows():
     """Releases differ in their platform-fact table and reject unknown facts."""
     from sglang.srt import runtime_context
 
-    from sglang_ascend_hybrid.testing.launch_check import _PLATFORM_FACTS_NPU, platform_facts_npu
+    from sglang_ascend_hybrid.testing.launch_check.emulation import _PLATFORM_FACTS_NPU, platform_facts_npu
 
     known = set(runtime_context._PLATFORM_PROBES) | set(runtime_context._PLATFORM_VALUES)
     facts = platform_facts_npu()
