@@ -29,7 +29,7 @@ def resolve_isolated(requests: Sequence[dict], *, timeout: float = 900.0) -> lis
     payload = json.dumps([_jsonable_request(r) for r in requests])
     env = dict(os.environ)
     env.update(RESOLUTION_ENV)
-    repo_root = str(Path(__file__).resolve().parents[2])
+    repo_root = str(Path(__file__).resolve().parents[3])  # the directory holding sglang_ascend_hybrid
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (repo_root, env.get("PYTHONPATH", "")) if p
     )
