@@ -146,6 +146,11 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                       "sglang_ascend_hybrid/integration/conv_hooks.py"],
                      ["tests/integration/test_short_conv_track.py", "tests/integration/test_conv_hooks.py",
                       "tests/ops/conv/test_causal_conv1d_dispatch.py"]),
+    # the launch defaults: the decision, its plan from a config, extra_buffer support, the resolution hook
+    "launch": (["sglang_ascend_hybrid/integration/launch/*"],
+               ["tests/integration/test_hooks_in_process.py", "tests/integration/test_gdn_hooks_edges.py",
+                "tests/test_plan_startup.py", "tests/test_plan_cli.py", "tests/test_plan_prefill_kernels.py",
+                "tests/integration/test_launch_resolution.py"]),
     "integration": (["sglang_ascend_hybrid/integration/*"],
                     ["tests/integration", "tests/ops/gdn/verify/test_gdn_verify.py",
                      "tests/ops/attention/test_packed_attention_dispatch.py", "tests/test_plugin_unit.py"]),

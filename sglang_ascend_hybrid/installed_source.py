@@ -3,8 +3,8 @@
 The plugin checks upstream code from its source text: patch targets (:mod:`sglang_ascend_hybrid.patches.locate`),
 the sgl-kernel-npu imports SGLang makes (:mod:`sglang_ascend_hybrid.tools.pairing`), the decode entry SGLang's
 ``gdn_triton.py`` imports (:mod:`sglang_ascend_hybrid.ops.gdn.decode.contract`), the architectures SGLang lists for
-the extra_buffer strategy (:mod:`sglang_ascend_hybrid.integration.launch_defaults`).  Importing those modules would cost
-time at plugin discovery, or fail where they import NPU packages at module top, so every such
+the extra_buffer strategy (:mod:`sglang_ascend_hybrid.integration.launch.extra_buffer`).  Importing those modules
+would cost time at plugin discovery, or fail where they import NPU packages at module top, so every such
 check finds and reads the files here:
 
 * :func:`package_dir` / :func:`package_dirs` / :func:`source_file` / :func:`locate_module` find

@@ -161,10 +161,10 @@ def test_model_dtype_is_what_sglang_runs_with_dtype_auto(name, cfg, expected):
 
 
 def test_family_table_is_the_one_source_of_the_lists():
-    from sglang_ascend_hybrid.integration import launch_defaults
+    from sglang_ascend_hybrid.integration.launch import decision
 
     assert mf.GDN_MODEL_TYPES | mf.SHORT_CONV_MODEL_TYPES == set(mf.BY_MODEL_TYPE)
-    assert launch_defaults.GDN_ARCHS == mf.GDN_ARCHS and launch_defaults.SHORT_CONV_ARCHS == mf.SHORT_CONV_ARCHS
+    assert decision.GDN_ARCHS == mf.GDN_ARCHS and decision.SHORT_CONV_ARCHS == mf.SHORT_CONV_ARCHS
     for f in mf.FAMILIES:
         assert f.kind in ("gdn", "short_conv") and f.layers in ("interval", "lfm2", "lfm2_moe", "zaya")
         assert f.architectures and f.config_class.startswith("sglang.srt.configs.")

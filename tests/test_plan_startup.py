@@ -13,7 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglang_ascend_hybrid.integration import launch_defaults as ld
+from sglang_ascend_hybrid.integration.launch import decision, extra_buffer, planned, registration
+from sglang_ascend_hybrid.model_families import GDN_ARCHS, PLUGIN_SNAPSHOT_ARCHS
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "examples" / "configs"
@@ -45,38 +46,38 @@ def test_static_extra_buffer_list_is_the_installed_sglangs():
     pytest.importorskip("sglang")
     from sglang.srt.arg_groups import overrides
 
-    assert ld._upstream_extra_buffer_archs() == frozenset(overrides._MAMBA_EXTRA_BUFFER_ARCHS)
+    assert extra_buffer.upstream_extra_buffer_archs() == frozenset(overrides._MAMBA_EXTRA_BUFFER_ARCHS)
 
 
-@pytest.mark.parametrize("arch", sorted(ld.SUPPORTED_ARCHS))
+@pytest.mark.parametrize("arch", sorted(decision.SUPPORTED_ARCHS))
 def test_plan_extra_buffer_fact_agrees_with_sglangs_function(arch):
     """What planned_adjustments assumes per architecture (triton linear-attention backend, NPU) is
     what SGLang's supports_mamba_cache_extra_buffer answers on the installed release."""
     pytest.importorskip("sglang")
     view = SimpleNamespace(linear_attn_backend="triton")
     hf_config = SimpleNamespace(architectures=[arch], model_type="", text_config=None)
-    live = bool(ld._arch_supports_extra_buffer(view, hf_config))
-    assert live == (arch in ld._upstream_extra_buffer_archs())
+    live = bool(extra_buffer.arch_supports_extra_buffer(view, hf_config))
+    assert live == (arch in extra_buffer.upstream_extra_buffer_archs())
     # and the decision planned from it: the radix cache is disabled unless SGLang or the plugin's
     # gate hook (the architectures whose snapshots the plugin writes) lets extra_buffer serve
-    adjusted = bool(ld.planned_adjustments({"architectures": [arch]}))
-    assert adjusted == (not (live or arch in ld.PLUGIN_SNAPSHOT_ARCHS))
+    adjusted = bool(planned.planned_adjustments({"architectures": [arch]}))
+    assert adjusted == (not (live or arch in PLUGIN_SNAPSHOT_ARCHS))
 
 
-@pytest.mark.parametrize("arch", sorted(ld.SUPPORTED_ARCHS))
+@pytest.mark.parametrize("arch", sorted(decision.SUPPORTED_ARCHS))
 def test_gate_hook_adds_the_plugin_snapshot_archs_on_npu_only(arch, monkeypatch):
     """supports_extra_buffer_around: SGLang's answer, plus True on NPU for the architectures whose
     snapshots the plugin writes while its launch hooks are registered; either signature."""
-    monkeypatch.setattr(ld, "launch_hooks_registered", lambda: True)
-    sglang_says = arch in ld.GDN_ARCHS
+    monkeypatch.setattr(registration, "launch_hooks_registered", lambda: True)
+    sglang_says = arch in GDN_ARCHS
     original = lambda view, model: sglang_says  # noqa: E731
-    plugin = arch in ld.PLUGIN_SNAPSHOT_ARCHS
+    plugin = arch in PLUGIN_SNAPSHOT_ARCHS
     for model in (arch, SimpleNamespace(architectures=[arch])):
         npu, cuda = SimpleNamespace(device="npu"), SimpleNamespace(device="cuda")
-        assert ld.supports_extra_buffer_around(original, npu, model) is (sglang_says or plugin)
-        assert ld.supports_extra_buffer_around(original, cuda, model) is sglang_says
-    monkeypatch.setattr(ld, "launch_hooks_registered", lambda: False)
-    assert ld.supports_extra_buffer_around(original, SimpleNamespace(device="npu"), arch) is sglang_says
+        assert extra_buffer.supports_extra_buffer_around(original, npu, model) is (sglang_says or plugin)
+        assert extra_buffer.supports_extra_buffer_around(original, cuda, model) is sglang_says
+    monkeypatch.setattr(registration, "launch_hooks_registered", lambda: False)
+    assert extra_buffer.supports_extra_buffer_around(original, SimpleNamespace(device="npu"), arch) is sglang_says
 
 
 def test_plan_keeps_torch_from_autoloading_the_npu_backend(monkeypatch, capsys):

@@ -89,7 +89,8 @@ def _config_dtype(hf_config) -> Optional[str]:
 
 def report(server_args: Any) -> Optional[GdnStatePlan]:
     """Log the state dtype decision once for a GDN model on NPU; record it on ``server_args``."""
-    from sglang_ascend_hybrid.integration.launch_defaults import GDN_ARCHS, npu_model
+    from sglang_ascend_hybrid.integration.launch.resolution import npu_model
+    from sglang_ascend_hybrid.model_families import GDN_ARCHS
 
     found = npu_model(server_args, GDN_ARCHS)
     if found is None:

@@ -80,7 +80,7 @@ PATCHES: tuple[Patch, ...] = (
             Target("sglang.srt.runtime_context.get_platform", "<0.5.22"),
             "sglang.srt.arg_groups.mamba_hook.validate_mamba_no_buffer",
         ),
-        hook="sglang_ascend_hybrid.integration.launch_defaults:launch_defaults_hook",
+        hook="sglang_ascend_hybrid.integration.launch.resolution:launch_defaults_hook",
         why="on NPU SGLang defaults page_size to 128 while short-conv hybrids (LFM2, LFM2-MoE, LFM2-VL, "
             "ZAYA1) get the no_buffer mamba radix cache, which asserts page_size 1 ('no_buffer only supports "
             "page_size=1', or a later scheduler error for LFM2-VL). page_size 1 is not viable on Ascend (the "
@@ -117,11 +117,11 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         name="short-conv-extra-buffer",
         target="sglang.srt.arg_groups.overrides.supports_mamba_cache_extra_buffer",
-        # read from the source by launch_defaults (plan, the launch decision)
+        # read from the source by integration/launch/extra_buffer.py (plan, the launch decision)
         extra_targets=("sglang.srt.arg_groups.overrides._MAMBA_EXTRA_BUFFER_ARCHS",),
         kind="hook",
         hook_type="around",
-        hook="sglang_ascend_hybrid.integration.launch_defaults:supports_extra_buffer_around",
+        hook="sglang_ascend_hybrid.integration.launch.extra_buffer:supports_extra_buffer_around",
         why="SGLang lets only the architectures of arg_groups/overrides.py _MAMBA_EXTRA_BUFFER_ARCHS use the "
             "mamba extra_buffer radix-cache strategy; LFM2 / LFM2-MoE are not among them (SGLang's short-conv "
             "sidecar writes no snapshot), and on NPU their other strategy, no_buffer, needs page size 1, which "

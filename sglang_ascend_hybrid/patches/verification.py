@@ -17,7 +17,7 @@ from sglang_ascend_hybrid.patches.releases import release_targets
 HOOK_REGISTRIES = {"srt": "sglang.srt.plugins.hook_registry.HookRegistry",
                    "multimodal": "sglang.multimodal_gen.runtime.platforms.plugins.HookRegistry"}
 HOOK_REGISTRY_INTERNALS = ("_hooks", "_patched")  # apply._register_hook / _apply_target / _applying_now
-RESOLUTION_INTERNALS = (f"{RES_STEP}._HOOKS",)  # apply.register_resolution_hook_once, launch_defaults
+RESOLUTION_INTERNALS = (f"{RES_STEP}._HOOKS",)  # apply.register_resolution_hook_once, launch.registration
 
 
 @functools.lru_cache(maxsize=None)

@@ -5,7 +5,7 @@ Uses the runtime's own code: the family table and config rules
 signature rules (:func:`sglang_ascend_hybrid.ops.gdn.prefill.prefill_static_reasons`), the
 conv-kernel limits (:mod:`sglang_ascend_hybrid.ops.conv.contract`), the SSM state dtype rules
 (:mod:`sglang_ascend_hybrid.integration.gdn_state_dtype`) and the launch-default decisions
-(:mod:`sglang_ascend_hybrid.integration.launch_defaults`, which reads what it needs of SGLang from
+(:mod:`sglang_ascend_hybrid.integration.launch.planned`, which reads what it needs of SGLang from
 its installed source).  Nothing of SGLang or transformers is imported.  The config is parsed
 once (:func:`sglang_ascend_hybrid.model_families.facts`); every row is computed from those facts.
 
@@ -228,7 +228,7 @@ def assumptions(kernel_heads: Optional[list[int]]) -> dict[str, Any]:
 def plan(cfg: dict, tp_sizes=DEFAULT_TP, kernel_heads: Optional[list[int]] = None,
          ssm_dtype: Optional[str] = None) -> dict[str, Any]:
     """The plan document (``docs/plan-json.md``) of ``cfg`` at each TP size."""
-    from sglang_ascend_hybrid.integration.launch_defaults import planned_adjustments, planned_prefix_cache
+    from sglang_ascend_hybrid.integration.launch.planned import planned_adjustments, planned_prefix_cache
 
     facts = mf.facts(cfg)  # the one parse: a malformed config fails as a whole, before any TP size
     predicate = kernel_predicate(kernel_heads)
@@ -276,7 +276,7 @@ def _rung_line(r: dict, mega_plan: Optional[dict] = None, width: int = 10) -> st
 
 
 def render(doc: dict[str, Any], out: TextIO | None = None) -> None:
-    from sglang_ascend_hybrid.integration.launch_defaults import SNAPSHOT_WRITERS
+    from sglang_ascend_hybrid.integration.launch.decision import SNAPSHOT_WRITERS
 
     w = (out or sys.stdout).write
     m, a = doc["model"], doc["assumptions"]

@@ -18,7 +18,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sglang_ascend_hybrid.integration import gdn_hooks, launch_defaults
+from sglang_ascend_hybrid.integration import gdn_hooks
+from sglang_ascend_hybrid.integration.launch import resolution
+from sglang_ascend_hybrid.integration.launch.decision import LaunchConfigError
 from sglang_ascend_hybrid.emulators import gdn as emu
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import prefill, contract
@@ -183,7 +185,7 @@ def test_ascend_hook_without_tracking_returns_zero_chunk_states_of_upstream_shap
 def _broken_apply(monkeypatch, exc):
     def apply(server_args):
         raise exc
-    monkeypatch.setattr(launch_defaults, "apply_launch_defaults", apply)
+    monkeypatch.setattr(resolution, "apply_launch_defaults", apply)
 
 
 def test_launch_defaults_hook_lenient_logs_and_runs_upstream(monkeypatch, caplog):
@@ -192,7 +194,7 @@ def test_launch_defaults_hook_lenient_logs_and_runs_upstream(monkeypatch, caplog
     seen = []
     args = object()
     with caplog.at_level(logging.WARNING):
-        launch_defaults.launch_defaults_hook(args, seen.append)
+        resolution.launch_defaults_hook(args, seen.append)
     assert seen == [args]
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
@@ -205,7 +207,7 @@ def test_launch_defaults_hook_strict_stops_startup(monkeypatch):
     seen = []
     with pytest.raises(RuntimeError, match=r"launch defaults could not be evaluated "
                                            r"\(AttributeError: no attribute 'hf_config'\)") as err:
-        launch_defaults.launch_defaults_hook(object(), seen.append)
+        resolution.launch_defaults_hook(object(), seen.append)
     assert seen == []
     assert isinstance(err.value.__cause__, AttributeError)
 
@@ -213,18 +215,18 @@ def test_launch_defaults_hook_strict_stops_startup(monkeypatch):
 @pytest.mark.parametrize("strict", ["1", "0"])
 def test_launch_config_error_always_propagates(strict, monkeypatch):
     monkeypatch.setenv("SGLANG_ASCEND_HYBRID_STRICT", strict)
-    _broken_apply(monkeypatch, launch_defaults.LaunchConfigError("--disable-radix-cache conflicts"))
+    _broken_apply(monkeypatch, LaunchConfigError("--disable-radix-cache conflicts"))
     seen = []
-    with pytest.raises(launch_defaults.LaunchConfigError, match="conflicts"):
-        launch_defaults.launch_defaults_hook(object(), seen.append)
+    with pytest.raises(LaunchConfigError, match="conflicts"):
+        resolution.launch_defaults_hook(object(), seen.append)
     assert seen == []
 
 
 def test_launch_defaults_hook_runs_upstream_after_its_own_step(monkeypatch):
     order = []
     args = object()
-    monkeypatch.setattr(launch_defaults, "apply_launch_defaults", lambda a: order.append(("plugin", a)))
-    launch_defaults.launch_defaults_hook(args, lambda a: order.append(("upstream", a)))
+    monkeypatch.setattr(resolution, "apply_launch_defaults", lambda a: order.append(("plugin", a)))
+    resolution.launch_defaults_hook(args, lambda a: order.append(("upstream", a)))
     assert order == [("plugin", args), ("upstream", args)]
 
 

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from sglang_ascend_hybrid.patches import mode
-from sglang_ascend_hybrid.integration import conv_state_layout, gdn_hooks, gdn_state_dtype, launch_defaults, registry
+from sglang_ascend_hybrid.integration import conv_state_layout, gdn_hooks, gdn_state_dtype, registry
+from sglang_ascend_hybrid.integration.launch import decision, extra_buffer, resolution
 from sglang_ascend_hybrid.model_families import GDN_ARCHS, SHORT_CONV_ARCHS
 
 NS = types.SimpleNamespace
@@ -238,62 +239,62 @@ def test_gdn_state_report_ignores_non_gdn_and_non_npu_launches(monkeypatch):
         assert not hasattr(rec, gdn_state_dtype.RECORD_ATTR)
 
 
-# ------------------------------------------------------------------ launch_defaults
+# ------------------------------------------------------------------ launch defaults (integration/launch/)
 
 
 def test_decide_changes_nothing_when_extra_buffer_serves_the_default_strategy():
-    facts = launch_defaults.LaunchFacts(arch=GDN_ARCH, extra_buffer_supported=True)
+    facts = decision.LaunchFacts(arch=GDN_ARCH, extra_buffer_supported=True)
     assert facts.strategy == "auto" and facts.page_size == 128
-    d = launch_defaults.decide(facts)
+    d = decision.decide(facts)
     assert (d.declare, d.adjustments, d.error) == ({}, [], None)  # nothing declared: only the INFO line
     assert "mamba extra_buffer strategy, page_size=128" in d.info and "SGLang's GDN backend" in d.info
     for strategy in ("extra_buffer", "extra_buffer_lazy"):
-        d = launch_defaults.decide(dataclasses.replace(facts, strategy=strategy, strategy_explicit=True))
+        d = decision.decide(dataclasses.replace(facts, strategy=strategy, strategy_explicit=True))
         assert (d.declare, d.adjustments, d.error) == ({}, [], None)
         assert f"mamba {strategy} strategy" in d.info
 
 
 def test_decide_disables_the_radix_cache_without_extra_buffer():
-    d = launch_defaults.decide(launch_defaults.LaunchFacts(arch=SHORT_CONV_ARCH))
+    d = decision.decide(decision.LaunchFacts(arch=SHORT_CONV_ARCH))
     assert d.declare == {"disable_radix_cache": True} and d.error is None
 
 
 def test_npu_model_is_the_first_architecture_of_an_npu_launch():
     archs = frozenset({"FirstArch"})
     rec = _record("FirstArch", architectures=["FirstArch", "SecondArch"])
-    found = launch_defaults.npu_model(rec, archs)
+    found = resolution.npu_model(rec, archs)
     assert found is not None
     cfg, hf_config, arch = found
     assert arch == "FirstArch"
     assert hf_config is rec._model_config.hf_config
     assert (cfg.device, cfg.model_path) == ("npu", "/models/m")
-    assert launch_defaults.npu_model(_record("x", architectures=["SecondArch", "FirstArch"]), archs) is None
-    assert launch_defaults.npu_model(_record("x", architectures=[]), archs) is None
+    assert resolution.npu_model(_record("x", architectures=["SecondArch", "FirstArch"]), archs) is None
+    assert resolution.npu_model(_record("x", architectures=[]), archs) is None
 
 
 def test_npu_model_reads_the_resolving_view_not_the_raw_record():
     rec = _record(GDN_ARCH, device="cpu", declared=[("sglang", {"device": "npu"})])
-    found = launch_defaults.npu_model(rec, GDN_ARCHS)
+    found = resolution.npu_model(rec, GDN_ARCHS)
     assert found is not None and found[0].device == "npu" and found[2] == GDN_ARCH
     gone = _record(GDN_ARCH, declared=[("sglang", {"device": "cpu"})])
-    assert launch_defaults.npu_model(gone, GDN_ARCHS) is None
+    assert resolution.npu_model(gone, GDN_ARCHS) is None
 
 
 @pytest.mark.parametrize("device,model_path", [("cuda", "/models/m"), ("cpu", "/models/m"), ("npu", "dummy"),
                                                ("npu", "DUMMY"), ("npu", None), ("npu", "None")])
 def test_npu_model_is_none_off_npu_or_for_a_dummy_model(device, model_path):
-    assert launch_defaults.npu_model(_record(GDN_ARCH, device=device, model_path=model_path), GDN_ARCHS) is None
+    assert resolution.npu_model(_record(GDN_ARCH, device=device, model_path=model_path), GDN_ARCHS) is None
 
 
 def test_explicit_tells_a_given_flag_from_a_default_on_a_plain_record():
     rec = NS(_raw_input={"mamba_radix_cache_strategy": "auto", "page_size": None, "disable_radix_cache": True})
-    assert launch_defaults._explicit(rec, "mamba_radix_cache_strategy") is False
-    assert launch_defaults._explicit(rec, "page_size") is False
-    assert launch_defaults._explicit(rec, "disable_radix_cache") is True
-    assert launch_defaults._explicit(NS(_raw_input={"page_size": 128}), "page_size") is True
+    assert resolution._explicit(rec, "mamba_radix_cache_strategy") is False
+    assert resolution._explicit(rec, "page_size") is False
+    assert resolution._explicit(rec, "disable_radix_cache") is True
+    assert resolution._explicit(NS(_raw_input={"page_size": 128}), "page_size") is True
     # without a raw snapshot the record's own values are compared with the defaults
-    assert launch_defaults._explicit(NS(linear_attn_backend="triton"), "linear_attn_backend") is False
-    assert launch_defaults._explicit(NS(linear_attn_backend="ascend"), "linear_attn_backend") is True
+    assert resolution._explicit(NS(linear_attn_backend="triton"), "linear_attn_backend") is False
+    assert resolution._explicit(NS(linear_attn_backend="ascend"), "linear_attn_backend") is True
 
 
 class _StructRecord(msgspec.Struct, dict=True):  # a msgspec record like SGLang's ServerArgs
@@ -305,24 +306,24 @@ class _StructRecord(msgspec.Struct, dict=True):  # a msgspec record like SGLang'
 def test_explicit_compares_with_the_records_own_field_default():
     rec = _StructRecord()
     rec._raw_input = {"page_size": 128, "mamba_radix_cache_strategy": "extra_buffer", "disable_radix_cache": False}
-    assert launch_defaults._explicit(rec, "page_size") is True
-    assert launch_defaults._explicit(rec, "mamba_radix_cache_strategy") is False  # the struct's default
-    assert launch_defaults._explicit(rec, "disable_radix_cache") is False
+    assert resolution._explicit(rec, "page_size") is True
+    assert resolution._explicit(rec, "mamba_radix_cache_strategy") is False  # the struct's default
+    assert resolution._explicit(rec, "disable_radix_cache") is False
     rec._raw_input = {"mamba_radix_cache_strategy": "auto"}
-    assert launch_defaults._explicit(rec, "mamba_radix_cache_strategy") is True
+    assert resolution._explicit(rec, "mamba_radix_cache_strategy") is True
 
 
 def test_adjustments_of_returns_what_was_recorded_on_the_server_args():
-    rec = NS(**{launch_defaults._ADJUSTMENTS_ATTR: ["disable_radix_cache=True (page_size=128 kept): x"]},
-             _resolved_overrides=[(launch_defaults.SOURCE, {"disable_radix_cache": True})])
-    assert launch_defaults.adjustments_of(rec) == ["disable_radix_cache=True (page_size=128 kept): x"]
+    rec = NS(**{resolution._ADJUSTMENTS_ATTR: ["disable_radix_cache=True (page_size=128 kept): x"]},
+             _resolved_overrides=[(resolution.SOURCE, {"disable_radix_cache": True})])
+    assert resolution.adjustments_of(rec) == ["disable_radix_cache=True (page_size=128 kept): x"]
 
 
 def test_adjustments_of_falls_back_to_the_plugins_declarations():
     rec = NS(_resolved_overrides=[("sglang", {"page_size": 128}),
-                                  (launch_defaults.SOURCE, {"disable_radix_cache": True})])
-    assert launch_defaults.adjustments_of(rec) == ["disable_radix_cache=True"]
-    assert launch_defaults.adjustments_of(NS()) == []
+                                  (resolution.SOURCE, {"disable_radix_cache": True})])
+    assert resolution.adjustments_of(rec) == ["disable_radix_cache=True"]
+    assert resolution.adjustments_of(NS()) == []
 
 
 HELPER = "_platform_supports_mamba_cache_extra_buffer"
@@ -339,7 +340,7 @@ def test_platform_extra_buffer_support_asks_the_releases_helper(monkeypatch, ans
     opposite = not answer  # the inline predicate would say the opposite
     monkeypatch.setattr(runtime_context, "get_platform",
                         lambda: NS(is_cuda=False, is_musa=False, is_npu=opposite, is_hip=False, is_xpu=False))
-    assert launch_defaults._platform_supports_extra_buffer() is answer
+    assert extra_buffer.platform_supports_extra_buffer() is answer
     assert asked == [1]
 
 
@@ -351,30 +352,30 @@ def test_platform_extra_buffer_support_without_a_helper_uses_the_inline_predicat
     monkeypatch.delattr(mamba_hook, HELPER, raising=False)
     flags = {f: f == flag for f in ("is_cuda", "is_musa", "is_npu", "is_hip", "is_xpu")}
     monkeypatch.setattr(runtime_context, "get_platform", lambda: NS(**flags))
-    assert launch_defaults._platform_supports_extra_buffer() is (flag is not None)
+    assert extra_buffer.platform_supports_extra_buffer() is (flag is not None)
 
 
 def test_facts_from_server_args_describe_an_npu_launch_of_a_supported_model(monkeypatch):
-    monkeypatch.setattr(launch_defaults, "_arch_supports_extra_buffer", lambda cfg, hf: False)
-    monkeypatch.setattr(launch_defaults, "_platform_supports_extra_buffer", lambda: True)
+    monkeypatch.setattr(extra_buffer, "arch_supports_extra_buffer", lambda cfg, hf: False)
+    monkeypatch.setattr(extra_buffer, "platform_supports_extra_buffer", lambda: True)
     rec = _record(SHORT_CONV_ARCH, declared=[("sglang", {"page_size": 128})], page_size=None,
                   mamba_radix_cache_strategy="auto")
     rec._raw_input = {"page_size": None, "mamba_radix_cache_strategy": "auto", "enable_hierarchical_cache": False}
-    facts = launch_defaults._facts_from_server_args(rec)
-    assert facts == launch_defaults.LaunchFacts(arch=SHORT_CONV_ARCH, device="npu", page_size=128)
+    facts = resolution._facts_from_server_args(rec)
+    assert facts == decision.LaunchFacts(arch=SHORT_CONV_ARCH, device="npu", page_size=128)
     # a GDN model whose linear-attention backend rules extra_buffer out says why
     gdn = _record(GDN_ARCH, linear_attn_backend="ascend")
     gdn._raw_input = {"linear_attn_backend": "ascend"}
-    facts = launch_defaults._facts_from_server_args(gdn)
+    facts = resolution._facts_from_server_args(gdn)
     assert facts.arch == GDN_ARCH and not facts.extra_buffer_supported
     assert facts.extra_buffer_reason == " with --linear-attn-backend ascend (needs triton)"
 
 
 def test_facts_from_server_args_are_none_for_unsupported_or_off_npu_launches(monkeypatch):
-    monkeypatch.setattr(launch_defaults, "_arch_supports_extra_buffer", lambda cfg, hf: pytest.fail("asked"))
-    monkeypatch.setattr(launch_defaults, "_platform_supports_extra_buffer", lambda: pytest.fail("asked"))
-    assert launch_defaults._facts_from_server_args(_record("LlamaForCausalLM")) is None
-    assert launch_defaults._facts_from_server_args(_record(SHORT_CONV_ARCH, device="cuda")) is None
+    monkeypatch.setattr(extra_buffer, "arch_supports_extra_buffer", lambda cfg, hf: pytest.fail("asked"))
+    monkeypatch.setattr(extra_buffer, "platform_supports_extra_buffer", lambda: pytest.fail("asked"))
+    assert resolution._facts_from_server_args(_record("LlamaForCausalLM")) is None
+    assert resolution._facts_from_server_args(_record(SHORT_CONV_ARCH, device="cuda")) is None
 
 
 # ------------------------------------------------------------------ registry

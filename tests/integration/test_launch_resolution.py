@@ -13,8 +13,9 @@ import re
 
 import pytest
 
-from sglang_ascend_hybrid.integration import launch_defaults
-from sglang_ascend_hybrid.integration.launch_defaults import LaunchConfigError, planned_adjustments
+from sglang_ascend_hybrid.integration.launch import extra_buffer, registration, resolution
+from sglang_ascend_hybrid.integration.launch.decision import LaunchConfigError
+from sglang_ascend_hybrid.integration.launch.planned import planned_adjustments
 from sglang_ascend_hybrid.testing import launch_check
 from sglang_ascend_hybrid.testing.launch_check import resolve_isolated
 
@@ -280,20 +281,23 @@ def test_planned_adjustments_respect_explicit_values():
 def test_register_launch_hooks_is_idempotent_and_suspendable():
     from sglang.srt.arg_groups import resolution_hooks
 
-    step = launch_defaults.STEP
+    step = "handle_model_specific_adjustments"  # the step the launch hook wraps
     assert step in resolution_hooks._OVERRIDABLE_HOOKS
     chain = resolution_hooks._HOOKS.setdefault(step, [])
     before = list(chain)
     try:
         assert launch_check.register_launch_hooks() == [step]
         assert launch_check.register_launch_hooks() == [step]
-        assert chain.count(launch_defaults.launch_defaults_hook) == 1
+        assert chain.count(resolution.launch_defaults_hook) == 1
         with launch_check.launch_hooks_suspended():
-            assert launch_defaults.launch_defaults_hook not in chain
-        assert chain.count(launch_defaults.launch_defaults_hook) == 1
+            assert resolution.launch_defaults_hook not in chain
+        assert chain.count(resolution.launch_defaults_hook) == 1
     finally:
         chain[:] = before
-    assert launch_defaults.verify_upstream() == []
+    from sglang_ascend_hybrid import patches
+
+    # the patch registry's startup check of the hook's entry finds every upstream symbol it relies on
+    assert patches.verify(patches.by_name(registration.LAUNCH_PATCH)) is None
 
 
 # ------------------------------------------------------------ example configs
@@ -336,14 +340,14 @@ def test_npu_emulation_is_scoped():
         if hasattr(mamba_hook, "current_platform"):  # releases with the platform helper bind it
             assert mamba_hook.current_platform.device_name == "npu"
         # The platform half of SGLang's extra_buffer check, through the release's own code.
-        assert launch_defaults._platform_supports_extra_buffer() is True
+        assert extra_buffer.platform_supports_extra_buffer() is True
         assert os.environ["SGLANG_ZBAL_LOCAL_MEM_SIZE"] == "32768"
         import torch_npu  # noqa: F401  (a temporary empty module when none is installed)
     assert get_platform().is_npu is False
     assert common.is_npu() is False
     assert platforms.current_platform.device_name != "npu"
     assert getattr(mamba_hook, "current_platform", platforms.current_platform) is platforms.current_platform
-    assert launch_defaults._platform_supports_extra_buffer() is False
+    assert extra_buffer.platform_supports_extra_buffer() is False
     assert os.environ.get("SGLANG_ZBAL_LOCAL_MEM_SIZE") == env_before
     assert ("torch_npu" in sys.modules) == had_torch_npu
 
@@ -352,7 +356,7 @@ def test_emulation_passes_only_the_platform_facts_this_release_knows():
     """Releases differ in their platform-fact table and reject unknown facts."""
     from sglang.srt import runtime_context
 
-    from sglang_ascend_hybrid.testing.launch_check import _PLATFORM_FACTS_NPU, platform_facts_npu
+    from sglang_ascend_hybrid.testing.launch_check.emulation import _PLATFORM_FACTS_NPU, platform_facts_npu
 
     known = set(runtime_context._PLATFORM_PROBES) | set(runtime_context._PLATFORM_VALUES)
     facts = platform_facts_npu()
@@ -384,16 +388,16 @@ def test_extra_buffer_checks_adapt_to_each_release_signature(monkeypatch):
 
     cfg = types.SimpleNamespace(architectures=["Qwen3NextForCausalLM"])
     monkeypatch.setattr(overrides, "supports_mamba_cache_extra_buffer", by_arch)
-    assert launch_defaults._arch_supports_extra_buffer(object(), cfg) is True
+    assert extra_buffer.arch_supports_extra_buffer(object(), cfg) is True
     monkeypatch.setattr(overrides, "supports_mamba_cache_extra_buffer", by_config)
-    assert launch_defaults._arch_supports_extra_buffer(object(), cfg) is False
+    assert extra_buffer.arch_supports_extra_buffer(object(), cfg) is False
     assert seen == ["Qwen3NextForCausalLM", cfg]
 
     monkeypatch.delattr(mamba_hook, "_platform_supports_mamba_cache_extra_buffer", raising=False)
     with override_platform(is_npu=True, is_cuda=False, is_hip=False, is_xpu=False, is_musa=False):
-        assert launch_defaults._platform_supports_extra_buffer() is True
+        assert extra_buffer.platform_supports_extra_buffer() is True
     with override_platform(is_npu=False, is_cuda=False, is_hip=False, is_xpu=False, is_musa=False):
-        assert launch_defaults._platform_supports_extra_buffer() is False
+        assert extra_buffer.platform_supports_extra_buffer() is False
 
 
 def test_launch_hooks_take_the_registration_path(monkeypatch):
@@ -404,7 +408,7 @@ def test_launch_hooks_take_the_registration_path(monkeypatch):
 
     seen = []
     monkeypatch.setattr(apply, "install", lambda patch: seen.append(patch.name) or "applied")
-    patch = patches.by_name(launch_defaults.LAUNCH_PATCH)
+    patch = patches.by_name(registration.LAUNCH_PATCH)
     assert launch_check.register_launch_hooks() == [patch.target]
     assert seen == [patch.name] and patch.kind == "resolution"
-    assert launch_defaults._launch_hooks() == ((patch.target, launch_defaults.launch_defaults_hook),)
+    assert registration.launch_hooks() == ((patch.target, resolution.launch_defaults_hook),)
