@@ -11,7 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sglang_ascend_hybrid.emulators import gdn as emu
+from sglang_ascend_hybrid.emulators import gdn_mega, gdn_npu_chunk, gdn_sets
+from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK, OP_NPU_RECURRENT
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.gdn.reference import recurrent_reference
@@ -39,7 +40,7 @@ def _chunk_args(T=70, lens=(30, 40), nk=2, nv=4, dk=32, dv=16, dtype=torch.bfloa
 
 def test_chunk_op_semantics_out_final_and_entering_chunk_states():
     (q, k, v), kw = _chunk_args()
-    op = emu.make_npu_chunk_emulator(chip="A3")
+    op = gdn_npu_chunk.make_npu_chunk_emulator(chip="A3")
     out, final = op(q, k, v, **kw)
     assert out.dtype == torch.bfloat16 and out.shape == (70, 4, 16)
     assert final.dtype == torch.bfloat16 and final.shape == (2, 4, 16, 32)
@@ -61,7 +62,7 @@ def test_chunk_op_semantics_out_final_and_entering_chunk_states():
 ])
 def test_chunk_op_fp32_state_only_on_ascend_950(chip, state_dtype, ok):
     (q, k, v), kw = _chunk_args(state_dtype=state_dtype)
-    op = emu.make_npu_chunk_emulator(chip=chip)
+    op = gdn_npu_chunk.make_npu_chunk_emulator(chip=chip)
     if ok:
         _, final = op(q, k, v, **kw)
         assert final.dtype == state_dtype
@@ -78,7 +79,7 @@ def test_chunk_op_fp32_state_only_on_ascend_950(chip, state_dtype, ok):
 def test_chunk_op_limits_and_texts(change, text_key):
     (q, k, v), kw = _chunk_args(**change)
     with pytest.raises(RuntimeError) as err:
-        emu.make_npu_chunk_emulator()(q, k, v, **kw)
+        gdn_npu_chunk.make_npu_chunk_emulator()(q, k, v, **kw)
     assert str(err.value) == TEXTS[text_key]
     nk, nv = change.get("nk", 2), change.get("nv", 4)
     reason = caps.npu_chunk_refusal_reason(nv, nk, change.get("dk", 32), change.get("dv", 16),
@@ -88,7 +89,7 @@ def test_chunk_op_limits_and_texts(change, text_key):
 
 
 def test_chunk_op_argument_rules():
-    op = emu.make_npu_chunk_emulator()
+    op = gdn_npu_chunk.make_npu_chunk_emulator()
     (q, k, v), kw = _chunk_args()
     for bad, key in ((dict(beta=kw["beta"].float()), "beta_dtype"), (dict(beta=kw["beta"][None]), "beta_2d"),
                      (dict(g=kw["g"][None]), "g_2d"),
@@ -108,12 +109,12 @@ def test_chunk_op_argument_rules():
     # the merged head checks neither lengths nor the chunk_state size on the host (no host copy)
     assert not {"lengths", "lengths_sum", "chunk_state_size"} & set(TEXTS)
     assert "FP32" in caps.KERNEL_NOTES[caps.OP_NPU_CHUNK][1] or "fp32" in caps.KERNEL_NOTES[caps.OP_NPU_CHUNK][1]
-    assert emu.OP_NPU_CHUNK in emu.emulators(chip="950")  # registered outside SGL_KERNEL_ENABLE_A3_ONLY_OPS
+    assert OP_NPU_CHUNK in gdn_sets.emulators(chip="950")  # registered outside SGL_KERNEL_ENABLE_A3_ONLY_OPS
 
 
 def test_chunk_op_does_not_normalise_q_and_k():
     (q, k, v), kw = _chunk_args()
-    op = emu.make_npu_chunk_emulator()
+    op = gdn_npu_chunk.make_npu_chunk_emulator()
     out1, _ = op(q, k, v, **{**kw, "chunk_state": kw["chunk_state"].clone()})
     out2, _ = op((q.float() * 2).bfloat16(), k, v, **{**kw, "chunk_state": kw["chunk_state"].clone()})
     torch.testing.assert_close(out2.float(), 2 * out1.float(), atol=2e-2, rtol=2e-2)
@@ -144,7 +145,7 @@ def test_mega_head_sets_and_hint_by_variant(variant, pair):
         "current": hv % hk == 0 and hv in {8, 12, 16, 24, 32, 48, 64},
     }[variant.name]
     assert variant.supports(hv, hk) == expected
-    op = emu.make_mega_emulator(variant=variant)
+    op = gdn_mega.make_mega_emulator(variant=variant)
     if expected:
         out = op(q, k, v, g, beta, None, None, True, None)
         assert len(out) == 7 and out[3].dtype == torch.float32 and out[5].shape == (1, 1, hv, 128, 128)
@@ -160,7 +161,7 @@ def test_mega_head_sets_and_hint_by_variant(variant, pair):
 def test_mega_wrapper_casts_and_keeps_an_fp16_state():
     q, k, v, g, beta = _mega_args()
     h0 = torch.randn(1, 16, 128, 128, generator=torch.Generator().manual_seed(2)) * 0.1 + 1e-4
-    op = emu.make_mega_emulator()
+    op = gdn_mega.make_mega_emulator()
     out = op(q.bfloat16(), k.bfloat16(), v.bfloat16(), g, beta.bfloat16(), None, h0, True, None)
     assert out[1].dtype == torch.bfloat16  # (out * scale).to(q.dtype)
     ref = op(q, k, v, g, beta, None, h0.half().float(), True, None)  # fp32 state: the wrapper halves it
@@ -231,9 +232,9 @@ def test_an_unknown_version_is_taken_to_run_the_mega_kernel_whatever_the_setting
 
 
 def test_emulator_sets_by_chip():
-    assert emu.OP_NPU_RECURRENT not in emu.emulators(chip="950")  # not built for Ascend 950
-    assert emu.OP_NPU_RECURRENT in emu.emulators(chip="A2")
-    assert emu.OP_MEGA not in emu.emulators(mega_variant=None)  # tags before 2026.05.01.post3
+    assert OP_NPU_RECURRENT not in gdn_sets.emulators(chip="950")  # not built for Ascend 950
+    assert OP_NPU_RECURRENT in gdn_sets.emulators(chip="A2")
+    assert OP_MEGA not in gdn_sets.emulators(mega_variant=None)  # tags before 2026.05.01.post3
 
 
 def test_recurrent_vstep_rule():

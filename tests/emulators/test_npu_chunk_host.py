@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
-from sglang_ascend_hybrid.emulators import gdn as emu
+from sglang_ascend_hybrid.emulators import gdn_npu_chunk
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.gdn.reference import recurrent_reference
@@ -129,7 +129,7 @@ def _broken(what):
 @pytest.mark.parametrize("what,key", ORDER, ids=[w for w, _ in ORDER])
 def test_the_host_reports_its_first_failing_check(what, key):
     qkv, kw = _broken(what)
-    text = _first_text(emu.make_npu_chunk_emulator(chip="A3"), qkv, kw)
+    text = _first_text(gdn_npu_chunk.make_npu_chunk_emulator(chip="A3"), qkv, kw)
     assert text == TEXTS[key]
     assert caps.is_npu_chunk_refusal(RuntimeError(text))
 
@@ -169,7 +169,7 @@ def test_the_host_checks_no_length_and_no_chunk_state_size():
     Lengths summing below T: the tokens past them are never written.  Lengths summing past T, a
     negative length, or a chunk_state shorter than the ``sum(ceil(len / 64))`` rows the kernel writes:
     out of bounds (contract violations, not refusals)."""
-    op = emu.make_npu_chunk_emulator(chip="A3")
+    op = gdn_npu_chunk.make_npu_chunk_emulator(chip="A3")
     (q, k, v), kw = _args(T=70, lens=(30, 40))
     out, final = op(q, k, v, **{**kw, "chunk_state": kw["chunk_state"].clone()})
     out0, final0 = op(q, k, v, **{**kw, "actual_seq_lengths": torch.tensor([0, 30, 40], dtype=torch.int32),
@@ -190,7 +190,7 @@ def test_the_host_checks_no_length_and_no_chunk_state_size():
 def test_optional_arguments_as_the_host_treats_them():
     """scale defaults to 1.0, g absent means no gating, chunk_state absent means none written."""
     (q, k, v), kw = _args(lens=(70,), T=70)
-    op = emu.make_npu_chunk_emulator()
+    op = gdn_npu_chunk.make_npu_chunk_emulator()
     out_default, _ = op(q, k, v, **{**kw, "scale": None, "chunk_state": None})
     out_one, _ = op(q, k, v, **{**kw, "scale": 1.0, "chunk_state": None})
     assert torch.equal(out_default, out_one)
@@ -225,7 +225,7 @@ def _rounded_reference(qkv, kw):
 
 def test_a_bf16_state_is_rounded_to_bf16_at_every_64_token_chunk():
     (q, k, v), kw = _args(T=300, lens=(200, 100), state_scale=1.0)
-    out, final = emu.make_npu_chunk_emulator(chip="A3")(q, k, v, **kw)
+    out, final = gdn_npu_chunk.make_npu_chunk_emulator(chip="A3")(q, k, v, **kw)
     ref_out, ref_final = _rounded_reference((q, k, v), kw)
     assert torch.equal(out, ref_out) and torch.equal(final, ref_final)
     # entering states of every chunk, sequence-major, exactly the rounded running state
@@ -233,7 +233,7 @@ def test_a_bf16_state_is_rounded_to_bf16_at_every_64_token_chunk():
     assert h.dtype == torch.bfloat16 and not torch.isnan(h[: math.ceil(200 / 64) + math.ceil(100 / 64)]).any()
     # the fp32 state of Ascend 950 is not rounded: the two differ, by about bf16's resolution
     kw32 = {**kw, "initial_state": kw["initial_state"].float(), "chunk_state": kw["chunk_state"].float()}
-    out32, final32 = emu.make_npu_chunk_emulator(chip="950")(q, k, v, **kw32)
+    out32, final32 = gdn_npu_chunk.make_npu_chunk_emulator(chip="950")(q, k, v, **kw32)
     assert final32.dtype == torch.float32 and not torch.equal(final32.bfloat16(), final)
     diff = float((final.float() - final32).abs().max() / final32.abs().max())
     assert 1e-4 < diff < 2e-2, diff
@@ -254,7 +254,7 @@ def test_the_rounding_stays_within_the_bf16_tolerances_the_ladder_tests_use():
     g = F.logsigmoid(torch.randn(1, T, hv, generator=gen) + 8.0)
     beta = torch.rand(1, T, hv, generator=gen).bfloat16()
     h0 = (torch.randn(1, hv, K, K, generator=gen) * 0.3).bfloat16()
-    out, final = emu.make_npu_chunk_emulator()(q[0], k[0], v[0], beta=beta[0], initial_state=h0,
+    out, final = gdn_npu_chunk.make_npu_chunk_emulator()(q[0], k[0], v[0], beta=beta[0], initial_state=h0,
                                                actual_seq_lengths=torch.tensor([T], dtype=torch.int32),
                                                scale=K ** -0.5, g=g[0])
     r = hv // hk

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
-from sglang_ascend_hybrid.emulators import gdn as emu
+from sglang_ascend_hybrid.emulators import gdn_mega, gdn_sets, gdn_triton_chunk
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch, l2norm
 from tests.call_counter import Counting
@@ -40,8 +40,8 @@ def _args(hv=16, hk=8, lens=(150, 20), dtype=torch.bfloat16, seed=0):
 
 
 def _entry(mega_variant=caps.MEGA_CURRENT, version="2026.6.1"):
-    mega = Counting(emu.make_mega_emulator(variant=mega_variant))
-    return emu.make_triton_chunk_emulator(mega=mega, version=version), mega
+    mega = Counting(gdn_mega.make_mega_emulator(variant=mega_variant))
+    return gdn_triton_chunk.make_triton_chunk_emulator(mega=mega, version=version), mega
 
 
 def _run(entry, q, k, v, g, beta, cu, h0):
@@ -75,7 +75,7 @@ def test_use_mega_gdn_routes_to_the_mega_kernel_at_call_time(monkeypatch):
     assert mega.calls == 1
     assert h.shape == (1, 2 + 1, 16, D, D)  # per 128 tokens: ceil(150/128) + ceil(20/128)
     assert torch.equal(final, final.half().float())  # the kernel's fp16 state buffer
-    ref = emu.make_mega_emulator()(q, k, v, g, beta, D ** -0.5, h0, True, cu)
+    ref = gdn_mega.make_mega_emulator()(q, k, v, g, beta, D ** -0.5, h0, True, cu)
     assert torch.equal(o, ref[1]) and torch.equal(final, ref[3])
     monkeypatch.setenv("GDN_USE_MEGA_GDN", "0")
     assert _run(entry, q, k, v, g, beta, cu, h0)[2].shape[1] == 4 and mega.calls == 1
@@ -94,7 +94,7 @@ def test_in_mega_mode_the_entry_refuses_with_the_mega_texts(monkeypatch):
 
 
 def test_on_an_ascend_950_build_mega_mode_raises_attribute_error(monkeypatch):
-    entry = emu.make_triton_chunk_emulator(mega=emu.missing_torch_op("mega_chunk_gdn"))
+    entry = gdn_triton_chunk.make_triton_chunk_emulator(mega=gdn_sets.missing_torch_op("mega_chunk_gdn"))
     q, k, v, g, beta, cu, h0 = _args(lens=(10,))
     _run(entry, q, k, v, g, beta, cu, h0)
     monkeypatch.setenv("GDN_USE_MEGA_GDN", "1")
