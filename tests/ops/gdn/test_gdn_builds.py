@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from sglang_ascend_hybrid.integration.conv_state_layout import cuda_layout_view
 from sglang_ascend_hybrid.emulators import causal_conv1d as conv_emu
 from sglang_ascend_hybrid.emulators import gdn_sets
-from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK, OP_NPU_RECURRENT, OP_TRITON
+from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK, OP_TRITON
 from sglang_ascend_hybrid.ops.conv import api as conv_ops
 from sglang_ascend_hybrid.ops.conv import dispatch as conv_dispatch
 from sglang_ascend_hybrid.ops import seam
@@ -90,18 +90,6 @@ def test_an_entry_outside_the_table_is_not_checked(npu_stub_packages, monkeypatc
 
 
 # ----------------------------------------------------------------------------- the emulated 950 build
-
-
-def test_the_emulated_ascend_950_build_offers_what_such_a_build_has():
-    a3 = gdn_sets.emulators(chip="A3", triton=True)
-    n950 = gdn_sets.emulators(chip="950", triton=True)
-    assert set(a3) == {OP_MEGA, OP_NPU_CHUNK, OP_NPU_RECURRENT, OP_TRITON}
-    assert set(n950) == {OP_NPU_CHUNK, OP_TRITON}  # no mega, no recurrent op
-    assert set(gdn_sets.emulators(chip="950", npu_chunk=False)) == set()
-    conv = conv_emu.emulators(**conv_emu.VARIANTS["ascend950"])
-    assert conv_emu.OP_ACLNN not in conv  # no torch.ops.npu.causal_conv1d either
-    with pytest.raises(AttributeError, match="has no attribute 'mega_chunk_gdn'"):
-        gdn_sets.missing_torch_op("mega_chunk_gdn")()
 
 
 @pytest.mark.parametrize("pool_dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])

@@ -217,16 +217,6 @@ def test_a_call_without_empty_sequences_is_handed_over_as_it_is():
     assert seen == [call]
 
 
-@pytest.mark.parametrize("lens", [(5, 0, 77), (5, 77, 0)])
-def test_the_mega_emulator_refuses_any_empty_sequence(lens):
-    """chunk_h stores an empty sequence's entering state into the next sequence's first h row, or past
-    h's end for a trailing one: undefined either way."""
-    q, k, v, g, beta, cu, h0 = bf16_packed(lens, 4, hv=16, hk=8, d=128)
-    mega = gdn_mega.make_mega_emulator()
-    with pytest.raises(EmulatorContractViolation, match=r"sequence\(s\) \[\d\] of cu_seqlens .* are empty"):
-        mega(q, k, v, g.float(), beta, None, h0.transpose(-1, -2).contiguous(), True, cu)
-
-
 def test_the_torch_path_keeps_chunk_states_of_a_call_with_only_empty_sequences():
     q, k, v, g, beta, cu, h0 = bf16_packed((0, 0), 0, hv=4, hk=2, d=32)
     o, final, h = chunk_with_states(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0, backend="torch",

@@ -21,7 +21,6 @@ from tests.call_counter import Counting as _Counting
 D = 128
 
 
-
 def _inputs(lens, hv, hk, dtype=torch.float16, seed=0, with_state=True, state_dtype=None):
     """Inputs in ``dtype``; the initial state in ``state_dtype`` (default: the input dtype, a
     16-bit pool that the 16-bit kernels may serve without lowering its precision)."""
@@ -138,15 +137,3 @@ def test_forced_backend_and_unknown_rung():
     torch.testing.assert_close(o.float(), ref_o.float(), atol=2e-3, rtol=2e-3)
     with pytest.raises(ValueError, match="backend='npu'"):
         chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, backend="npu")
-
-
-def test_mega_emulator_keeps_the_real_contract():
-    q, k, v, g, beta, cu, h0 = _inputs([4], 6, 2)
-    run = gdn_mega.make_mega_emulator()
-    text = (r"unsupported mega_chunk_gdn \(NumValueHeads, NumKeyHeads\) pair "
-            r"Try running the alternative backend by setting GDN_ATTN_BACKEND_TRITON=1\.")
-    with pytest.raises(RuntimeError, match=text):
-        run(q, k, v, g, beta, None, None, True, cu)
-    q2, k2, v2, g2, b2, cu2, _ = _inputs([4], 8, 2)
-    with pytest.raises(RuntimeError, match="g must be float32"):
-        run(q2, k2, v2, g2.half(), b2, None, None, True, cu2)

@@ -129,25 +129,6 @@ def test_the_remap_reads_no_value_on_the_host():
 # ----------------------------------------------------------------------------- the emulator
 
 
-def test_the_emulator_leaves_a_row_two_requests_write_undefined():
-    """The op splits (request, head) work over AI cores with no order between them: a row two requests
-    write, or one reads while another writes it, has no defined value (NaN in the emulator)."""
-    c = _padded([[0, 1], [4, 5], [4, 5]], rows=6)
-    inter = c["inter"].clone()
-    out = gdn_npu_recurrent.make_npu_recurrent_emulator()(c["mix"], c["pool"].clone(), c["beta"].bfloat16(), DK ** -0.5,
-                                            c["lengths"], c["idx"], NK, NV, intermediate_state=inter,
-                                            cache_indices=c["cache"], num_accepted_tokens=c["nat"], g=c["g"])
-    assert torch.isnan(inter[4:6].float()).all() and torch.isfinite(inter[:2].float()).all()
-    assert torch.isfinite(out[0].float()).all()
-    # a scratch read (r0 % S != 0) of a row another request writes in the same call
-    c = _padded([[0, 1], [2, 1], [4, 5]], rows=6, accepted=[1, 2, 1], lens=[2, 1, 2])  # request 1 starts from
-    # row 1 and writes only row 2; request 0 writes row 1
-    out = gdn_npu_recurrent.make_npu_recurrent_emulator()(c["mix"], c["pool"].clone(), c["beta"].bfloat16(), DK ** -0.5,
-                                            c["lengths"], c["idx"], NK, NV, intermediate_state=c["inter"].clone(),
-                                            cache_indices=c["cache"], num_accepted_tokens=c["nat"], g=c["g"])
-    assert torch.isnan(out[1].float()).all() and torch.isfinite(out[0].float()).all()
-
-
 # ----------------------------------------------------------------------------- value checks
 
 
