@@ -78,8 +78,8 @@ def test_the_mega_wrapper_with_its_registered_op_is_present(mega_wrapper, monkey
 def test_a_kernel_package_that_does_not_import_has_no_python_entries(npu_stub_packages, monkeypatch):
     """A broken install (its probe says it does not import) means absent entries, although a module
     under it would import."""
-    monkeypatch.setitem(seam._probe, "sgl_kernel_npu", False)
-    assert seam.lookup("sgl_kernel_npu.fla.l2norm:l2norm_fwd") is None
+    with seam.install_package_probes({"sgl_kernel_npu": False}):
+        assert seam.lookup("sgl_kernel_npu.fla.l2norm:l2norm_fwd") is None
 
 
 def test_an_entry_outside_the_table_is_not_checked(npu_stub_packages, monkeypatch):

@@ -231,10 +231,10 @@ def test_a_real_mega_kernel_never_serves_cpu_tensors(monkeypatch, caplog):
     kernel's, so neither the mega rung nor the triton rung in mega mode takes them."""
     monkeypatch.setenv("GDN_USE_MEGA_GDN", "1")
     kernel = Counting(gdn_mega.make_mega_emulator())
-    monkeypatch.setitem(seam._resolved, OP_MEGA, kernel)
     triton = Counting(gdn_triton_chunk.make_triton_chunk_emulator(mega=kernel))
     args = _inputs(lens=(20,))
-    with seam.install_emulators({OP_TRITON: triton}), caplog.at_level(logging.INFO):
+    with seam.install_real_kernels({OP_MEGA: kernel}), seam.install_emulators({OP_TRITON: triton}), \
+            caplog.at_level(logging.INFO):
         chunk_gated_delta_rule(*args[:5], cu_seqlens=args[5], initial_state=args[6])
     assert kernel.calls == 0 and triton.calls == 0
 
