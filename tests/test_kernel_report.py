@@ -9,7 +9,7 @@ import pytest
 
 from sglang_ascend_hybrid.tools import kernel_report
 from sglang_ascend_hybrid.emulators import causal_conv1d as conv_emu
-from sglang_ascend_hybrid.emulators import gdn as gdn_emu
+from sglang_ascend_hybrid.emulators import gdn_sets
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 
@@ -25,7 +25,7 @@ def test_cpu_machine_reports_everything_absent_and_torch_rungs():
 
 
 def test_a3_with_the_post3_mega_kernel():
-    ops = {**gdn_emu.emulators(chip="A3", mega_variant=caps.MEGA_POST3), **conv_emu.emulators()}
+    ops = {**gdn_sets.emulators(chip="A3", mega_variant=caps.MEGA_POST3), **conv_emu.emulators()}
     with seam.install_device_facts(chip="A3", sgl_kernel_npu_version="2026.05.01"), seam.install_emulators(ops):
         info = kernel_report.report()
         out = io.StringIO()
@@ -51,7 +51,7 @@ def test_a3_with_the_post3_mega_kernel():
 
 
 def test_ascend_950_without_the_a3_only_ops():
-    ops = gdn_emu.emulators(chip="950", npu_chunk=False, mega_variant=caps.MEGA_CURRENT)
+    ops = gdn_sets.emulators(chip="950", npu_chunk=False, mega_variant=caps.MEGA_CURRENT)
     with seam.install_device_facts(chip="950", sgl_kernel_npu_version="2026.6.1"), seam.install_emulators(ops):
         info = kernel_report.report()
     row = _row(info, "Qwen3.5/3.6, Qwen3-Next (32)", 4)  # (8, 4): in the current mega set, but

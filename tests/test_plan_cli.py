@@ -162,7 +162,7 @@ def test_bad_kernel_heads_exit_2(capsys, heads):
 
 def test_plan_matches_what_the_runtime_launches(capsys):
     """The launches `plan` prints are the head pairs the runtime sends to the mega kernel."""
-    from sglang_ascend_hybrid.emulators.gdn import make_mega_emulator
+    from sglang_ascend_hybrid.emulators.gdn_mega import make_mega_emulator
     from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule
     from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA
 

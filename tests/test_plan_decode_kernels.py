@@ -12,7 +12,8 @@ import torch
 
 from sglang_ascend_hybrid import cli
 from sglang_ascend_hybrid.tools import kernel_report
-from sglang_ascend_hybrid.emulators import gdn as gdn_emu
+from sglang_ascend_hybrid.emulators import gdn_npu_recurrent
+from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 from sglang_ascend_hybrid.emulators import gdn_decode as decode_emu
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import decode
@@ -64,7 +65,7 @@ def test_the_runtime_decode_ladder_takes_the_plans_kernel(capsys, pool):
     readable source is: its probe keeps the rung off) choose the rung ``plan`` names."""
     d, _ = _decode(capsys, "--mamba-ssm-dtype", str(pool).replace("torch.", ""))
     entry = decode_contract.installed_decode_entry()
-    ops = {gdn_emu.OP_NPU_RECURRENT: gdn_emu.make_npu_recurrent_emulator()}
+    ops = {OP_NPU_RECURRENT: gdn_npu_recurrent.make_npu_recurrent_emulator()}
     if entry is not None:
         ops.update(decode_emu.emulators(entry, layout="key_first"))
     with seam.install_emulators(ops):

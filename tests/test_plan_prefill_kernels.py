@@ -185,14 +185,15 @@ LAYOUTS = [(48, 16), (12, 4), (6, 2), (3, 1), (4, 2), (2, 1)]
 @pytest.mark.parametrize("chunk_states", [False, True], ids=["plain", "chunk_states"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_plan_names_the_rung_the_runtime_ladder_takes(state, chunk_states, dtype):
-    from sglang_ascend_hybrid.emulators import gdn as emu
+    from sglang_ascend_hybrid.emulators import gdn_mega, gdn_npu_chunk, gdn_triton_chunk
+    from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK, OP_TRITON
     from sglang_ascend_hybrid.ops import seam
     from sglang_ascend_hybrid.ops.gdn import contract as caps
     from sglang_ascend_hybrid.ops.gdn import prefill
 
-    mega = emu.make_mega_emulator(variant=caps.MEGA_CURRENT)
-    ops = {emu.OP_NPU_CHUNK: emu.make_npu_chunk_emulator(chip=plan_cli.ASSUMED_CHIP), emu.OP_MEGA: mega,
-           emu.OP_TRITON: emu.make_triton_chunk_emulator(mega=mega, version="2026.6.1")}
+    mega = gdn_mega.make_mega_emulator(variant=caps.MEGA_CURRENT)
+    ops = {OP_NPU_CHUNK: gdn_npu_chunk.make_npu_chunk_emulator(chip=plan_cli.ASSUMED_CHIP), OP_MEGA: mega,
+           OP_TRITON: gdn_triton_chunk.make_triton_chunk_emulator(mega=mega, version="2026.6.1")}
     prefill.forget_refusals()
     with seam.install_device_facts(chip=plan_cli.ASSUMED_CHIP, sgl_kernel_npu_version="2026.6.1"), \
             seam.install_emulators(ops):

@@ -1,7 +1,8 @@
 """CPU emulator of sgl-kernel-npu's Triton prefill entry
 ``sgl_kernel_npu.fla.chunk:chunk_gated_delta_rule_npu`` (SKN = sgl-project/sgl-kernel-npu f425bdf1,
-``python/sgl_kernel_npu/sgl_kernel_npu/fla/chunk.py``), moved out of :mod:`.gdn` (which re-exports
-it); see :func:`make_triton_chunk_emulator`."""
+``python/sgl_kernel_npu/sgl_kernel_npu/fla/chunk.py``); see :func:`make_triton_chunk_emulator`.  The
+Triton entry runs the mega kernel instead when its release and the environment say so
+(``GDN_USE_MEGA_GDN=1`` from ac3a564f, by default before it), with the mega kernel's contract."""
 
 from __future__ import annotations
 
@@ -9,14 +10,10 @@ from typing import Callable, Optional
 
 import torch
 
-from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
+from sglang_ascend_hybrid.emulators.gdn_common import violation as _violation
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn.reference import recurrent_reference
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
-
-
-def _violation(op: str, what: str) -> None:
-    raise EmulatorContractViolation(f"{op}: {what} (undefined behaviour on the real op, which does not check it)")
 
 
 def empty_sequence_before_tokens(bounds) -> Optional[tuple[int, int]]:
@@ -47,8 +44,8 @@ def make_triton_chunk_emulator(*, mega: Optional[Callable] = None, version: Opti
     """An emulator of sgl-kernel-npu's Triton prefill entry ``fla.chunk.chunk_gated_delta_rule_npu``,
     written from SKN f425bdf1 ``python/sgl_kernel_npu/sgl_kernel_npu/fla/chunk.py`` (lines 205-388).
 
-    ``mega``: what its ``run_mega_chunk_gdn`` does (a :func:`make_mega_emulator`, or
-    :func:`missing_torch_op` for an Ascend 950 build, where the wrapper imports but
+    ``mega``: what its ``run_mega_chunk_gdn`` does (a :func:`~.gdn_mega.make_mega_emulator`, or
+    :func:`~.gdn_sets.missing_torch_op` for an Ascend 950 build, where the wrapper imports but
     ``torch.ops.npu.mega_chunk_gdn`` is not registered); None: a release without the mega wrapper.
     ``version``: the sgl-kernel-npu release, which decides when the entry runs the mega kernel
     (:func:`caps.triton_mega_mode`; default: the current one, ``GDN_USE_MEGA_GDN=1`` only);

@@ -25,7 +25,10 @@ stand-in for tests and the CPU self-test.
 Tests and the CPU self-test put emulators behind the seam with
 :func:`install_emulators` (CPU implementations with the real ops' contracts:
 shape checks, dtypes and the same error messages).  An installed emulator wins
-over the real op and serves tensors on any device.
+over the real op and serves tensors on any device.  :func:`installed_emulators`
+reads back what is installed; :func:`install_real_kernels` and
+:func:`install_package_probes` are the tests' stand-ins for a resolved real
+kernel and for a package probe's result.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import importlib.metadata
 import importlib.util
 import logging
 import threading
+import types
 from typing import Callable, Iterator, Mapping, Optional
 
 logger = logging.getLogger(__name__)
@@ -173,6 +177,45 @@ def install_emulators(ops: Mapping[str, Callable]) -> Iterator[None]:
         with _lock:
             _emulators.clear()
             _emulators.update(saved)
+
+
+def installed_emulators() -> Mapping[str, Callable]:
+    """What :func:`install_emulators` has put behind the seam now (name -> emulator): a read-only
+    snapshot, so a caller can wrap each one and install the wrappers over them (graph-capture tests)."""
+    with _lock:
+        return types.MappingProxyType(dict(_emulators))
+
+
+@contextlib.contextmanager
+def install_real_kernels(ops: Mapping[str, Callable]) -> Iterator[None]:
+    """For the block, take ``ops`` (name -> callable) as the resolved *real* kernels (tests): unlike an
+    emulator, such a kernel serves NPU tensors only (:func:`serves`) and :func:`is_emulated` is False."""
+    with _lock:
+        saved = {name: _resolved[name] for name in ops if name in _resolved}
+        _resolved.update(ops)
+    try:
+        yield
+    finally:
+        with _lock:
+            for name in ops:
+                _resolved.pop(name, None)
+            _resolved.update(saved)
+
+
+@contextlib.contextmanager
+def install_package_probes(results: Mapping[str, bool]) -> Iterator[None]:
+    """For the block, take ``results`` (package -> whether it imports) as the probe results of
+    :func:`package_available` (tests: a package that is installed but broken, or absent)."""
+    with _lock:
+        saved = {name: _probe[name] for name in results if name in _probe}
+        _probe.update(results)
+    try:
+        yield
+    finally:
+        with _lock:
+            for name in results:
+                _probe.pop(name, None)
+            _probe.update(saved)
 
 
 def reset_probes() -> None:

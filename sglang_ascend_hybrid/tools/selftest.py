@@ -364,9 +364,9 @@ def _gdn_verify_case(device: str, quick: bool) -> tuple[float, float]:
 
 def _gdn_emulators(*names: str) -> Callable[[], dict]:
     def build() -> dict:
-        from sglang_ascend_hybrid.emulators import gdn as emu
+        from sglang_ascend_hybrid.emulators import gdn_sets
 
-        ops = emu.emulators()
+        ops = gdn_sets.emulators()
         return {n: ops[n] for n in names}
 
     return build
@@ -415,7 +415,7 @@ _GDN_MEGA = {"SGLANG_ASCEND_HYBRID_GDN_BACKEND": "mega"}
 def checks() -> list[Check]:
     """Each check names the rung it exercises; the ops it expects to see served are that rung's
     (:attr:`Rung.ops`), so a rung that calls another op changes the expectation with it."""
-    from sglang_ascend_hybrid.emulators import gdn as gdn_emu
+    from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK, OP_NPU_RECURRENT
     from sglang_ascend_hybrid.ops import catalog
     from sglang_ascend_hybrid.ops.gdn.decode import DECODE
     from sglang_ascend_hybrid.ops.gdn.decode import contract as decode_contract
@@ -447,25 +447,25 @@ def checks() -> list[Check]:
               npu_env={"SGLANG_ASCEND_HYBRID_CONV_BACKEND": "npu_update_v2"}),
         Check("chunk_gated_delta_rule", "heads (6,2) D=128 bf16, bf16 state (npu op)",
               _gdn_prefill_case(2, 6, torch.bfloat16), TOL_GDN_BF16,
-              _gdn_emulators(gdn_emu.OP_NPU_CHUNK), served("gdn_prefill", "npu_chunk"),
+              _gdn_emulators(OP_NPU_CHUNK), served("gdn_prefill", "npu_chunk"),
               npu_env={"SGLANG_ASCEND_HYBRID_GDN_BACKEND": "npu_chunk"}),
         Check("chunk_gated_delta_rule", "heads (16,8) D=128 fp16 native (mega)", _gdn_prefill_case(8, 16), TOL_GDN,
-              _gdn_emulators(gdn_emu.OP_MEGA), served("gdn_prefill", "mega"), npu_env=_GDN_MEGA),
+              _gdn_emulators(OP_MEGA), served("gdn_prefill", "mega"), npu_env=_GDN_MEGA),
         Check("chunk_gated_delta_rule", "heads (6,2) D=128 fp16 planned (mega)", _gdn_prefill_case(2, 6), TOL_GDN,
-              _gdn_emulators(gdn_emu.OP_MEGA), served("gdn_prefill", "mega"), npu_env=_GDN_MEGA),
+              _gdn_emulators(OP_MEGA), served("gdn_prefill", "mega"), npu_env=_GDN_MEGA),
         # the GDN decode ladder (gdn_serving_decode), one check per device rung, and the public op on it
         Check("gdn decode", "SGLang's decode step D=128 bf16 pool, padded row (triton decode)",
               _gdn_serving_decode_case, TOL_GDN_BF16, _triton_decode_emulators,
               (decode_contract.DECODE_ENTRIES[_decode_entry()],),
               npu_env={"SGLANG_ASCEND_HYBRID_GDN_BACKEND": "triton_decode"}, npu_unproven=_triton_decode_unproven),
         Check("gdn decode", "SGLang's decode step D=128 bf16 pool, padded row (npu recurrent)",
-              _gdn_serving_decode_case, TOL_GDN_BF16, _gdn_emulators(gdn_emu.OP_NPU_RECURRENT),
+              _gdn_serving_decode_case, TOL_GDN_BF16, _gdn_emulators(OP_NPU_RECURRENT),
               served(DECODE_LADDER, "npu_recurrent"), npu_env={"SGLANG_ASCEND_HYBRID_GDN_BACKEND": "npu_recurrent"}),
         Check("recurrent_gated_delta_rule", "decode D=128 bf16 pad slot (npu recurrent)", _gdn_decode_case,
-              TOL_GDN_BF16, _gdn_emulators(gdn_emu.OP_NPU_RECURRENT), served(DECODE_LADDER, "npu_recurrent"),
+              TOL_GDN_BF16, _gdn_emulators(OP_NPU_RECURRENT), served(DECODE_LADDER, "npu_recurrent"),
               npu_env={"SGLANG_ASCEND_HYBRID_GDN_BACKEND": "npu_recurrent"}),
         Check("recurrent_gated_delta_rule", "verify S<=4 D=128 bf16 (MTP)", _gdn_verify_case, TOL_GDN_BF16,
-              _gdn_emulators(gdn_emu.OP_NPU_RECURRENT), served("gdn_verify", "npu_recurrent")),
+              _gdn_emulators(OP_NPU_RECURRENT), served("gdn_verify", "npu_recurrent")),
         # The real op takes head dim 128 (or 192 / 128): no other head dim on a device.
         Check("fused_infer_attention_varlen", "bf16 D=128 KV-only + query-only", _attention_case(torch.bfloat16),
               TOL_ATTN, _attention_emulators, served("packed_attention", "npu_fia")),

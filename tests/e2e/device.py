@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from sglang_ascend_hybrid.emulators import causal_conv1d as conv_emu
-from sglang_ascend_hybrid.emulators import gdn as gdn_emu
+from sglang_ascend_hybrid.emulators import gdn_sets
+from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK
 from sglang_ascend_hybrid.emulators import gdn_decode as decode_emu
 from sglang_ascend_hybrid.ops.gdn.decode import contract as decode_contract
 from sglang_ascend_hybrid.ops import probes, seam
@@ -38,7 +39,7 @@ def gdn_emulators(*, npu_chunk_refuse: Optional[Callable] = None, mega_predicate
         from tests.e2e.npu_standins import entry_route_serves_prefill
 
         triton = entry_route_serves_prefill()
-    ops = gdn_emu.emulators(mega_predicate, npu_chunk_refuse, chip=CHIP, npu_chunk=npu_chunk, triton=triton)
+    ops = gdn_sets.emulators(mega_predicate, npu_chunk_refuse, chip=CHIP, npu_chunk=npu_chunk, triton=triton)
     ops.update(decode_emu.emulators(DECODE_ENTRY, layout=decode_layout))
     return ops
 
@@ -75,14 +76,14 @@ def npu_emulators(*, npu_chunk_refuse: Optional[Callable] = None, mega_predicate
     ops.update(gdn_emulators(npu_chunk_refuse=npu_chunk_refuse, mega_predicate=mega_predicate, npu_chunk=npu_chunk,
                              decode_layout=decode_layout, triton=triton))
     if wrap_chunk is not None:
-        ops[gdn_emu.OP_NPU_CHUNK] = wrap_chunk(ops[gdn_emu.OP_NPU_CHUNK])
+        ops[OP_NPU_CHUNK] = wrap_chunk(ops[OP_NPU_CHUNK])
     calls: dict = {}
     ops = {name: _counted(name, fn, calls) for name, fn in ops.items()}
     with machine(), seam.install_emulators(ops), pytest.MonkeyPatch.context() as mp:
         # SGLang's Ascend GDN backend calls these two directly (the plugin's prefill hook
         # replaces the chunk op's call site with its ladder, which reaches the op via the seam)
-        if gdn_emu.OP_NPU_CHUNK in ops:
-            mp.setattr(torch.ops.npu, "chunk_gated_delta_rule", ops[gdn_emu.OP_NPU_CHUNK], raising=False)
+        if OP_NPU_CHUNK in ops:
+            mp.setattr(torch.ops.npu, "chunk_gated_delta_rule", ops[OP_NPU_CHUNK], raising=False)
         else:
             mp.delattr(torch.ops.npu, "chunk_gated_delta_rule", raising=False)
         mp.setattr(torch.ops.npu, "causal_conv1d", ops[conv_emu.OP_ACLNN], raising=False)
@@ -103,4 +104,4 @@ def _counted(name: str, fn: Callable, calls: dict) -> Callable:
 # Ops by name, for the tests' call counts.
 OP_CONV_FN_V2, OP_CONV_UPDATE_V2, OP_CONV_ACLNN = conv_emu.OP_FN_V2, conv_emu.OP_UPDATE_V2, conv_emu.OP_ACLNN
 OP_CONV_UPDATE_V2_MAIN = conv_emu.OP_UPDATE_V2_MAIN
-OP_GDN_CHUNK, OP_GDN_MEGA = gdn_emu.OP_NPU_CHUNK, gdn_emu.OP_MEGA
+OP_GDN_CHUNK, OP_GDN_MEGA = OP_NPU_CHUNK, OP_MEGA

@@ -161,8 +161,8 @@ def opaque_emulators(ctx_factory):
         from torch.utils._python_dispatch import _disable_current_modes
 
         with ctx_factory() as calls:
-            saved = dict(seam._emulators)
-            for name, fn in saved.items():
+            launches = {}
+            for name, fn in seam.installed_emulators().items():
                 def launch(*a, _fn=fn, _name=name, **k):
                     producers, log = _Producers.active, ProducerOpLog.active
                     if log is not None:
@@ -172,12 +172,9 @@ def opaque_emulators(ctx_factory):
                     if producers is not None:
                         producers.note(out)
                     return out
-                seam._emulators[name] = launch
-            try:
+                launches[name] = launch
+            with seam.install_emulators(launches):
                 yield calls
-            finally:
-                seam._emulators.clear()
-                seam._emulators.update(saved)
 
     return ctx
 

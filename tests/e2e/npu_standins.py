@@ -88,7 +88,7 @@ def entry_route_serves_prefill() -> bool:
 
 def triton_chunk_entry(*args, **kwargs):
     """sgl-kernel-npu's Triton prefill entry ``fla.chunk.chunk_gated_delta_rule_npu``: its emulator
-    behind the seam (:func:`sglang_ascend_hybrid.emulators.gdn.make_triton_chunk_emulator`)."""
+    behind the seam (:func:`sglang_ascend_hybrid.emulators.gdn_triton_chunk.make_triton_chunk_emulator`)."""
     from sglang_ascend_hybrid.ops import seam
     from sglang_ascend_hybrid.ops.gdn import contract
 

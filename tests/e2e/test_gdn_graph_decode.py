@@ -57,17 +57,14 @@ def _opaque_emulators(ctx_factory):
         from torch.utils._python_dispatch import _disable_current_modes
 
         with ctx_factory() as calls:
-            saved = dict(seam._emulators)
-            for name, fn in saved.items():
+            launches = {}
+            for name, fn in seam.installed_emulators().items():
                 def launch(*a, _fn=fn, **k):
                     with _disable_current_modes():
                         return _fn(*a, **k)
-                seam._emulators[name] = launch
-            try:
+                launches[name] = launch
+            with seam.install_emulators(launches):
                 yield calls
-            finally:
-                seam._emulators.clear()
-                seam._emulators.update(saved)
 
     return ctx
 

@@ -40,9 +40,9 @@ TRACK_SLOTS = (7, 8)
 
 def gdn_emu_ops() -> tuple:
     """The GDN prefill ops by seam name: (chunk op, Triton entry, mega kernel)."""
-    from sglang_ascend_hybrid.emulators import gdn as gdn_emu
+    from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK, OP_TRITON
 
-    return gdn_emu.OP_NPU_CHUNK, gdn_emu.OP_TRITON, gdn_emu.OP_MEGA
+    return OP_NPU_CHUNK, OP_TRITON, OP_MEGA
 
 
 def _tokens(n: int, seed: int, vocab: int = 160) -> list:

@@ -168,7 +168,7 @@ def test_triton_path_on_an_fp32_pool_keeps_the_tracked_states_exact(monkeypatch)
     """GDN_ATTN_BACKEND_TRITON=1 with an fp32 pool: sgl-kernel-npu's Triton entry serves (its chunk
     states are bf16) and the entries SGLang copies are the fp32 final states of a fresh prefill of
     each tracked prefix, bit for bit."""
-    from sglang_ascend_hybrid.emulators import gdn as emu
+    from sglang_ascend_hybrid.emulators import gdn_triton_chunk
     from sglang_ascend_hybrid.ops import seam
     from sglang_ascend_hybrid.ops.gdn.prefill import chunk_stride_probe
     from tests.support.call_counter import Counting
@@ -177,7 +177,7 @@ def test_triton_path_on_an_fp32_pool_keeps_the_tracked_states_exact(monkeypatch)
     q, k, v, g, beta, pool, cu = _inputs([150, 200])  # 3 and 4 chunks
     idx = torch.tensor([3, 1])
     md = SimpleNamespace(has_mamba_track_mask=True, track_ssm_h_src=torch.tensor([2, 3 + 2]))
-    triton = Counting(emu.make_triton_chunk_emulator(mega=None, version="2026.6.1"))
+    triton = Counting(gdn_triton_chunk.make_triton_chunk_emulator(mega=None, version="2026.6.1"))
     with seam.install_device_facts(chip="A3"), seam.install_emulators({contract.OP_TRITON: triton}):
         verdict = chunk_stride_probe.stride_verdict(4, 2, K, V, torch.bfloat16, "cpu", before_serving=True)
         assert verdict.verdict == chunk_stride_probe.STRIDE_64

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from fla.ops.gated_delta_rule.naive import naive_recurrent_gated_delta_rule
 
 from sglang_ascend_hybrid.integration import gdn_hooks
-from sglang_ascend_hybrid.emulators import gdn as emu
+from sglang_ascend_hybrid.emulators import gdn_mega, gdn_npu_chunk, gdn_triton_chunk
+from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn import prefill
@@ -102,8 +103,8 @@ def test_qwen36_tp8_fp32_pool_upstream_fails_hook_keeps_fp32(ascend_gdn, monkeyp
     16-bit kernel may hold the state) and gives the reference result."""
     mod = ascend_gdn
     q, k, v, g, beta, cu, pool = _inputs([5, 70], 6, 2)
-    npu_chunk = _Counting(emu.make_npu_chunk_emulator(chip="A3"))
-    mega = _Counting(emu.make_mega_emulator())
+    npu_chunk = _Counting(gdn_npu_chunk.make_npu_chunk_emulator(chip="A3"))
+    mega = _Counting(gdn_mega.make_mega_emulator())
     monkeypatch.setattr(torch.ops.npu, "chunk_gated_delta_rule", npu_chunk, raising=False)
     idx = torch.tensor([3, 1])
     pool_before = pool.clone()
@@ -114,7 +115,7 @@ def test_qwen36_tp8_fp32_pool_upstream_fails_hook_keeps_fp32(ascend_gdn, monkeyp
         assert caps.is_npu_chunk_refusal(err.value)
         npu_chunk.calls = 0
         monkeypatch.setattr(mod.AscendGDNAttnBackend, "chunk_gdn", _hooked(mod))
-        with seam.install_emulators({emu.OP_NPU_CHUNK: npu_chunk, emu.OP_MEGA: mega}), \
+        with seam.install_emulators({OP_NPU_CHUNK: npu_chunk, OP_MEGA: mega}), \
                 caplog.at_level(logging.INFO):
             o, final, h = backend.chunk_gdn(q, k, v, g, beta, pool[idx], cu)
     assert (npu_chunk.calls, mega.calls) == (0, 0)  # both predicted: they would lower the precision
@@ -131,10 +132,10 @@ def test_qwen36_tp8_fp32_pool_upstream_fails_hook_keeps_fp32(ascend_gdn, monkeyp
 def test_bf16_pool_runs_6_2_on_the_npu_chunk_op(ascend_gdn, monkeypatch):
     mod = ascend_gdn
     q, k, v, g, beta, cu, pool = _inputs([5, 70], 6, 2, seed=4, pool_dtype=torch.bfloat16)
-    npu_chunk = _Counting(emu.make_npu_chunk_emulator(chip="A2"))
+    npu_chunk = _Counting(gdn_npu_chunk.make_npu_chunk_emulator(chip="A2"))
     monkeypatch.setattr(mod.AscendGDNAttnBackend, "chunk_gdn", _hooked(mod))
     idx = torch.tensor([0, 2])
-    with seam.install_device_facts(chip="A2"), seam.install_emulators({emu.OP_NPU_CHUNK: npu_chunk}):
+    with seam.install_device_facts(chip="A2"), seam.install_emulators({OP_NPU_CHUNK: npu_chunk}):
         o, final, h = _backend(mod, cu, track=True).chunk_gdn(q, k, v, g, beta, pool[idx], cu)
     assert npu_chunk.calls == 1
     ref_o, ref_final = _fla_reference(q, k, v, g, beta, cu, pool[idx].float())
@@ -149,14 +150,14 @@ def test_bf16_pool_runs_6_2_on_the_npu_chunk_op(ascend_gdn, monkeypatch):
 def test_npu_chunk_refusal_goes_to_the_mega_pad_plan_once(ascend_gdn, monkeypatch, caplog):
     mod = ascend_gdn
     q, k, v, g, beta, cu, pool = _inputs([5, 70], 6, 2, seed=5, pool_dtype=torch.bfloat16)
-    refusing = _Counting(emu.make_npu_chunk_emulator(refuse=lambda hv, hk: (hv, hk) == (6, 2)))
-    mega = _Counting(emu.make_mega_emulator())
+    refusing = _Counting(gdn_npu_chunk.make_npu_chunk_emulator(refuse=lambda hv, hk: (hv, hk) == (6, 2)))
+    mega = _Counting(gdn_mega.make_mega_emulator())
     monkeypatch.setattr(mod.AscendGDNAttnBackend, "chunk_gdn", _hooked(mod))
     idx = torch.tensor([3, 1])
     pool_before = pool.clone()
     backend = _backend(mod, cu, track=False)
     with seam.install_device_facts(chip="A3"), \
-            seam.install_emulators({emu.OP_NPU_CHUNK: refusing, emu.OP_MEGA: mega}), caplog.at_level(logging.INFO):
+            seam.install_emulators({OP_NPU_CHUNK: refusing, OP_MEGA: mega}), caplog.at_level(logging.INFO):
         o, final, _ = backend.chunk_gdn(q, k, v, g, beta, pool[idx], cu)
         backend.chunk_gdn(q, k, v, g, beta, pool[idx], cu)
     assert (refusing.calls, mega.calls) == (1, 2)  # refused once, then remembered; (8, 2) pad plan
@@ -177,7 +178,7 @@ def test_unexpected_device_error_is_a_refusal_logged_as_warning(ascend_gdn, monk
         raise RuntimeError("EZ9999: inner error, kernel launch failed")
 
     monkeypatch.setattr(mod.AscendGDNAttnBackend, "chunk_gdn", _hooked(mod))
-    with seam.install_device_facts(chip="A3"), seam.install_emulators({emu.OP_NPU_CHUNK: odd}), \
+    with seam.install_device_facts(chip="A3"), seam.install_emulators({OP_NPU_CHUNK: odd}), \
             caplog.at_level(logging.INFO):
         o, final, _ = _backend(mod, cu, track=False).chunk_gdn(q, k, v, g, beta, pool[:1], cu)
     ref_o, ref_final = _fla_reference(q, k, v, g, beta, cu, pool[:1].float())
@@ -195,7 +196,7 @@ def test_real_errors_are_not_swallowed(ascend_gdn, monkeypatch):
         raise RuntimeError("NPU out of memory. Tried to allocate 2.00 GiB")
 
     monkeypatch.setattr(mod.AscendGDNAttnBackend, "chunk_gdn", _hooked(mod))
-    with seam.install_device_facts(chip="A3"), seam.install_emulators({emu.OP_NPU_CHUNK: broken}):
+    with seam.install_device_facts(chip="A3"), seam.install_emulators({OP_NPU_CHUNK: broken}):
         with pytest.raises(RuntimeError, match="out of memory"):
             _backend(mod, cu, track=False).chunk_gdn(q, k, v, g, beta, pool[:1], cu)
 
@@ -214,7 +215,7 @@ def test_sgl_kernel_npu_entry_hook_falls_back_on_mega_refusal(caplog, variant):
     beta = torch.rand(1, T, hv, generator=gen).half()
     cu = torch.tensor([0, 15, 40])
     h0_kv = torch.randn(2, hv, D, D, generator=gen) * 0.1  # the entry's key-first layout
-    mega = emu.make_mega_emulator(variant=variant)
+    mega = gdn_mega.make_mega_emulator(variant=variant)
 
     def original(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=True, cu_seqlens=None,
                  head_first=False, use_qk_l2norm_in_kernel=False):
@@ -281,7 +282,7 @@ def test_fp32_pool_tracking_on_the_triton_path_keeps_the_tracked_states_exact(as
     idx = torch.tensor([3, 1])
     backend = _backend(mod, cu, track=True)
     backend.forward_metadata.track_ssm_h_src = torch.tensor([2, 3 + 2])  # chunk 2 of both
-    triton = _Counting(emu.make_triton_chunk_emulator(mega=None, version="2026.6.1"))
+    triton = _Counting(gdn_triton_chunk.make_triton_chunk_emulator(mega=None, version="2026.6.1"))
     with seam.install_device_facts(chip="A3"), seam.install_emulators({caps.OP_TRITON: triton}):
         # the chunk-stride probe, as backend construction runs it before serving
         verdict = chunk_stride_probe.stride_verdict(6, 2, D, D, torch.bfloat16, "cpu", before_serving=True)

@@ -21,7 +21,8 @@ import torch.nn.functional as F
 from sglang_ascend_hybrid.integration import gdn_hooks
 from sglang_ascend_hybrid.integration.launch import resolution
 from sglang_ascend_hybrid.integration.launch.decision import LaunchConfigError
-from sglang_ascend_hybrid.emulators import gdn as emu
+from sglang_ascend_hybrid.emulators import gdn_npu_chunk
+from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_CHUNK
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import prefill, contract
 from sglang_ascend_hybrid.ops.gdn.prefill import entries
@@ -153,11 +154,11 @@ def test_gdn_attn_backend_triton_sends_prefill_to_the_triton_entry(triton_env, m
     else:
         monkeypatch.setenv("GDN_ATTN_BACKEND_TRITON", triton_env)
     triton = _Counting(make_triton_chunk_emulator())
-    npu = _Counting(emu.make_npu_chunk_emulator(chip="A3"))
+    npu = _Counting(gdn_npu_chunk.make_npu_chunk_emulator(chip="A3"))
     backend = SimpleNamespace(forward_metadata=SimpleNamespace(has_mamba_track_mask=True))
     state_before = state.clone()
     with seam.install_device_facts(chip="A3"), \
-            seam.install_emulators({contract.OP_TRITON: triton, emu.OP_NPU_CHUNK: npu}):
+            seam.install_emulators({contract.OP_TRITON: triton, OP_NPU_CHUNK: npu}):
         o, final, h = gdn_hooks.ascend_chunk_gdn(None, backend, q, k, v, g, beta, state, cu)
     assert (triton.calls, npu.calls) == ((1, 0) if triton_env == "1" else (0, 1))
     assert torch.equal(state, state_before)

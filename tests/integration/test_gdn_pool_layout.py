@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 
 from sglang_ascend_hybrid.integration import gdn_hooks
-from sglang_ascend_hybrid.emulators import gdn as emu
+from sglang_ascend_hybrid.emulators import gdn_npu_recurrent
+from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 from sglang_ascend_hybrid.emulators.mamba_state_update import emulate_move_intermediate_cache
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import pool_layout
@@ -153,13 +154,13 @@ def _run(dtype):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_prefill_verify_commit_decode_on_the_0_5_20_speculative_pool_match_the_fp64_recurrence(dtype):
-    op, calls = emu.make_npu_recurrent_emulator(), []
+    op, calls = gdn_npu_recurrent.make_npu_recurrent_emulator(), []
 
     def counted(*args, **kwargs):
         calls.append(args[1].dtype)
         return op(*args, **kwargs)
 
-    with seam.install_emulators({emu.OP_NPU_RECURRENT: counted}):
+    with seam.install_emulators({OP_NPU_RECURRENT: counted}):
         errors = _run(dtype)
     assert max(errors.values()) < 2e-2, errors
     # the NPU op stays usable on the transposed view where its contract allows (bf16 only): two verifies, a decode
@@ -169,7 +170,7 @@ def test_prefill_verify_commit_decode_on_the_0_5_20_speculative_pool_match_the_f
 def test_reading_the_view_logically_fails_after_the_first_commit(monkeypatch):
     """Negative control: the hooks indexing SGLang's view as value first (before the fix)."""
     monkeypatch.setattr(pool_layout, "layout_of", lambda t, name="": pool_layout.VALUE_FIRST)
-    with seam.install_emulators({emu.OP_NPU_RECURRENT: emu.make_npu_recurrent_emulator()}):
+    with seam.install_emulators({OP_NPU_RECURRENT: gdn_npu_recurrent.make_npu_recurrent_emulator()}):
         errors = _run(torch.float32)
     assert errors["prefill"] < 2e-2 and errors["verify 1"] < 2e-2  # nothing shows before the commit
     # the commit copies the verify scratch's (right) bytes; every later read through the view is transposed

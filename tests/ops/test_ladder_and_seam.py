@@ -105,16 +105,59 @@ def test_chip_is_classified_from_the_device_name(name, chip):
     assert seam.classify_chip(name) == chip
 
 
-def test_a_real_kernel_serves_npu_tensors_only(monkeypatch):
+def test_a_real_kernel_serves_npu_tensors_only():
     name = "demo_kernel_for_test"
     kernel = object()
-    monkeypatch.setitem(seam._resolved, name, kernel)
     npu_tensor = SimpleNamespace(device=SimpleNamespace(type="npu"))
-    assert seam.lookup(name) is kernel and seam.available(name)
-    assert seam.serves(name, npu_tensor, npu_tensor)
-    assert not seam.serves(name, npu_tensor, torch.zeros(1))
-    assert not seam.serves(name, object())
-    assert not seam.serves("absent_kernel_for_test", npu_tensor) or seam.available("absent_kernel_for_test")
+    with seam.install_real_kernels({name: kernel}):
+        assert seam.lookup(name) is kernel and seam.available(name) and not seam.is_emulated(name)
+        assert seam.serves(name, npu_tensor, npu_tensor)
+        assert not seam.serves(name, npu_tensor, torch.zeros(1))
+        assert not seam.serves(name, object())
+        assert not seam.serves("absent_kernel_for_test", npu_tensor) or seam.available("absent_kernel_for_test")
+
+
+def test_installed_emulators_is_a_read_only_snapshot_and_nests():
+    def a(*args, **kwargs):
+        return "a"
+
+    def b(*args, **kwargs):
+        return "b"
+
+    before = dict(seam.installed_emulators())
+    with seam.install_emulators({"demo_op_a_for_test": a}):
+        snap = seam.installed_emulators()
+        assert snap["demo_op_a_for_test"] is a and seam.is_emulated("demo_op_a_for_test")
+        with pytest.raises(TypeError):
+            snap["demo_op_a_for_test"] = b  # read-only: the seam's registry is not written through it
+        wrapped = {name: (lambda *x, _fn=fn, **k: ("wrapped", _fn(*x, **k))) for name, fn in snap.items()}
+        with seam.install_emulators(wrapped):  # wrap every installed emulator, as the graph tests do
+            assert seam.call("demo_op_a_for_test") == ("wrapped", "a")
+        assert seam.call("demo_op_a_for_test") == "a"
+        assert seam.installed_emulators()["demo_op_a_for_test"] is a
+    assert dict(seam.installed_emulators()) == before
+
+
+def test_install_real_kernels_and_package_probes_are_undone_on_exit():
+    name = "demo_real_kernel_for_test"
+    first, second = object(), object()
+    seam.reset_probes()
+    try:
+        with seam.install_real_kernels({name: first}):
+            assert seam.lookup(name) is first and not seam.is_emulated(name)
+            with seam.install_real_kernels({name: second}):
+                assert seam.lookup(name) is second
+            assert seam.lookup(name) is first
+        with seam.install_package_probes({"torch_npu": False}):
+            assert not seam.package_available("torch_npu")
+            with seam.install_package_probes({"torch_npu": True}):
+                assert seam.package_available("torch_npu")
+            assert not seam.package_available("torch_npu")
+        assert name not in seam.installed_emulators()
+        with seam.install_package_probes({"torch_npu": False}):
+            assert seam.lookup(name) is None  # not kept after its block: resolved afresh, without torch_npu
+    finally:
+        seam.reset_probes()
 
 
 def test_real_kernel_resolution_through_the_package_stubs(npu_stub_packages, monkeypatch):
@@ -137,11 +180,11 @@ def test_real_kernel_resolution_through_the_package_stubs(npu_stub_packages, mon
 
 def test_without_torch_npu_no_npu_op_resolves(monkeypatch):
     seam.reset_probes()
-    monkeypatch.setitem(seam._probe, "torch_npu", False)
     monkeypatch.setattr(torch.ops, "npu", SimpleNamespace(chunk_gated_delta_rule=object()), raising=False)
     try:
-        assert seam.lookup("chunk_gated_delta_rule") is None
-        assert seam.chip_generation() is None
+        with seam.install_package_probes({"torch_npu": False}):
+            assert seam.lookup("chunk_gated_delta_rule") is None
+            assert seam.chip_generation() is None
     finally:
         seam.reset_probes()
 

@@ -1,7 +1,7 @@
 """The contracts of the GDN device kernels: what each accepts, and the texts it refuses with.
 
 This module is the one place that states them (read from upstream source; the
-emulators in :mod:`sglang_ascend_hybrid.emulators.gdn` mirror it, and the
+emulators in :mod:`sglang_ascend_hybrid.emulators` (``gdn_*``) mirror it, and the
 ladders in :mod:`.prefill.ladder`, :mod:`.decode.ladder` and :mod:`.verify` predict refusals from it).  Sources:
 
 SKN      sgl-project/sgl-kernel-npu ``main`` f425bdf1 (tag ``2026.08.21``, wheel version ``2026.6.1``)

@@ -147,14 +147,14 @@ def plugin_ops() -> dict[str, Callable]:
     if _plugin_ops is None:
         from sglang_ascend_hybrid import patches
         from sglang_ascend_hybrid.emulators import causal_conv1d as conv_emu
-        from sglang_ascend_hybrid.emulators import gdn as gdn_emu
+        from sglang_ascend_hybrid.emulators import gdn_sets
         from sglang_ascend_hybrid.emulators import gdn_decode as decode_emu
         from sglang_ascend_hybrid.ops.gdn.decode import contract as decode_contract
 
         # the Triton prefill entry where the installed SGLang's GDN prefill calls it
         triton = patches.release_state(patches.by_name("gdn-extend-ladder")) is None
         ops = dict(conv_emu.emulators(**conv_emu.VARIANTS[CONV_VARIANT]))
-        ops.update(gdn_emu.emulators(chip=CHIP, npu_chunk=True, triton=triton, version=SGL_KERNEL_NPU_VERSION))
+        ops.update(gdn_sets.emulators(chip=CHIP, npu_chunk=True, triton=triton, version=SGL_KERNEL_NPU_VERSION))
         entry = decode_contract.installed_decode_entry()
         if entry is not None:
             ops.update(decode_emu.emulators(entry, layout="key_first"))

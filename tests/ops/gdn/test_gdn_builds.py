@@ -19,7 +19,8 @@ import torch.nn.functional as F
 
 from sglang_ascend_hybrid.integration.conv_state_layout import cuda_layout_view
 from sglang_ascend_hybrid.emulators import causal_conv1d as conv_emu
-from sglang_ascend_hybrid.emulators import gdn as emu
+from sglang_ascend_hybrid.emulators import gdn_sets
+from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK, OP_TRITON
 from sglang_ascend_hybrid.ops.conv import api as conv_ops
 from sglang_ascend_hybrid.ops.conv import dispatch as conv_dispatch
 from sglang_ascend_hybrid.ops import seam
@@ -77,8 +78,8 @@ def test_the_mega_wrapper_with_its_registered_op_is_present(mega_wrapper, monkey
 def test_a_kernel_package_that_does_not_import_has_no_python_entries(npu_stub_packages, monkeypatch):
     """A broken install (its probe says it does not import) means absent entries, although a module
     under it would import."""
-    monkeypatch.setitem(seam._probe, "sgl_kernel_npu", False)
-    assert seam.lookup("sgl_kernel_npu.fla.l2norm:l2norm_fwd") is None
+    with seam.install_package_probes({"sgl_kernel_npu": False}):
+        assert seam.lookup("sgl_kernel_npu.fla.l2norm:l2norm_fwd") is None
 
 
 def test_an_entry_outside_the_table_is_not_checked(npu_stub_packages, monkeypatch):
@@ -91,18 +92,6 @@ def test_an_entry_outside_the_table_is_not_checked(npu_stub_packages, monkeypatc
 # ----------------------------------------------------------------------------- the emulated 950 build
 
 
-def test_the_emulated_ascend_950_build_offers_what_such_a_build_has():
-    a3 = emu.emulators(chip="A3", triton=True)
-    n950 = emu.emulators(chip="950", triton=True)
-    assert set(a3) == {emu.OP_MEGA, emu.OP_NPU_CHUNK, emu.OP_NPU_RECURRENT, emu.OP_TRITON}
-    assert set(n950) == {emu.OP_NPU_CHUNK, emu.OP_TRITON}  # no mega, no recurrent op
-    assert set(emu.emulators(chip="950", npu_chunk=False)) == set()
-    conv = conv_emu.emulators(**conv_emu.VARIANTS["ascend950"])
-    assert conv_emu.OP_ACLNN not in conv  # no torch.ops.npu.causal_conv1d either
-    with pytest.raises(AttributeError, match="has no attribute 'mega_chunk_gdn'"):
-        emu.missing_torch_op("mega_chunk_gdn")()
-
-
 @pytest.mark.parametrize("pool_dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("chunk_op", [True, False], ids=["chunk-op", "no-chunk-op"])
 @pytest.mark.parametrize("use_mega", ["0", "1"])
@@ -111,7 +100,7 @@ def test_every_gdn_ladder_runs_on_an_emulated_ascend_950(monkeypatch, caplog, po
     GDN_USE_MEGA_GDN=1 would call the missing mega op, so the ladder predicts that and takes torch
     -- never the mega rung; decode takes torch (no recurrent op).  No AttributeError, no WARNING."""
     monkeypatch.setenv("GDN_USE_MEGA_GDN", use_mega)
-    ops = {n: Counting(f) for n, f in emu.emulators(chip="950", npu_chunk=chunk_op, triton=True).items()}
+    ops = {n: Counting(f) for n, f in gdn_sets.emulators(chip="950", npu_chunk=chunk_op, triton=True).items()}
     q, k, v, g, beta, cu, h0 = _inputs(pool_dtype=pool_dtype)
     h0_before = h0.clone()
     with seam.install_device_facts(chip="950", sgl_kernel_npu_version="2026.6.1"), seam.install_emulators(ops), \
@@ -126,9 +115,9 @@ def test_every_gdn_ladder_runs_on_an_emulated_ascend_950(monkeypatch, caplog, po
     rung = "npu_chunk" if chunk_op else ("torch" if use_mega == "1" else "triton")
     assert f"runs on the {rung} kernel" in caplog.text
     if chunk_op:
-        assert ops[emu.OP_NPU_CHUNK].calls == 1 and ops[emu.OP_TRITON].calls == 0
+        assert ops[OP_NPU_CHUNK].calls == 1 and ops[OP_TRITON].calls == 0
     else:
-        assert ops[emu.OP_TRITON].calls == (0 if use_mega == "1" else 1)
+        assert ops[OP_TRITON].calls == (0 if use_mega == "1" else 1)
     if not chunk_op and use_mega == "1":
         assert "no torch.ops.npu.mega_chunk_gdn" in caplog.text
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
@@ -154,7 +143,7 @@ def test_the_conv_ladders_run_on_an_emulated_ascend_950():
     idx = torch.tensor([2, 0], dtype=torch.int32)
     his = torch.tensor([True, False])
     x = torch.randn(dim, sum(lens), generator=gen).bfloat16()
-    ops = {**emu.emulators(chip="950", triton=True), **conv_emu.emulators(**conv_emu.VARIANTS["ascend950"])}
+    ops = {**gdn_sets.emulators(chip="950", triton=True), **conv_emu.emulators(**conv_emu.VARIANTS["ascend950"])}
     conv_dispatch.reset_state()
     with seam.install_device_facts(chip="950"), seam.install_emulators(ops):
         view = cuda_layout_view(pool, width - 1)
@@ -203,11 +192,11 @@ def test_a_pure_torch_rung_attribute_error_propagates():
 def test_a_hollow_mega_entry_the_table_did_not_know_falls_back_with_one_warning(caplog):
     """A mega entry that imports and is served (the seam could not tell) but raises AttributeError:
     the prefill ladder takes the next rung, the state is untouched, the result is the torch rung's."""
-    hollow = Counting(emu.missing_torch_op("mega_chunk_gdn"))
+    hollow = Counting(gdn_sets.missing_torch_op("mega_chunk_gdn"))
     q, k, v, g, beta, cu, h0 = _inputs(lens=(9, 4))
     h0_before = h0.clone()
     with seam.install_device_facts(chip="A3", sgl_kernel_npu_version="2026.6.1"), \
-            seam.install_emulators({emu.OP_MEGA: hollow}), caplog.at_level(logging.INFO):
+            seam.install_emulators({OP_MEGA: hollow}), caplog.at_level(logging.INFO):
         o, final = chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0)
         o2, final2 = chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0)
     assert hollow.calls == 1

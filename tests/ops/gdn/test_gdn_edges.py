@@ -7,7 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sglang_ascend_hybrid.emulators import gdn as emu
+from sglang_ascend_hybrid.emulators import gdn_mega
+from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule
@@ -42,9 +43,9 @@ def test_fp64_state_pool_is_never_handed_to_a_16_bit_kernel():
     beta = torch.rand(1, T, H, generator=gen).half()
     cu = torch.tensor([0, T])
     h0 = torch.randn(1, H, D, D, generator=gen, dtype=torch.float64) * 0.1
-    mega = emu.make_mega_emulator()
+    mega = gdn_mega.make_mega_emulator()
     calls = []
-    with seam.install_emulators({emu.OP_MEGA: lambda *a, **kw: calls.append(1) or mega(*a, **kw)}):
+    with seam.install_emulators({OP_MEGA: lambda *a, **kw: calls.append(1) or mega(*a, **kw)}):
         o, final = chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0)
     assert calls == []
     ref_o, ref_final, _ = chunk_gdn_torch(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0)

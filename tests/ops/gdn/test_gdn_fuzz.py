@@ -13,7 +13,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sglang_ascend_hybrid.emulators import gdn as emu
+from sglang_ascend_hybrid.emulators import gdn_sets
+from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, prefill, recurrent_gated_delta_rule
 
@@ -73,7 +74,7 @@ def test_prefill_matches_the_fp64_loop_on_every_rung(case, machine):
         tol = 2e-4
     else:  # bf16 model and pool: the chunk op where its contract holds (no empty sequence), else torch
         prefill.forget_refusals()
-        with seam.install_device_facts(chip="A3"), seam.install_emulators(emu.emulators(chip="A3")):
+        with seam.install_device_facts(chip="A3"), seam.install_emulators(gdn_sets.emulators(chip="A3")):
             o, final = chunk_gated_delta_rule(q.bfloat16(), k.bfloat16(), v.bfloat16(), g, beta.bfloat16(),
                                               cu_seqlens=cu, initial_state=None if h0 is None else h0.bfloat16())
         tol = 6e-2
@@ -135,7 +136,7 @@ def test_decode_matches_the_fp64_loop_and_leaves_other_slots(case, machine, chec
                 _, fin = _fp64_loop(qn[:, b:b + 1], kn[:, b:b + 1], v[:, b:b + 1], g[:, b:b + 1], beta[:, b:b + 1],
                                     [0, 1], work[s:s + 1].float(), K ** -0.5)
                 expected_pool[s] = fin[0]
-        with seam.install_device_facts(chip="A3"), seam.install_emulators(emu.emulators(chip="A3")):
+        with seam.install_device_facts(chip="A3"), seam.install_emulators(gdn_sets.emulators(chip="A3")):
             out = recurrent_gated_delta_rule(q.bfloat16(), k.bfloat16(), v.bfloat16(), g, beta.bfloat16(),
                                              state_pool=work, state_indices=slots, use_qk_l2norm=True,
                                              check_values=checks)
@@ -170,7 +171,7 @@ def test_bad_slots_raise_before_any_write(machine, slots, match):
     dtype = torch.bfloat16 if machine == "A3" else torch.float32
     pool = pool.to(dtype)
     before = pool.clone()
-    with seam.install_device_facts(chip="A3"), seam.install_emulators(emu.emulators(chip="A3")):
+    with seam.install_device_facts(chip="A3"), seam.install_emulators(gdn_sets.emulators(chip="A3")):
         with pytest.raises(ValueError, match=match):
             recurrent_gated_delta_rule(q.to(dtype), k.to(dtype), v.to(dtype), g, beta.to(dtype), state_pool=pool,
                                        state_indices=torch.tensor(slots), use_qk_l2norm=True)
@@ -222,10 +223,10 @@ def test_decode_without_value_checks_never_syncs():
     from tests.support.sync_counter import SyncCounter
 
     q, k, v, g, beta, pool = _decode_inputs()
-    for ops, dtype in (({}, torch.float32), (emu.emulators(chip="A3"), torch.bfloat16)):
+    for ops, dtype in (({}, torch.float32), (gdn_sets.emulators(chip="A3"), torch.bfloat16)):
         work = pool.to(dtype)
         with seam.install_device_facts(chip="A3"), seam.install_emulators(
-                {n: fn for n, fn in ops.items() if n != emu.OP_NPU_RECURRENT}):
+                {n: fn for n, fn in ops.items() if n != OP_NPU_RECURRENT}):
             with SyncCounter(device_of_interest="cpu") as counter:
                 recurrent_gated_delta_rule(q.to(dtype), k.to(dtype), v.to(dtype), g, beta.to(dtype), state_pool=work,
                                            state_indices=torch.tensor([2, -1, 0]), use_qk_l2norm=True,

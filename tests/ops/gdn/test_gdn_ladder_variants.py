@@ -12,7 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sglang_ascend_hybrid.emulators import gdn as emu
+from sglang_ascend_hybrid.emulators import gdn_mega, gdn_npu_chunk, gdn_sets
+from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK, OP_NPU_RECURRENT
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, prefill
@@ -66,9 +67,9 @@ def test_prefill_ladder_on_every_machine(chip, chunk_present, mega, pool_dtype, 
     installed, version = MEGA[mega]
     ops = {}
     if chunk_present:
-        ops[emu.OP_NPU_CHUNK] = _Counting(emu.make_npu_chunk_emulator(chip=chip))
+        ops[OP_NPU_CHUNK] = _Counting(gdn_npu_chunk.make_npu_chunk_emulator(chip=chip))
     if installed is not None:
-        ops[emu.OP_MEGA] = _Counting(emu.make_mega_emulator(variant=installed))
+        ops[OP_MEGA] = _Counting(gdn_mega.make_mega_emulator(variant=installed))
     q, k, v, g, beta, cu, h0 = _inputs(*pair, pool_dtype)
     h0_before = h0.clone()
     rung, refused_at_call = _expected(chip, chunk_present, mega, pool_dtype, pair)
@@ -80,12 +81,12 @@ def test_prefill_ladder_on_every_machine(chip, chunk_present, mega, pool_dtype, 
                                                         backend=rung)
     calls = {name: fn.calls for name, fn in ops.items()}
     if rung == "npu_chunk":
-        assert calls[emu.OP_NPU_CHUNK] == 3
+        assert calls[OP_NPU_CHUNK] == 3
     elif rung == "mega":
-        assert calls.get(emu.OP_NPU_CHUNK, 0) == 0 and calls[emu.OP_MEGA] >= 3
+        assert calls.get(OP_NPU_CHUNK, 0) == 0 and calls[OP_MEGA] >= 3
     else:
-        assert calls.get(emu.OP_NPU_CHUNK, 0) == 0
-        assert calls.get(emu.OP_MEGA, 0) == (1 if refused_at_call else 0)  # refused once, then remembered
+        assert calls.get(OP_NPU_CHUNK, 0) == 0
+        assert calls.get(OP_MEGA, 0) == (1 if refused_at_call else 0)  # refused once, then remembered
     assert torch.equal(o, forced_o) and torch.equal(final, forced_final)  # what the pool receives
     assert torch.equal(o2, o) and torch.equal(final2, final)
     assert torch.equal(h0, h0_before)
@@ -114,14 +115,14 @@ def test_decode_ladder_on_every_chip(chip, pool_dtype):
     v = torch.randn(1, B, hv, K, generator=gen).bfloat16()
     g = F.logsigmoid(torch.randn(1, B, hv, generator=gen))
     beta = torch.rand(1, B, hv, generator=gen).bfloat16()
-    ops = {n: _Counting(fn) for n, fn in emu.emulators(chip=chip).items()}
+    ops = {n: _Counting(fn) for n, fn in gdn_sets.emulators(chip=chip).items()}
     ref_pool = pool.clone()
     ref = recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=ref_pool, state_indices=idx, use_qk_l2norm=True,
                                      backend="torch")
     with seam.install_device_facts(chip=chip), seam.install_emulators(ops):
         out = recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=pool, state_indices=idx, use_qk_l2norm=True)
     on_npu = chip != "950" and pool_dtype == torch.bfloat16
-    assert ops.get(emu.OP_NPU_RECURRENT, _Counting(None)).calls == int(on_npu)
+    assert ops.get(OP_NPU_RECURRENT, _Counting(None)).calls == int(on_npu)
     if on_npu:
         torch.testing.assert_close(out.float(), ref.float(), atol=3e-2, rtol=3e-2)
         torch.testing.assert_close(pool.float(), ref_pool.float(), atol=3e-2, rtol=3e-2)

@@ -17,8 +17,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
-from sglang_ascend_hybrid.emulators import gdn as emu
+from sglang_ascend_hybrid.emulators import gdn_npu_chunk, gdn_npu_recurrent
+from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_CHUNK, OP_NPU_RECURRENT
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, chunk_with_states, contract
 from sglang_ascend_hybrid.ops.gdn import recurrent_gated_delta_rule
@@ -99,21 +99,6 @@ def test_chunk_size_other_than_64_matches_fla():
 # ------------------------------------------------------------------ the Triton prefill rung
 
 
-
-def test_triton_emulator_agrees_with_fla():
-    """The emulator itself (so the rung tests below compare against something right)."""
-    q, k, v, g, beta, cu, h0 = _inputs([70, 5], 1, 2, 16, 8, dtype=torch.bfloat16, seed=11)
-    o, final, h = make_triton_chunk_emulator()(q, k, v, g, beta, scale=0.3,
-                                               initial_state=h0.transpose(-1, -2).contiguous(), cu_seqlens=cu)
-    ref_o, ref_final, ref_h = _fla(q, k, v, g, beta, cu, h0, 0.3, chunk_starts=True)
-    torch.testing.assert_close(o.float(), ref_o, atol=1e-2, rtol=1e-2)
-    torch.testing.assert_close(final.transpose(-1, -2), ref_final, atol=1e-4, rtol=1e-4)
-    assert h.shape == (1, 3, 2, 16, 8) and h.dtype == torch.bfloat16
-    torch.testing.assert_close(h[0].float().transpose(-1, -2), ref_h, atol=1e-2, rtol=1e-2)
-    with pytest.raises(EmulatorContractViolation):
-        make_triton_chunk_emulator()(q, k, v, g, beta, initial_state=h0, cu_seqlens=cu)  # value-first
-
-
 @pytest.mark.parametrize("with_state", [True, False])
 def test_triton_rung_serves_a_forced_call_with_fla_results(with_state):
     """``backend='triton'`` with npu_chunk and mega also installed (auto would take npu_chunk):
@@ -125,9 +110,9 @@ def test_triton_rung_serves_a_forced_call_with_fla_results(with_state):
     if h0 is not None:  # a bf16 pool: an fp32 one takes no chunk states from the Triton path (bf16 h)
         h0 = h0.to(torch.bfloat16)
     triton = _Counting(make_triton_chunk_emulator())
-    npu = _Counting(emu.make_npu_chunk_emulator(chip="A3"))
+    npu = _Counting(gdn_npu_chunk.make_npu_chunk_emulator(chip="A3"))
     with seam.install_device_facts(chip="A3"), \
-            seam.install_emulators({contract.OP_TRITON: triton, emu.OP_NPU_CHUNK: npu}):
+            seam.install_emulators({contract.OP_TRITON: triton, OP_NPU_CHUNK: npu}):
         o, final, h = chunk_with_states(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0, scale=0.25,
                                         chunk_states=True, backend="triton")
     assert (triton.calls, npu.calls) == (1, 0)
@@ -186,8 +171,8 @@ def _npu_world(dtype=torch.bfloat16):
 def test_forced_prefill_backend_is_obeyed_where_auto_differs(how, forced, monkeypatch):
     q, k, v, g, beta, cu, h0 = _npu_world()
     triton = _Counting(make_triton_chunk_emulator())
-    npu = _Counting(emu.make_npu_chunk_emulator(chip="A3"))
-    ops = {contract.OP_TRITON: triton, emu.OP_NPU_CHUNK: npu}
+    npu = _Counting(gdn_npu_chunk.make_npu_chunk_emulator(chip="A3"))
+    ops = {contract.OP_TRITON: triton, OP_NPU_CHUNK: npu}
     with seam.install_device_facts(chip="A3"), seam.install_emulators(ops):
         chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0)
         assert (npu.calls, triton.calls) == (1, 0)  # auto: the npu_chunk op
@@ -212,9 +197,9 @@ def test_forced_decode_backend_is_obeyed_where_auto_differs(how, monkeypatch):
     v = torch.randn(1, B, hv, K, generator=gen).bfloat16()
     g = F.logsigmoid(torch.randn(1, B, hv, generator=gen))
     beta = torch.rand(1, B, hv, generator=gen).bfloat16()
-    kernel = _Counting(emu.make_npu_recurrent_emulator())
+    kernel = _Counting(gdn_npu_recurrent.make_npu_recurrent_emulator())
     args = dict(state_indices=idx, use_qk_l2norm=True)
-    with seam.install_emulators({emu.OP_NPU_RECURRENT: kernel}):
+    with seam.install_emulators({OP_NPU_RECURRENT: kernel}):
         recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=pool.clone(), **args)
         assert kernel.calls == 1  # auto: the recurrent op
         forced_pool = pool.clone()
@@ -236,9 +221,9 @@ def test_environment_backend_of_the_other_ladder_walks_auto(monkeypatch, caplog)
     import logging
 
     q, k, v, g, beta, cu, h0 = _npu_world()
-    npu = _Counting(emu.make_npu_chunk_emulator(chip="A3"))
+    npu = _Counting(gdn_npu_chunk.make_npu_chunk_emulator(chip="A3"))
     monkeypatch.setenv("SGLANG_ASCEND_HYBRID_GDN_BACKEND", "npu_recurrent")
-    with seam.install_device_facts(chip="A3"), seam.install_emulators({emu.OP_NPU_CHUNK: npu}), \
+    with seam.install_device_facts(chip="A3"), seam.install_emulators({OP_NPU_CHUNK: npu}), \
             caplog.at_level(logging.INFO):
         chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0)
     assert npu.calls == 1

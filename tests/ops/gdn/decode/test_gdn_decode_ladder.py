@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from sglang_ascend_hybrid.emulators import gdn as gdn_emu
+from sglang_ascend_hybrid.emulators import gdn_npu_recurrent
 from sglang_ascend_hybrid.emulators import gdn_decode
 from sglang_ascend_hybrid.ops import probes, seam
 from sglang_ascend_hybrid.ops.gdn import decode
@@ -61,7 +61,7 @@ def _opaque(kernel):
 def _device(layout="key_first", entry=ENTRY, recurrent=True):
     ops = dict(gdn_decode.emulators(entry, layout=layout))
     if recurrent:
-        ops["recurrent_gated_delta_rule"] = gdn_emu.make_npu_recurrent_emulator()
+        ops["recurrent_gated_delta_rule"] = gdn_npu_recurrent.make_npu_recurrent_emulator()
     return seam.install_emulators({name: _opaque(fn) for name, fn in ops.items()})
 
 

@@ -9,7 +9,8 @@ import logging
 import torch
 import torch.nn.functional as F
 
-from sglang_ascend_hybrid.emulators import gdn as emu
+from sglang_ascend_hybrid.emulators import gdn_npu_recurrent
+from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 from sglang_ascend_hybrid.emulators import gdn_decode as decode_emu
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import decode, recurrent_gated_delta_rule
@@ -36,7 +37,7 @@ def test_decode_refusal_leaves_the_state_pool_untouched(caplog):
     ref_pool = pool.clone()
     ref = recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=ref_pool, state_indices=idx,
                                      use_qk_l2norm=True, backend="torch")
-    with seam.install_emulators({emu.OP_NPU_RECURRENT: scribble_then_refuse}), caplog.at_level(logging.INFO):
+    with seam.install_emulators({OP_NPU_RECURRENT: scribble_then_refuse}), caplog.at_level(logging.INFO):
         o = recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=pool, state_indices=idx, use_qk_l2norm=True)
     assert torch.equal(o, ref) and torch.equal(pool, ref_pool)
     assert any("kernel npu_recurrent refused" in r.getMessage() for r in caplog.records)
@@ -60,8 +61,8 @@ def test_decode_npu_recurrent_emulator_matches_torch():
     ref_pool = pool.clone()
     ref = recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=ref_pool, state_indices=idx,
                                      use_qk_l2norm=True, backend="torch")
-    kernel = _Counting(emu.make_npu_recurrent_emulator())
-    with seam.install_emulators({emu.OP_NPU_RECURRENT: kernel}):
+    kernel = _Counting(gdn_npu_recurrent.make_npu_recurrent_emulator())
+    with seam.install_emulators({OP_NPU_RECURRENT: kernel}):
         o = recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=pool, state_indices=idx, use_qk_l2norm=True)
     assert kernel.calls == 1
     # bf16 inputs, bf16 state rounding, and beta handed over as a bf16 logit
@@ -75,8 +76,8 @@ def test_decode_without_qk_l2norm_never_reaches_the_op_that_always_normalises(ca
     (q, k, v, g, beta), pool, idx = _bf16_decode_step(19, 5, [4, 0, 2])
     ref_pool = pool.clone()
     ref = recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=ref_pool, state_indices=idx, backend="torch")
-    kernel = _Counting(emu.make_npu_recurrent_emulator())
-    with seam.install_emulators({emu.OP_NPU_RECURRENT: kernel}), caplog.at_level(logging.INFO):
+    kernel = _Counting(gdn_npu_recurrent.make_npu_recurrent_emulator())
+    with seam.install_emulators({OP_NPU_RECURRENT: kernel}), caplog.at_level(logging.INFO):
         o = recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=pool, state_indices=idx, use_qk_l2norm=False)
     assert kernel.calls == 0
     assert torch.equal(o, ref) and torch.equal(pool, ref_pool)
@@ -111,7 +112,7 @@ def test_the_public_op_serves_on_the_decode_ladders_recurrent_rung():
     second decode ladder); the Triton decode rung, which computes SGLang's gates itself, never does."""
     (q, k, v, g, beta), pool, idx = _bf16_decode_step(31, 4, [1, 3])
     call = decode.DecodeCall.with_gates(q, k, v, g[0], beta[0], pool, idx, qk_l2norm=True)
-    ops = {emu.OP_NPU_RECURRENT: emu.make_npu_recurrent_emulator(),
+    ops = {OP_NPU_RECURRENT: gdn_npu_recurrent.make_npu_recurrent_emulator(),
            **decode_emu.emulators("optimized", layout="value_first")}
     with seam.install_emulators(ops):
         assert decode.DECODE.choose(call.signature(), call).name == "npu_recurrent"

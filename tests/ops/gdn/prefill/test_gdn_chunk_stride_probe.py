@@ -8,7 +8,8 @@ import logging
 import pytest
 import torch
 
-from sglang_ascend_hybrid.emulators import gdn as gdn_emu
+from sglang_ascend_hybrid.emulators import gdn_sets
+from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA
 from sglang_ascend_hybrid.ops import probes, seam
 from sglang_ascend_hybrid.ops.gdn.prefill import chunk_stride_probe as csp
 from sglang_ascend_hybrid.ops.gdn.contract import OP_TRITON
@@ -16,13 +17,13 @@ from sglang_ascend_hybrid.ops.gdn.contract import OP_TRITON
 
 @pytest.mark.parametrize("env,verdict", [({}, csp.STRIDE_64), ({"GDN_USE_MEGA_GDN": "1"}, csp.STRIDE_128)])
 def test_each_stride_detected(env, verdict):
-    with seam.install_emulators(gdn_emu.emulators(triton=True, environ=env)):
+    with seam.install_emulators(gdn_sets.emulators(triton=True, environ=env)):
         v = csp.measure(16, 16, 128, 128, torch.bfloat16, "cpu", environ=env)
     assert v.verdict == verdict and v.usable == (verdict == csp.STRIDE_64), v
 
 
 def test_garbage_chunk_states_match_neither_with_a_warning(caplog):
-    real = gdn_emu.emulators(triton=True, environ={})[OP_TRITON]
+    real = gdn_sets.emulators(triton=True, environ={})[OP_TRITON]
 
     def noisy(*args, **kwargs):
         o, final, h = real(*args, **kwargs)
@@ -58,8 +59,8 @@ def test_the_triton_rung_trusts_the_probe_over_the_release_prediction(caplog):
     g = -0.1 * torch.rand(1, T, H, generator=gen)
     beta = torch.sigmoid(torch.randn(1, T, H, generator=gen)).to(torch.bfloat16)
     cu = torch.tensor([0, T])
-    ops = gdn_emu.emulators(triton=True, version="2026.6.0", environ={}, npu_chunk=False)
-    ops.pop(gdn_emu.OP_MEGA)  # only the Triton entry is a rung here (its mega kernel runs inside it)
+    ops = gdn_sets.emulators(triton=True, version="2026.6.0", environ={}, npu_chunk=False)
+    ops.pop(OP_MEGA)  # only the Triton entry is a rung here (its mega kernel runs inside it)
     triton = Counting(ops[OP_TRITON])
     ops[OP_TRITON] = triton
     with seam.install_device_facts(sgl_kernel_npu_version="2026.6.1"), seam.install_emulators(ops):
@@ -74,7 +75,7 @@ def test_the_triton_rung_trusts_the_probe_over_the_release_prediction(caplog):
 
 def test_a_changed_setting_is_probed_again_with_its_own_verdict(monkeypatch):
     monkeypatch.delenv("GDN_USE_MEGA_GDN", raising=False)
-    with seam.install_emulators(gdn_emu.emulators(triton=True)):   # reads os.environ at every call
+    with seam.install_emulators(gdn_sets.emulators(triton=True)):   # reads os.environ at every call
         first = csp.stride_verdict(16, 16, 128, 128, torch.bfloat16, "cpu", before_serving=True)
         monkeypatch.setenv("GDN_USE_MEGA_GDN", "1")
         second = csp.stride_verdict(16, 16, 128, 128, torch.bfloat16, "cpu", before_serving=True)
@@ -88,11 +89,11 @@ def test_construction_probe_records_a_verdict_the_rung_then_uses():
     """``probe_triton_entry_before_serving`` (backend construction) records the verdict, so a
     prefill whose capture check cannot be answered still finds it; fp32 inputs (which the entry
     refuses) and a build without the entry are not probed."""
-    from sglang_ascend_hybrid.emulators import gdn as emu
+    from sglang_ascend_hybrid.emulators import gdn_triton_chunk
     from sglang_ascend_hybrid.ops import seam
     from sglang_ascend_hybrid.ops.gdn import prefill, contract
 
-    entry = emu.make_triton_chunk_emulator(mega=None, version="2026.6.1")
+    entry = gdn_triton_chunk.make_triton_chunk_emulator(mega=None, version="2026.6.1")
     with seam.install_emulators({}):
         assert prefill.probe_triton_entry_before_serving(6, 2, 128, 128, torch.bfloat16, "cpu") is None
     with seam.install_emulators({contract.OP_TRITON: entry}):

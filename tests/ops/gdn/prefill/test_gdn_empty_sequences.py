@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_ascend_hybrid.emulators import gdn as emu
+from sglang_ascend_hybrid.emulators import gdn_mega, gdn_triton_chunk
+from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_TRITON
 from sglang_ascend_hybrid.emulators.gdn_triton_chunk import empty_sequence_before_tokens, make_triton_chunk_emulator
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
@@ -102,7 +103,7 @@ def test_the_mega_mode_of_the_entry_is_not_the_triton_rule(monkeypatch):
     (chunk_h: an empty sequence anywhere is undefined)."""
     monkeypatch.setenv("GDN_USE_MEGA_GDN", "1")
     q, k, v, g, beta, cu, h0 = bf16_packed((5, 0, 77), 0, hv=16, hk=8, d=128)
-    mega = Counting(emu.make_mega_emulator())
+    mega = Counting(gdn_mega.make_mega_emulator())
     entry = make_triton_chunk_emulator(mega=mega, version="2026.6.1")
     with pytest.raises(EmulatorContractViolation, match="run_mega_chunk_gdn: sequence"):
         entry(q, k, v, g, beta, initial_state=h0.float().transpose(-1, -2).contiguous(), cu_seqlens=cu)
@@ -117,9 +118,9 @@ def _lengths(bounds):
 
 
 def _machine():
-    mega = Counting(emu.make_mega_emulator())
-    triton = Counting(emu.make_triton_chunk_emulator(mega=mega, version="2026.6.1"))
-    return {emu.OP_MEGA: mega, emu.OP_TRITON: triton}, mega, triton
+    mega = Counting(gdn_mega.make_mega_emulator())
+    triton = Counting(gdn_triton_chunk.make_triton_chunk_emulator(mega=mega, version="2026.6.1"))
+    return {OP_MEGA: mega, OP_TRITON: triton}, mega, triton
 
 
 def _ladder(ops, args, backend, **kw):
@@ -138,8 +139,8 @@ def test_triton_rung_with_an_empty_sequence_matches_torch_and_the_fp64_oracle(wi
     args = (q, k, v, g, beta, cu, h0)
     ops, mega, triton = _machine()
     seen = []
-    real = ops[emu.OP_TRITON]
-    ops[emu.OP_TRITON] = lambda *a, **kw: (seen.append(kw["cu_seqlens"].tolist()), real(*a, **kw))[1]
+    real = ops[OP_TRITON]
+    ops[OP_TRITON] = lambda *a, **kw: (seen.append(kw["cu_seqlens"].tolist()), real(*a, **kw))[1]
     o, final, h = _ladder(ops, args, "triton", chunk_states=True)
     assert [0, 5, 82] in seen and all(0 not in _lengths(c) for c in seen), seen  # (and the stride probe's)
     assert mega.calls == 0
@@ -199,8 +200,8 @@ def test_the_mega_rung_never_sees_an_empty_sequence():
     q, k, v, g, beta, cu, h0 = bf16_packed((5, 0, 77, 0), 3, hv=16, hk=8, d=128)
     ops, mega, _ = _machine()
     seen = []
-    real = ops[emu.OP_MEGA]
-    ops[emu.OP_MEGA] = lambda *a: (seen.append(a[-1].tolist()), real(*a))[1]
+    real = ops[OP_MEGA]
+    ops[OP_MEGA] = lambda *a: (seen.append(a[-1].tolist()), real(*a))[1]
     o, final, _ = _ladder(ops, (q, k, v, g, beta, cu, h0), "mega")
     assert seen == [[0, 5, 82]], seen
     t_o, t_final, _ = chunk_with_states(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0, backend="torch")
@@ -214,16 +215,6 @@ def test_a_call_without_empty_sequences_is_handed_over_as_it_is():
     seen = []
     prefill.without_empty_sequences(lambda c: seen.append(c) or (None, None, None))(call)
     assert seen == [call]
-
-
-@pytest.mark.parametrize("lens", [(5, 0, 77), (5, 77, 0)])
-def test_the_mega_emulator_refuses_any_empty_sequence(lens):
-    """chunk_h stores an empty sequence's entering state into the next sequence's first h row, or past
-    h's end for a trailing one: undefined either way."""
-    q, k, v, g, beta, cu, h0 = bf16_packed(lens, 4, hv=16, hk=8, d=128)
-    mega = emu.make_mega_emulator()
-    with pytest.raises(EmulatorContractViolation, match=r"sequence\(s\) \[\d\] of cu_seqlens .* are empty"):
-        mega(q, k, v, g.float(), beta, None, h0.transpose(-1, -2).contiguous(), True, cu)
 
 
 def test_the_torch_path_keeps_chunk_states_of_a_call_with_only_empty_sequences():

@@ -14,7 +14,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sglang_ascend_hybrid.emulators import gdn as emu
+from sglang_ascend_hybrid.emulators import gdn_mega, gdn_sets, gdn_triton_chunk
+from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_TRITON
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, prefill
@@ -80,14 +81,14 @@ def test_out_of_fp16_range_inputs_never_reach_the_mega_kernel(caplog, case):
     args = _inputs(**CASES[case])
     q, k, v, g, beta, cu, h0 = args
     assert max(float(v.float().abs().max()), float(h0.float().abs().max())) > caps.MEGA_MAX_ABS
-    mega = Counting(emu.make_mega_emulator())
+    mega = Counting(gdn_mega.make_mega_emulator())
     # what the mega kernel would give: inf / NaN (its wrapper's fp16 casts)
     bad = mega(q, k, v, g, beta, D ** -0.5, h0.float().transpose(-1, -2).contiguous(), True, cu.to(torch.int32))
     assert not (torch.isfinite(bad[1]).all() and torch.isfinite(bad[3]).all())
     mega.calls = 0
     h0_before = h0.clone()
     with seam.install_device_facts(chip="A3", sgl_kernel_npu_version="2026.6.1"), \
-            seam.install_emulators({emu.OP_MEGA: mega}), caplog.at_level(logging.INFO):
+            seam.install_emulators({OP_MEGA: mega}), caplog.at_level(logging.INFO):
         o, final = chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0)
         o2, final2 = chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0)
         small = _inputs(seed=1)  # in range: the same signature still takes the mega kernel
@@ -100,7 +101,7 @@ def test_out_of_fp16_range_inputs_never_reach_the_mega_kernel(caplog, case):
     assert torch.equal(o, ref_o) and torch.equal(final, ref_final) and torch.equal(o2, o)
     assert torch.equal(h0, h0_before)
     _close_to_oracle(o, final, args)
-    with seam.install_emulators({emu.OP_MEGA: mega}), pytest.raises(ForcedRungUnavailable, match="fp16's range"):
+    with seam.install_emulators({OP_MEGA: mega}), pytest.raises(ForcedRungUnavailable, match="fp16's range"):
         chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0, backend="mega")
 
 
@@ -108,8 +109,8 @@ def test_a_non_finite_input_never_reaches_the_mega_kernel():
     q, k, v, g, beta, cu, h0 = _inputs()
     v = v.clone()
     v[0, 3, 1, 5] = float("nan")
-    mega = Counting(emu.make_mega_emulator())
-    with seam.install_emulators({emu.OP_MEGA: mega}):
+    mega = Counting(gdn_mega.make_mega_emulator())
+    with seam.install_emulators({OP_MEGA: mega}):
         chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0)
     assert mega.calls == 0
 
@@ -122,10 +123,10 @@ def test_an_overflow_inside_the_kernel_sends_the_call_on_with_the_state_untouche
     h0 = ((torch.rand(2, HV, D, D, generator=torch.Generator().manual_seed(7)) * 2 - 1) * 6e4).bfloat16()
     args = (q, k, v, g, beta, cu, h0)
     assert float(h0.float().abs().max()) <= caps.MEGA_MAX_ABS
-    mega = Counting(emu.make_mega_emulator())
+    mega = Counting(gdn_mega.make_mega_emulator())
     h0_before = h0.clone()
     with seam.install_device_facts(chip="A3", sgl_kernel_npu_version="2026.6.1"), \
-            seam.install_emulators({emu.OP_MEGA: mega}), caplog.at_level(logging.INFO):
+            seam.install_emulators({OP_MEGA: mega}), caplog.at_level(logging.INFO):
         o, final = chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0)
         chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0)
         with pytest.raises(ForcedRungUnavailable, match="declined this call"):
@@ -143,7 +144,7 @@ def test_an_overflow_inside_the_kernel_sends_the_call_on_with_the_state_untouche
 def test_a_kernel_returning_nan_from_finite_inputs_is_declined():
     args = _inputs()
     q, k, v, g, beta, cu, h0 = args
-    real = emu.make_mega_emulator()
+    real = gdn_mega.make_mega_emulator()
 
     def nan_out(*a, **kw):
         out = list(real(*a, **kw))
@@ -151,7 +152,7 @@ def test_a_kernel_returning_nan_from_finite_inputs_is_declined():
         out[1][0, 0, 0, 0] = float("nan")
         return tuple(out)
 
-    with seam.install_emulators({emu.OP_MEGA: nan_out}):
+    with seam.install_emulators({OP_MEGA: nan_out}):
         o, final = chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0)
     ref_o, ref_final = chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0, backend="torch")
     assert torch.equal(o, ref_o) and torch.equal(final, ref_final)
@@ -162,10 +163,10 @@ def test_the_triton_entry_in_mega_mode_gets_the_same_range_rule(monkeypatch, cas
     monkeypatch.setenv("GDN_USE_MEGA_GDN", "1")
     args = _inputs(**CASES[case])
     q, k, v, g, beta, cu, h0 = args
-    mega = Counting(emu.make_mega_emulator())
-    triton = Counting(emu.make_triton_chunk_emulator(mega=mega))
+    mega = Counting(gdn_mega.make_mega_emulator())
+    triton = Counting(gdn_triton_chunk.make_triton_chunk_emulator(mega=mega))
     with seam.install_device_facts(chip="A3", sgl_kernel_npu_version="2026.6.1"), \
-            seam.install_emulators({emu.OP_MEGA: mega, emu.OP_TRITON: triton}):
+            seam.install_emulators({OP_MEGA: mega, OP_TRITON: triton}):
         o, final, _ = chunk_with_states(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0, skip=("mega",))
         small = _inputs(seed=1)
         chunk_with_states(*small[:5], cu_seqlens=small[5], initial_state=small[6], skip=("mega",))
@@ -185,10 +186,10 @@ def test_the_range_is_read_once_per_call_and_only_when_a_16_bit_kernel_is_next(m
         return real(self)
 
     monkeypatch.setattr(prefill.ChunkCall, "max_abs", counting)
-    with seam.install_device_facts(chip="A3"), seam.install_emulators(emu.emulators(chip="A3")):
+    with seam.install_device_facts(chip="A3"), seam.install_emulators(gdn_sets.emulators(chip="A3")):
         chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0)
     assert reads == []
-    with seam.install_device_facts(chip="A3"), seam.install_emulators(emu.emulators(chip="A3", npu_chunk=False)):
+    with seam.install_device_facts(chip="A3"), seam.install_emulators(gdn_sets.emulators(chip="A3", npu_chunk=False)):
         chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0)
     assert len(reads) == 1
     call = prefill.ChunkCall(q, k, v, g, beta, cu, h0, 1.0)
@@ -199,8 +200,8 @@ def test_the_range_is_read_once_per_call_and_only_when_a_16_bit_kernel_is_next(m
 
 def test_a_call_with_no_tokens_and_no_state_has_nothing_out_of_range():
     q, k, v, g, beta, _, _ = _inputs(lens=(0,))
-    mega = Counting(emu.make_mega_emulator())
-    with seam.install_emulators({emu.OP_MEGA: mega}):
+    mega = Counting(gdn_mega.make_mega_emulator())
+    with seam.install_emulators({OP_MEGA: mega}):
         o, final = chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=torch.tensor([0, 0]))
     assert o.shape == (1, 0, HV, D) and torch.equal(final, torch.zeros(1, HV, D, D))
     assert prefill.ChunkCall(q, k, v, g, beta, torch.tensor([0, 0]), None, 1.0).max_abs() == 0.0

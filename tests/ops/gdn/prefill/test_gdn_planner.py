@@ -204,7 +204,7 @@ def test_bad_env_limit_is_refused_naming_the_variable(monkeypatch, raw):
 def test_gdn_prefill_runs_the_unlimited_plan(monkeypatch):
     """GDN prefill with SGLANG_ASCEND_HYBRID_GDN_MAX_OVERHEAD=inf: no OverflowError, the mega
     kernel gets the padded plan, and the result equals the torch path's."""
-    from sglang_ascend_hybrid.emulators.gdn import make_mega_emulator
+    from sglang_ascend_hybrid.emulators.gdn_mega import make_mega_emulator
     from sglang_ascend_hybrid.ops import seam
     from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule
     from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA

@@ -8,7 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sglang_ascend_hybrid.emulators import gdn as emu
+from sglang_ascend_hybrid.emulators import gdn_mega, gdn_npu_chunk
+from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule
 from sglang_ascend_hybrid.ops.gdn import prefill
@@ -18,7 +19,6 @@ from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch, l2norm
 from tests.support.call_counter import Counting as _Counting
 
 D = 128
-
 
 
 def _inputs(lens, hv, hk, dtype=torch.float16, seed=0, with_state=True, state_dtype=None):
@@ -45,8 +45,8 @@ def _torch_result(q, k, v, g, beta, cu, h0):
 
 def test_mega_runs_6_2_through_a_pad_plan(caplog):
     q, k, v, g, beta, cu, h0 = _inputs([5, 17, 1], 6, 2)
-    mega = _Counting(emu.make_mega_emulator())
-    with seam.install_emulators({emu.OP_MEGA: mega}), caplog.at_level(logging.INFO):
+    mega = _Counting(gdn_mega.make_mega_emulator())
+    with seam.install_emulators({OP_MEGA: mega}), caplog.at_level(logging.INFO):
         o, final = chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0)
     assert mega.calls == 1  # one (8, 2) launch
     ref_o, ref_final = _torch_result(q, k, v, g, beta, cu, h0)
@@ -57,8 +57,8 @@ def test_mega_runs_6_2_through_a_pad_plan(caplog):
 
 def test_mega_runs_128_32_as_two_launches():
     q, k, v, g, beta, cu, h0 = _inputs([6, 3], 128, 32, seed=1)
-    mega = _Counting(emu.make_mega_emulator())
-    with seam.install_emulators({emu.OP_MEGA: mega}):
+    mega = _Counting(gdn_mega.make_mega_emulator())
+    with seam.install_emulators({OP_MEGA: mega}):
         o, final = chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0)
     assert mega.calls == 2
     ref_o, ref_final = _torch_result(q, k, v, g, beta, cu, h0)
@@ -69,7 +69,7 @@ def test_mega_runs_128_32_as_two_launches():
 def test_split_plus_pad_with_inert_groups_equals_unpadded():
     """A kernel taking only (8, 4): (6, 3) needs an inert key group, (12, 12) three padded launches."""
     only = lambda hv, hk: (hv, hk) == (8, 4)
-    kernel = emu.make_mega_emulator(only)
+    kernel = gdn_mega.make_mega_emulator(only)
 
     def launch(q, k, v, g, beta, state):
         out = kernel(q, k, v, g, beta, None, None if state is None else state.transpose(-1, -2).contiguous(),
@@ -89,9 +89,9 @@ def test_split_plus_pad_with_inert_groups_equals_unpadded():
 def test_call_time_refusal_falls_through_once_and_logs(caplog):
     """The table says (8, 2) runs natively; this kernel build refuses it at call time."""
     q, k, v, g, beta, cu, h0 = _inputs([7, 2], 8, 2, seed=3)
-    refusing = _Counting(emu.make_mega_emulator(lambda hv, hk: hv != 8))
+    refusing = _Counting(gdn_mega.make_mega_emulator(lambda hv, hk: hv != 8))
     h0_before = h0.clone()
-    with seam.install_emulators({emu.OP_MEGA: refusing}), caplog.at_level(logging.INFO):
+    with seam.install_emulators({OP_MEGA: refusing}), caplog.at_level(logging.INFO):
         o, final = chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0)
         o2, final2 = chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0)
     assert refusing.calls == 1  # second call goes straight to the next rung
@@ -108,9 +108,9 @@ def test_call_time_refusal_falls_through_once_and_logs(caplog):
 
 def test_npu_chunk_refusal_goes_to_mega_plan():
     q, k, v, g, beta, cu, h0 = _inputs([3, 70], 6, 2, seed=4, dtype=torch.bfloat16)
-    npu_chunk = _Counting(emu.make_npu_chunk_emulator(refuse=lambda hv, hk: (hv, hk) == (6, 2)))
-    mega = _Counting(emu.make_mega_emulator())
-    with seam.install_emulators({emu.OP_NPU_CHUNK: npu_chunk, emu.OP_MEGA: mega}):
+    npu_chunk = _Counting(gdn_npu_chunk.make_npu_chunk_emulator(refuse=lambda hv, hk: (hv, hk) == (6, 2)))
+    mega = _Counting(gdn_mega.make_mega_emulator())
+    with seam.install_emulators({OP_NPU_CHUNK: npu_chunk, OP_MEGA: mega}):
         o, final = chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0)
     assert (npu_chunk.calls, mega.calls) == (1, 1)
     ref_o, ref_final = _torch_result(q, k, v, g, beta, cu, h0)
@@ -120,7 +120,7 @@ def test_npu_chunk_refusal_goes_to_mega_plan():
 
 def test_npu_chunk_serves_its_pairs_with_chunk_states():
     q, k, v, g, beta, cu, h0 = _inputs([3, 70], 4, 2, seed=5, dtype=torch.bfloat16)
-    with seam.install_emulators({emu.OP_NPU_CHUNK: emu.make_npu_chunk_emulator()}):
+    with seam.install_emulators({OP_NPU_CHUNK: gdn_npu_chunk.make_npu_chunk_emulator()}):
         call = prefill.ChunkCall(q, k, v, g, beta, cu, h0, D ** -0.5, chunk_states=True)
         o, final, h = prefill.run_prefill(call)
     ref_o, ref_final, ref_h = chunk_gdn_torch(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0, chunk_states=True)
@@ -131,21 +131,9 @@ def test_npu_chunk_serves_its_pairs_with_chunk_states():
 
 def test_forced_backend_and_unknown_rung():
     q, k, v, g, beta, cu, h0 = _inputs([4], 8, 2, seed=6)
-    with seam.install_emulators({emu.OP_MEGA: emu.make_mega_emulator()}):
+    with seam.install_emulators({OP_MEGA: gdn_mega.make_mega_emulator()}):
         o, _ = chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0, backend="mega")
     ref_o, _ = _torch_result(q, k, v, g, beta, cu, h0)
     torch.testing.assert_close(o.float(), ref_o.float(), atol=2e-3, rtol=2e-3)
     with pytest.raises(ValueError, match="backend='npu'"):
         chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, backend="npu")
-
-
-def test_mega_emulator_keeps_the_real_contract():
-    q, k, v, g, beta, cu, h0 = _inputs([4], 6, 2)
-    run = emu.make_mega_emulator()
-    text = (r"unsupported mega_chunk_gdn \(NumValueHeads, NumKeyHeads\) pair "
-            r"Try running the alternative backend by setting GDN_ATTN_BACKEND_TRITON=1\.")
-    with pytest.raises(RuntimeError, match=text):
-        run(q, k, v, g, beta, None, None, True, cu)
-    q2, k2, v2, g2, b2, cu2, _ = _inputs([4], 8, 2)
-    with pytest.raises(RuntimeError, match="g must be float32"):
-        run(q2, k2, v2, g2.half(), b2, None, None, True, cu2)

@@ -15,7 +15,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sglang_ascend_hybrid.emulators import gdn as emu
+from sglang_ascend_hybrid.emulators import gdn_mega, gdn_sets, gdn_triton_chunk
+from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_TRITON
 from sglang_ascend_hybrid.ops import probes, seam
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, prefill, signature
@@ -39,9 +40,9 @@ def _inputs(hv=16, hk=8, lens=(150, 20), pool_dtype=torch.bfloat16, seed=0):
 def _machine(mega_variant=caps.MEGA_CURRENT, version="2026.6.1"):
     """A build whose chunk op is absent: the mega rung is skipped by the caller (``skip``, as the
     integration hook of the Triton entry does), so the triton rung is the first device rung."""
-    mega = Counting(emu.make_mega_emulator(variant=mega_variant))
-    triton = Counting(emu.make_triton_chunk_emulator(mega=mega, version=version))
-    return {emu.OP_MEGA: mega, emu.OP_TRITON: triton}, mega, triton
+    mega = Counting(gdn_mega.make_mega_emulator(variant=mega_variant))
+    triton = Counting(gdn_triton_chunk.make_triton_chunk_emulator(mega=mega, version=version))
+    return {OP_MEGA: mega, OP_TRITON: triton}, mega, triton
 
 
 def _run(ops, version, *args, chunk_states=False, **kw):
@@ -149,18 +150,18 @@ def test_the_h_shape_backstop_when_the_mode_changes_under_the_rung(monkeypatch, 
     the Triton path (the variable flipped after them): the rung refuses rather than read them as
     64-token states."""
     args = _inputs()
-    mega = emu.make_mega_emulator()
+    mega = gdn_mega.make_mega_emulator()
 
     def flipping(*a, **kw):
         if probes.probing():  # the probe before serving sees the Triton path; the variable flips after it
-            return emu.make_triton_chunk_emulator(mega=mega)(*a, **kw)
+            return gdn_triton_chunk.make_triton_chunk_emulator(mega=mega)(*a, **kw)
         monkeypatch.setenv("GDN_USE_MEGA_GDN", "1")
         try:
-            return emu.make_triton_chunk_emulator(mega=mega)(*a, **kw)
+            return gdn_triton_chunk.make_triton_chunk_emulator(mega=mega)(*a, **kw)
         finally:
             monkeypatch.setenv("GDN_USE_MEGA_GDN", "0")
 
-    ops = {emu.OP_TRITON: flipping}
+    ops = {OP_TRITON: flipping}
     with caplog.at_level(logging.INFO):
         o, final, h = _run(ops, "2026.6.1", *args, chunk_states=True)
     ref = _torch(*args, chunk_states=True)
@@ -178,26 +179,26 @@ def test_triton_runs_mega_follows_the_installed_release(monkeypatch):
         assert prefill.triton_runs_mega(sig, {})
     with seam.install_device_facts(sgl_kernel_npu_version="2026.05.01"):
         assert not prefill.triton_runs_mega(sig, {})  # no mega wrapper here: post1 / post2
-        with seam.install_emulators({emu.OP_MEGA: emu.make_mega_emulator(variant=caps.MEGA_POST3)}):
+        with seam.install_emulators({OP_MEGA: gdn_mega.make_mega_emulator(variant=caps.MEGA_POST3)}):
             assert prefill.triton_runs_mega(sig, {})  # post3
 
 
 def test_the_rung_calls_the_entry_inside_the_ladder_and_returns_no_h_unless_asked(monkeypatch):
     seen = []
-    real = emu.make_triton_chunk_emulator()
+    real = gdn_triton_chunk.make_triton_chunk_emulator()
 
     def entry(*a, **kw):
         seen.append(entries.IN_LADDER.get())  # an integration hook wrapping it must pass through
         return real(*a, **kw)
 
     args = _inputs(lens=(20,))
-    o, final, h = _run({emu.OP_TRITON: entry}, "2026.6.1", *args)
+    o, final, h = _run({OP_TRITON: entry}, "2026.6.1", *args)
     assert seen == [True] and h is None and entries.IN_LADDER.get() is False
 
 
 def test_non_finite_output_of_the_entry_in_mega_mode_is_declined(monkeypatch):
     monkeypatch.setenv("GDN_USE_MEGA_GDN", "1")
-    real = emu.make_mega_emulator()
+    real = gdn_mega.make_mega_emulator()
 
     def nan_o(*a, **kw):
         out = list(real(*a, **kw))
@@ -205,9 +206,9 @@ def test_non_finite_output_of_the_entry_in_mega_mode_is_declined(monkeypatch):
         out[1][0, -1, 0, 0] = float("nan")  # the output only: the final state is finite
         return tuple(out)
 
-    triton = Counting(emu.make_triton_chunk_emulator(mega=nan_o))
+    triton = Counting(gdn_triton_chunk.make_triton_chunk_emulator(mega=nan_o))
     args = _inputs(lens=(20,))
-    o, final, _ = _run({emu.OP_MEGA: real, emu.OP_TRITON: triton}, "2026.6.1", *args)
+    o, final, _ = _run({OP_MEGA: real, OP_TRITON: triton}, "2026.6.1", *args)
     assert triton.calls == 1
     ref_o, ref_final, _ = _torch(*args)
     assert torch.equal(o, ref_o) and torch.equal(final, ref_final)
@@ -219,8 +220,8 @@ def test_head_dims_above_128_never_reach_the_triton_path():
     k = l2norm(torch.randn(1, 9, 2, 256, generator=gen)).bfloat16()
     v = torch.randn(1, 9, 4, 128, generator=gen).bfloat16()
     g, beta = F.logsigmoid(torch.randn(1, 9, 4, generator=gen)), torch.rand(1, 9, 4, generator=gen).bfloat16()
-    triton = Counting(emu.make_triton_chunk_emulator())
-    with seam.install_emulators({emu.OP_TRITON: triton}):
+    triton = Counting(gdn_triton_chunk.make_triton_chunk_emulator())
+    with seam.install_emulators({OP_TRITON: triton}):
         chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=torch.tensor([0, 9]))
     assert triton.calls == 0
 
@@ -229,11 +230,11 @@ def test_a_real_mega_kernel_never_serves_cpu_tensors(monkeypatch, caplog):
     """A real (not emulated) mega kernel and the Triton entry in mega mode: CPU tensors are not the
     kernel's, so neither the mega rung nor the triton rung in mega mode takes them."""
     monkeypatch.setenv("GDN_USE_MEGA_GDN", "1")
-    kernel = Counting(emu.make_mega_emulator())
-    monkeypatch.setitem(seam._resolved, emu.OP_MEGA, kernel)
-    triton = Counting(emu.make_triton_chunk_emulator(mega=kernel))
+    kernel = Counting(gdn_mega.make_mega_emulator())
+    triton = Counting(gdn_triton_chunk.make_triton_chunk_emulator(mega=kernel))
     args = _inputs(lens=(20,))
-    with seam.install_emulators({emu.OP_TRITON: triton}), caplog.at_level(logging.INFO):
+    with seam.install_real_kernels({OP_MEGA: kernel}), seam.install_emulators({OP_TRITON: triton}), \
+            caplog.at_level(logging.INFO):
         chunk_gated_delta_rule(*args[:5], cu_seqlens=args[5], initial_state=args[6])
     assert kernel.calls == 0 and triton.calls == 0
 
@@ -248,7 +249,7 @@ def test_the_skip_reasons_in_full(monkeypatch, caplog, case, text):
     monkeypatch.setenv("GDN_USE_MEGA_GDN", "1")
     ops, mega, triton = _machine()
     if case == "950":
-        ops = {emu.OP_TRITON: emu.make_triton_chunk_emulator(mega=emu.missing_torch_op("mega_chunk_gdn"))}
+        ops = {OP_TRITON: gdn_triton_chunk.make_triton_chunk_emulator(mega=gdn_sets.missing_torch_op("mega_chunk_gdn"))}
     args = _inputs(hv=6, hk=2, lens=(20,)) if case == "pair" else _inputs(lens=(20,))
     if case == "dim":
         q, k, v, g, beta, cu, h0 = args
@@ -281,7 +282,7 @@ def test_the_triton_entry_rounds_its_chunk_states_to_the_inputs_dtype():
     """The emulator's rule the rung above relies on (chunk_gated_delta_rule_fwd_h_npu's
     ``h = k.new_empty(...)``): h is bf16 for bf16 inputs even from an fp32 initial state."""
     q, k, v, g, beta, cu, h0 = _inputs(hv=4, hk=2, pool_dtype=torch.float32)
-    entry = emu.make_triton_chunk_emulator(mega=None, version="2026.6.1")
+    entry = gdn_triton_chunk.make_triton_chunk_emulator(mega=None, version="2026.6.1")
     _, final, h = entry(q, k, v, g, beta, initial_state=h0.transpose(-1, -2).contiguous(), cu_seqlens=cu)
     assert h.dtype == torch.bfloat16 and final.dtype == torch.float32
 
@@ -297,7 +298,7 @@ def test_named_chunk_states_of_an_fp32_pool_are_recomputed_exactly(caplog):
         o, final, h = chunk_with_states(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0, chunk_states=True,
                                         exact_chunks=named, skip=("mega",))
     assert triton.calls == 2 and mega.calls == 0
-    entry = emu.make_triton_chunk_emulator(mega=None, version="2026.6.1")
+    entry = gdn_triton_chunk.make_triton_chunk_emulator(mega=None, version="2026.6.1")
     kf = h0.float().transpose(-1, -2).contiguous()
     offsets = {0: 0, 1: 3, 2: 4}  # 150 -> 3 chunks, 20 -> 1, 200 -> 4
     starts = {0: 0, 1: 150, 2: 170}

@@ -17,7 +17,8 @@ import torch.nn.functional as F
 
 from sglang_ascend_hybrid.integration import gdn_hooks
 from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
-from sglang_ascend_hybrid.emulators import gdn as emu
+from sglang_ascend_hybrid.emulators import gdn_npu_recurrent
+from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 from sglang_ascend_hybrid.emulators.mamba_state_update import emulate_move_intermediate_cache
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import verify as gv
@@ -26,7 +27,6 @@ from tests.ops.gdn.gdn_verify_oracle import oracle_verify
 from tests.support.sync_counter import SyncCounter
 
 NK, NV, DK, DV = 2, 4, 32, 16
-
 
 
 def _case(B, S, *, seed=0, dtype=torch.bfloat16, pool_dtype=torch.bfloat16, slots=None, lens=None,
@@ -64,67 +64,6 @@ def _max_rel(a, b):
 
 
 # ----------------------------------------------------------------------------- the emulator vs the oracle
-
-
-@pytest.mark.parametrize("S", [1, 2, 4, 8])
-@pytest.mark.parametrize("scratch", [True, False])
-def test_recurrent_emulator_matches_the_fp64_oracle(S, scratch):
-    B = 3
-    c = _case(B, S, seed=S, lens=[S, max(1, S - 1), 1], with_g=S != 2)
-    if not scratch:
-        c["inter"] = None
-        c["idx"] = torch.tensor([[1 + b] * S for b in range(B)], dtype=torch.int32)  # decode-style: pool rows
-    ref_out, ref_pool, ref_inter = _oracle(c)
-    pool, inter = c["pool"].clone(), None if c["inter"] is None else c["inter"].clone()
-    out = emu.make_npu_recurrent_emulator()(c["mix"], pool, c["beta"].bfloat16(), DK ** -0.5, c["lengths"],
-                                            c["idx"], NK, NV, intermediate_state=inter,
-                                            cache_indices=c["cache"] if scratch else None,
-                                            num_accepted_tokens=c["nat"], g=c["g"])
-    assert torch.equal(torch.isnan(out), torch.isnan(ref_out))  # unwritten rows are NaN, and only those
-    assert _max_rel(out, ref_out) < 2e-2                        # bf16 inputs, states and outputs
-    if scratch:
-        assert _max_rel(inter, ref_inter) < 2e-2 and torch.equal(pool, c["pool"])  # pool never written
-    else:
-        assert _max_rel(pool, ref_pool) < 2e-2
-
-
-@pytest.mark.parametrize("accepted", [1, 2, 3, 4])
-def test_emulator_initial_state_follows_num_accepted_tokens(accepted):
-    """r0 = ssm_state_indices[b, accepted-1]: row b*S on the first step (-> the pool via cache_indices),
-    a scratch row otherwise."""
-    S = 4
-    c = _case(2, S, seed=11, accepted=[accepted, 1])
-    c["inter"] = (torch.randn(c["inter"].shape, generator=torch.Generator().manual_seed(3)) * 0.3).bfloat16()
-    ref_out, _, ref_inter = _oracle(c)
-    inter = c["inter"].clone()
-    out = emu.make_npu_recurrent_emulator()(c["mix"], c["pool"].clone(), c["beta"].bfloat16(), DK ** -0.5,
-                                            c["lengths"], c["idx"], NK, NV, intermediate_state=inter,
-                                            cache_indices=c["cache"], num_accepted_tokens=c["nat"], g=c["g"])
-    assert _max_rel(out, ref_out) < 2e-2 and _max_rel(inter, ref_inter) < 2e-2
-
-
-def test_emulator_refuses_and_flags_undefined_behaviour():
-    c = _case(2, 2)
-    op = emu.make_npu_recurrent_emulator()
-    args = (c["mix"], c["pool"].clone(), c["beta"].bfloat16(), DK ** -0.5, c["lengths"], c["idx"], NK, NV)
-    kw = dict(intermediate_state=c["inter"].clone(), cache_indices=c["cache"], num_accepted_tokens=c["nat"],
-              g=c["g"])
-    with pytest.raises(RuntimeError, match="mix_qkv width mismatch. Expected: "):
-        op(c["mix"][..., 1:], *args[1:], **kw)
-    with pytest.raises(RuntimeError, match=r"Beta must be 3-dimensional \(B, S, nv\)"):
-        op(*args[:2], c["beta"][0].bfloat16(), *args[3:], **kw)
-    with pytest.raises(RuntimeError, match="vStep should be bigger than 8, shape is too big"):
-        emu.make_npu_recurrent_emulator(ub_bytes=6000)(*args, **kw)
-    with pytest.raises(EmulatorContractViolation, match="bf16-only"):  # fp32 pool: read as bf16 on the device
-        op(args[0], c["pool"].float(), *args[2:], **dict(kw, intermediate_state=c["inter"].float()))
-    with pytest.raises(EmulatorContractViolation, match="pre-sigmoid|bf16-only"):
-        op(*args[:2], c["beta"], *args[3:], **kw)  # fp32 beta
-    bad = c["idx"].clone()
-    bad[1, 1] = -1
-    with pytest.raises(EmulatorContractViolation, match="no pad skip"):
-        op(*args[:5], bad, *args[6:], **kw)
-    with pytest.raises(EmulatorContractViolation, match="int32"):
-        op(*args[:5], c["idx"].long(), *args[6:], **kw)
 
 
 # ----------------------------------------------------------------------------- the torch rung vs the oracle
@@ -187,7 +126,7 @@ def test_value_checks_reject_bad_indices_before_any_write():
 def test_bf16_pool_runs_on_the_npu_op_and_fp32_pool_never_reaches_it(caplog):
     c = _case(4, 3, seed=2)
     kernel_calls = []
-    real = emu.make_npu_recurrent_emulator()
+    real = gdn_npu_recurrent.make_npu_recurrent_emulator()
 
     def counting(*a, **kw):
         kernel_calls.append(1)
@@ -195,7 +134,7 @@ def test_bf16_pool_runs_on_the_npu_op_and_fp32_pool_never_reaches_it(caplog):
 
     ref_out, _, ref_inter = _oracle(c)
     inter = c["inter"].clone()
-    with seam.install_emulators({emu.OP_NPU_RECURRENT: counting}):
+    with seam.install_emulators({OP_NPU_RECURRENT: counting}):
         out = gv.recurrent_verify(_call(c, inter=inter))
     assert kernel_calls == [1]
     assert _max_rel(out, ref_out) < 2e-2 and _max_rel(inter, ref_inter) < 2e-2
@@ -203,7 +142,7 @@ def test_bf16_pool_runs_on_the_npu_op_and_fp32_pool_never_reaches_it(caplog):
     c32 = _case(4, 3, seed=2, pool_dtype=torch.float32)
     ref_out, _, ref_inter = _oracle(c32)
     inter = c32["inter"].clone()
-    with seam.install_emulators({emu.OP_NPU_RECURRENT: counting}), caplog.at_level(logging.INFO):
+    with seam.install_emulators({OP_NPU_RECURRENT: counting}), caplog.at_level(logging.INFO):
         out = gv.recurrent_verify(_call(c32, inter=inter))
         with pytest.raises(ForcedRungUnavailable, match="forced kernel 'npu_recurrent' is unavailable"):
             gv.recurrent_verify(_call(c32, inter=inter.clone()), backend="npu_recurrent")
@@ -220,7 +159,7 @@ def test_npu_refusal_falls_back_with_the_scratch_untouched(caplog):
         raise RuntimeError("vStep should be bigger than 8, shape is too big")
 
     inter = c["inter"].clone()
-    with seam.install_emulators({emu.OP_NPU_RECURRENT: refusing}), caplog.at_level(logging.INFO):
+    with seam.install_emulators({OP_NPU_RECURRENT: refusing}), caplog.at_level(logging.INFO):
         out = gv.recurrent_verify(_call(c, inter=inter))
     ref_inter = c["inter"].clone()
     ref = gv.recurrent_verify(_call(c, inter=ref_inter), backend="torch")
@@ -280,14 +219,14 @@ def test_hooked_verify_then_commit_equals_the_oracle(ascend_gdn_module, monkeypa
     backend = _verify_backend(mod, c, graph_mode=B % 2 == 0)
     pool, inter = c["pool"].clone(), c["inter"].clone()
     if pool_dtype == torch.float32:  # upstream as shipped would hand fp32 bytes to the bf16-only op
-        monkeypatch.setattr(torch.ops.npu, "recurrent_gated_delta_rule", emu.make_npu_recurrent_emulator(),
-                            raising=False)
+        monkeypatch.setattr(torch.ops.npu, "recurrent_gated_delta_rule",
+                            gdn_npu_recurrent.make_npu_recurrent_emulator(), raising=False)
         with pytest.raises(EmulatorContractViolation, match="bf16-only"):
             backend.fused_recurrent_gated_delta_rule_update(c["mix"], NK, NV, DK, DV, recurrent_state=pool.clone(),
                                                            beta=beta_bf16, g=c["g"], cache_indices=c["cache"],
                                                            intermediate_state=inter.clone())
     monkeypatch.setattr(mod.AscendGDNAttnBackend, "fused_recurrent_gated_delta_rule_update", _hooked_verify(mod))
-    with seam.install_emulators({emu.OP_NPU_RECURRENT: emu.make_npu_recurrent_emulator()}):
+    with seam.install_emulators({OP_NPU_RECURRENT: gdn_npu_recurrent.make_npu_recurrent_emulator()}):
         out = backend.fused_recurrent_gated_delta_rule_update(c["mix"], NK, NV, DK, DV, recurrent_state=pool,
                                                              beta=beta_bf16, g=c["g"], cache_indices=c["cache"],
                                                              intermediate_state=inter.view(B + 1, S, NV, DK, DV))
@@ -351,7 +290,7 @@ def test_hooked_verify_in_graph_mode_never_syncs(ascend_gdn_module, monkeypatch,
     backend.forward_metadata.mamba_cache_indices_gdn[9:] = -1  # a padded request, as captured
     monkeypatch.setattr(mod.AscendGDNAttnBackend, "fused_recurrent_gated_delta_rule_update", _hooked_verify(mod))
     seen = []
-    with seam.install_emulators({emu.OP_NPU_RECURRENT: lambda *a, **k: seen.append(1) or _no_sync_op(*a, **k)}):
+    with seam.install_emulators({OP_NPU_RECURRENT: lambda *a, **k: seen.append(1) or _no_sync_op(*a, **k)}):
         with SyncCounter(device_of_interest="cpu") as counter:
             backend.fused_recurrent_gated_delta_rule_update(c["mix"], NK, NV, DK, DV, recurrent_state=c["pool"],
                                                            beta=c["beta"], g=c["g"], cache_indices=c["cache"],
@@ -374,8 +313,8 @@ def test_graph_mode_padded_request_on_the_recurrent_emulator_matches_the_torch_r
     monkeypatch.setattr(mod.AscendGDNAttnBackend, "fused_recurrent_gated_delta_rule_update", _hooked_verify(mod))
     pool, inter = c["pool"].clone(), c["inter"].clone()
     seen = []
-    real = emu.make_npu_recurrent_emulator()
-    with seam.install_emulators({emu.OP_NPU_RECURRENT: lambda *a, **k: seen.append(1) or real(*a, **k)}):
+    real = gdn_npu_recurrent.make_npu_recurrent_emulator()
+    with seam.install_emulators({OP_NPU_RECURRENT: lambda *a, **k: seen.append(1) or real(*a, **k)}):
         out = backend.fused_recurrent_gated_delta_rule_update(c["mix"], NK, NV, DK, DV, recurrent_state=pool,
                                                              beta=c["beta"], g=c["g"], cache_indices=c["cache"],
                                                              intermediate_state=inter)

@@ -7,7 +7,8 @@ import logging
 import pytest
 import torch
 
-from sglang_ascend_hybrid.emulators import gdn as emu
+from sglang_ascend_hybrid.emulators import gdn_npu_recurrent
+from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import verify as gv
 from tests.ops.gdn.verify.test_gdn_verify import DK, DV, NV, _call, _case, _max_rel, _oracle
@@ -32,8 +33,8 @@ def test_npu_rung_serves_batches_whose_size_differs_from_the_draft_length(caplog
     ref_out, _, ref_inter = _oracle(c)
     inter = c["inter"].clone()
     calls = []
-    real = emu.make_npu_recurrent_emulator()
-    with seam.install_emulators({emu.OP_NPU_RECURRENT: lambda *a, **k: calls.append(1) or real(*a, **k)}), \
+    real = gdn_npu_recurrent.make_npu_recurrent_emulator()
+    with seam.install_emulators({OP_NPU_RECURRENT: lambda *a, **k: calls.append(1) or real(*a, **k)}), \
             caplog.at_level(logging.INFO):
         out = gv.recurrent_verify(_call(c, inter=inter))
     assert calls == [1]
@@ -51,7 +52,7 @@ def test_non_contiguous_pool_never_reaches_the_npu_op():
     pool.copy_(c["pool"])                              # same values, rows not contiguous
     assert not pool.is_contiguous()
     calls = []
-    with seam.install_emulators({emu.OP_NPU_RECURRENT: lambda *a, **k: calls.append(1)}):
+    with seam.install_emulators({OP_NPU_RECURRENT: lambda *a, **k: calls.append(1)}):
         inter = c["inter"].clone()
         out = gv.recurrent_verify(_call(c, pool=pool, inter=inter))
     assert calls == []

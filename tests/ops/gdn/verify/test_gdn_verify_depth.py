@@ -12,7 +12,8 @@ import logging
 import pytest
 import torch
 
-from sglang_ascend_hybrid.emulators import gdn as emu
+from sglang_ascend_hybrid.emulators import gdn_npu_recurrent
+from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 from sglang_ascend_hybrid.ops.gdn import contract as caps
@@ -73,7 +74,7 @@ def test_the_npu_predicate_refuses_more_than_eight_tokens_with_the_reason():
     # the emulator of the op holds the same limit: a window of 9 is a contract violation there
     c = _case(1, MAX + 1)
     with pytest.raises(EmulatorContractViolation, match=rf"S={MAX + 1} > {MAX}"):
-        emu.make_npu_recurrent_emulator()(c["mix"], c["pool"].clone(), c["beta"].bfloat16(), DK ** -0.5,
+        gdn_npu_recurrent.make_npu_recurrent_emulator()(c["mix"], c["pool"].clone(), c["beta"].bfloat16(), DK ** -0.5,
                                           c["lengths"], c["idx"], NK, NV, intermediate_state=c["inter"].clone(),
                                           cache_indices=c["cache"], num_accepted_tokens=c["nat"], g=c["g"])
 
@@ -81,9 +82,9 @@ def test_the_npu_predicate_refuses_more_than_eight_tokens_with_the_reason():
 def test_a_deep_bf16_window_falls_to_the_torch_rung_visibly_once(caplog):
     """All-bf16 tensors (the op's dtype) at S = 8 run on the op; at 16 the ladder refuses it, says why
     once for two calls, and the torch rung's result is the oracle's."""
-    real = emu.make_npu_recurrent_emulator()
+    real = gdn_npu_recurrent.make_npu_recurrent_emulator()
     calls = []
-    ops = {emu.OP_NPU_RECURRENT: lambda *a, **k: calls.append(a[0].shape[1]) or real(*a, **k)}
+    ops = {OP_NPU_RECURRENT: lambda *a, **k: calls.append(a[0].shape[1]) or real(*a, **k)}
     c8 = _case(2, MAX, seed=3)
     with seam.install_emulators(ops):
         gv.recurrent_verify(_call(c8, inter=c8["inter"].clone()))
@@ -115,8 +116,8 @@ def test_hooked_verify_at_sixteen_tokens_then_commit_equals_the_oracle(gdn_backe
     monkeypatch.setattr(mod.AscendGDNAttnBackend, "fused_recurrent_gated_delta_rule_update", _hooked_verify(mod))
     pool, inter = c["pool"].clone(), c["inter"].clone()
     seen = []
-    real = emu.make_npu_recurrent_emulator()
-    with seam.install_emulators({emu.OP_NPU_RECURRENT: lambda *a, **k: seen.append(1) or real(*a, **k)}):
+    real = gdn_npu_recurrent.make_npu_recurrent_emulator()
+    with seam.install_emulators({OP_NPU_RECURRENT: lambda *a, **k: seen.append(1) or real(*a, **k)}):
         out = backend.fused_recurrent_gated_delta_rule_update(c["mix"], NK, NV, DK, DV, recurrent_state=pool,
                                                              beta=c["beta"].bfloat16(), g=c["g"],
                                                              cache_indices=c["cache"],

@@ -16,7 +16,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_ascend_hybrid.emulators import gdn as emu
+from sglang_ascend_hybrid.emulators import gdn_npu_recurrent
+from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import verify as gv
 from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable
@@ -50,7 +51,7 @@ def _live_rows(c):
 
 def _run(c, backend, op=None):
     pool, inter = c["pool"].clone(), c["inter"].clone()
-    with seam.install_emulators({emu.OP_NPU_RECURRENT: op or emu.make_npu_recurrent_emulator()}):
+    with seam.install_emulators({OP_NPU_RECURRENT: op or gdn_npu_recurrent.make_npu_recurrent_emulator()}):
         out = gv.recurrent_verify(_call(c, pool, inter), backend=backend, check_values=False)
     return out, pool, inter
 
@@ -70,7 +71,7 @@ CASES = [
 def test_padding_never_writes_a_live_row_and_live_rows_equal_the_torch_rung_and_the_oracle(name, idx_rows, rows):
     c = _padded(idx_rows, rows=rows, seed=len(name))
     calls = []
-    real = emu.make_npu_recurrent_emulator()
+    real = gdn_npu_recurrent.make_npu_recurrent_emulator()
     out, pool, inter = _run(c, "npu_recurrent", lambda *a, **k: calls.append(1) or real(*a, **k))
     assert calls == [1], "the npu_recurrent rung did not serve the call"
     t_out, t_pool, t_inter = _run(c, "torch")
@@ -107,44 +108,25 @@ def test_the_remap_reads_no_value_on_the_host():
     """The padding remap is tensor ops of fixed shapes: no sync, nothing data-dependent."""
     c = _padded([[0, 1], [-1, -1], [4, 5]], rows=6)
     pool, inter = c["pool"].clone(), c["inter"].clone()
-    op = emu.make_npu_recurrent_emulator()
+    op = gdn_npu_recurrent.make_npu_recurrent_emulator()
     seen = []
 
     def shape_only(mix, state, beta, scale, lens, idx, nk, nv, **kw):
         seen.append(idx)
         return mix.new_zeros(mix.shape[0], mix.shape[1], nv, state.shape[2])
 
-    with seam.install_emulators({emu.OP_NPU_RECURRENT: shape_only}):
+    with seam.install_emulators({OP_NPU_RECURRENT: shape_only}):
         with SyncCounter(device_of_interest="cpu") as counter:
             gv.recurrent_verify(_call(c, pool, inter), backend="npu_recurrent", check_values=False)
     assert counter.total == 0, counter.counts
     sent = seen[0].tolist()
     assert sent[0] == [0, 1] and sent[2] == [4, 5]
     assert sent[1] == [3, 3]   # the last row no request names
-    with seam.install_emulators({emu.OP_NPU_RECURRENT: op}):
+    with seam.install_emulators({OP_NPU_RECURRENT: op}):
         gv.recurrent_verify(_call(c, pool, inter), backend="npu_recurrent", check_values=False)
 
 
 # ----------------------------------------------------------------------------- the emulator
-
-
-def test_the_emulator_leaves_a_row_two_requests_write_undefined():
-    """The op splits (request, head) work over AI cores with no order between them: a row two requests
-    write, or one reads while another writes it, has no defined value (NaN in the emulator)."""
-    c = _padded([[0, 1], [4, 5], [4, 5]], rows=6)
-    inter = c["inter"].clone()
-    out = emu.make_npu_recurrent_emulator()(c["mix"], c["pool"].clone(), c["beta"].bfloat16(), DK ** -0.5,
-                                            c["lengths"], c["idx"], NK, NV, intermediate_state=inter,
-                                            cache_indices=c["cache"], num_accepted_tokens=c["nat"], g=c["g"])
-    assert torch.isnan(inter[4:6].float()).all() and torch.isfinite(inter[:2].float()).all()
-    assert torch.isfinite(out[0].float()).all()
-    # a scratch read (r0 % S != 0) of a row another request writes in the same call
-    c = _padded([[0, 1], [2, 1], [4, 5]], rows=6, accepted=[1, 2, 1], lens=[2, 1, 2])  # request 1 starts from
-    # row 1 and writes only row 2; request 0 writes row 1
-    out = emu.make_npu_recurrent_emulator()(c["mix"], c["pool"].clone(), c["beta"].bfloat16(), DK ** -0.5,
-                                            c["lengths"], c["idx"], NK, NV, intermediate_state=c["inter"].clone(),
-                                            cache_indices=c["cache"], num_accepted_tokens=c["nat"], g=c["g"])
-    assert torch.isnan(out[1].float()).all() and torch.isfinite(out[0].float()).all()
 
 
 # ----------------------------------------------------------------------------- value checks

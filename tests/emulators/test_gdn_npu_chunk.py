@@ -1,4 +1,5 @@
-"""``torch.ops.npu.chunk_gated_delta_rule`` emulator against PR #747 as merged, read at its last
+"""The ``torch.ops.npu.chunk_gated_delta_rule`` emulator (:mod:`sglang_ascend_hybrid.emulators.gdn_npu_chunk`):
+its semantics, limits and argument rules, and against PR #747 as merged, read at its last
 readable heads (``csrc/chunk_gated_delta_rule/op_host/chunk_gated_delta_rule.cpp``: sgl-project/
 sgl-kernel-npu b878a61a and zhaozx-cn/sgl-kernel-npu 0a96db2f, which no longer copy
 ``actual_seq_lengths`` to the CPU nor check lengths or the chunk_state size): the host's check order
@@ -16,10 +17,12 @@ import torch
 import torch.nn.functional as F
 
 from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
-from sglang_ascend_hybrid.emulators import gdn as emu
+from sglang_ascend_hybrid.emulators import gdn_npu_chunk
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.gdn.reference import recurrent_reference
+from sglang_ascend_hybrid.emulators import gdn_sets
+from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_CHUNK
 
 TEXTS = caps.NPU_CHUNK_TEXTS
 
@@ -129,7 +132,7 @@ def _broken(what):
 @pytest.mark.parametrize("what,key", ORDER, ids=[w for w, _ in ORDER])
 def test_the_host_reports_its_first_failing_check(what, key):
     qkv, kw = _broken(what)
-    text = _first_text(emu.make_npu_chunk_emulator(chip="A3"), qkv, kw)
+    text = _first_text(gdn_npu_chunk.make_npu_chunk_emulator(chip="A3"), qkv, kw)
     assert text == TEXTS[key]
     assert caps.is_npu_chunk_refusal(RuntimeError(text))
 
@@ -169,7 +172,7 @@ def test_the_host_checks_no_length_and_no_chunk_state_size():
     Lengths summing below T: the tokens past them are never written.  Lengths summing past T, a
     negative length, or a chunk_state shorter than the ``sum(ceil(len / 64))`` rows the kernel writes:
     out of bounds (contract violations, not refusals)."""
-    op = emu.make_npu_chunk_emulator(chip="A3")
+    op = gdn_npu_chunk.make_npu_chunk_emulator(chip="A3")
     (q, k, v), kw = _args(T=70, lens=(30, 40))
     out, final = op(q, k, v, **{**kw, "chunk_state": kw["chunk_state"].clone()})
     out0, final0 = op(q, k, v, **{**kw, "actual_seq_lengths": torch.tensor([0, 30, 40], dtype=torch.int32),
@@ -190,7 +193,7 @@ def test_the_host_checks_no_length_and_no_chunk_state_size():
 def test_optional_arguments_as_the_host_treats_them():
     """scale defaults to 1.0, g absent means no gating, chunk_state absent means none written."""
     (q, k, v), kw = _args(lens=(70,), T=70)
-    op = emu.make_npu_chunk_emulator()
+    op = gdn_npu_chunk.make_npu_chunk_emulator()
     out_default, _ = op(q, k, v, **{**kw, "scale": None, "chunk_state": None})
     out_one, _ = op(q, k, v, **{**kw, "scale": 1.0, "chunk_state": None})
     assert torch.equal(out_default, out_one)
@@ -225,7 +228,7 @@ def _rounded_reference(qkv, kw):
 
 def test_a_bf16_state_is_rounded_to_bf16_at_every_64_token_chunk():
     (q, k, v), kw = _args(T=300, lens=(200, 100), state_scale=1.0)
-    out, final = emu.make_npu_chunk_emulator(chip="A3")(q, k, v, **kw)
+    out, final = gdn_npu_chunk.make_npu_chunk_emulator(chip="A3")(q, k, v, **kw)
     ref_out, ref_final = _rounded_reference((q, k, v), kw)
     assert torch.equal(out, ref_out) and torch.equal(final, ref_final)
     # entering states of every chunk, sequence-major, exactly the rounded running state
@@ -233,7 +236,7 @@ def test_a_bf16_state_is_rounded_to_bf16_at_every_64_token_chunk():
     assert h.dtype == torch.bfloat16 and not torch.isnan(h[: math.ceil(200 / 64) + math.ceil(100 / 64)]).any()
     # the fp32 state of Ascend 950 is not rounded: the two differ, by about bf16's resolution
     kw32 = {**kw, "initial_state": kw["initial_state"].float(), "chunk_state": kw["chunk_state"].float()}
-    out32, final32 = emu.make_npu_chunk_emulator(chip="950")(q, k, v, **kw32)
+    out32, final32 = gdn_npu_chunk.make_npu_chunk_emulator(chip="950")(q, k, v, **kw32)
     assert final32.dtype == torch.float32 and not torch.equal(final32.bfloat16(), final)
     diff = float((final.float() - final32).abs().max() / final32.abs().max())
     assert 1e-4 < diff < 2e-2, diff
@@ -254,7 +257,7 @@ def test_the_rounding_stays_within_the_bf16_tolerances_the_ladder_tests_use():
     g = F.logsigmoid(torch.randn(1, T, hv, generator=gen) + 8.0)
     beta = torch.rand(1, T, hv, generator=gen).bfloat16()
     h0 = (torch.randn(1, hv, K, K, generator=gen) * 0.3).bfloat16()
-    out, final = emu.make_npu_chunk_emulator()(q[0], k[0], v[0], beta=beta[0], initial_state=h0,
+    out, final = gdn_npu_chunk.make_npu_chunk_emulator()(q[0], k[0], v[0], beta=beta[0], initial_state=h0,
                                                actual_seq_lengths=torch.tensor([T], dtype=torch.int32),
                                                scale=K ** -0.5, g=g[0])
     r = hv // hk
@@ -267,3 +270,103 @@ def test_the_rounding_stays_within_the_bf16_tolerances_the_ladder_tests_use():
         ref[t] = torch.einsum("hvk,hk->hv", S, qd[t] * K ** -0.5)
     assert float((out.double() - ref).abs().max()) <= 1e-2 * max(1.0, float(ref.abs().max()))
     assert float((final[0].double() - S).abs().max()) <= 1e-2 * max(1.0, float(S.abs().max()))
+
+
+TEXTS = caps.NPU_CHUNK_TEXTS
+
+
+def _chunk_args(T=70, lens=(30, 40), nk=2, nv=4, dk=32, dv=16, dtype=torch.bfloat16, state_dtype=torch.bfloat16,
+                seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q = l2norm(torch.randn(T, nk, dk, generator=gen)).to(dtype)
+    k = l2norm(torch.randn(T, nk, dk, generator=gen)).to(dtype)
+    v = torch.randn(T, nv, dv, generator=gen).to(dtype)
+    beta = torch.rand(T, nv, generator=gen).to(torch.bfloat16)
+    g = F.logsigmoid(torch.randn(T, nv, generator=gen) + 2)
+    B = len(lens)
+    state = (torch.randn(B, nv, dv, dk, generator=gen) * 0.1).to(state_dtype)
+    chunk_state = torch.empty(caps.npu_chunk_min_chunk_states(T, B), nv, dv, dk, dtype=state_dtype)
+    return (q, k, v), dict(beta=beta, initial_state=state, actual_seq_lengths=torch.tensor(lens, dtype=torch.int32),
+                           scale=dk ** -0.5, chunk_state=chunk_state, g=g)
+
+
+def test_chunk_op_semantics_out_final_and_entering_chunk_states():
+    (q, k, v), kw = _chunk_args()
+    op = gdn_npu_chunk.make_npu_chunk_emulator(chip="A3")
+    out, final = op(q, k, v, **kw)
+    assert out.dtype == torch.bfloat16 and out.shape == (70, 4, 16)
+    assert final.dtype == torch.bfloat16 and final.shape == (2, 4, 16, 32)
+    cu = torch.tensor([0, 30, 70])
+    ref_o, ref_final = recurrent_reference(q[None], k[None], v[None], kw["g"][None], kw["beta"][None],
+                                           cu_seqlens=cu, initial_state=kw["initial_state"], scale=kw["scale"])
+    torch.testing.assert_close(out.float(), ref_o[0].float(), atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(final.float(), ref_final, atol=1e-2, rtol=1e-2)
+    h = kw["chunk_state"]
+    # sequence-major entering states: seq 0 chunk 0, seq 1 chunk 0 (their initial states)
+    assert torch.equal(h[0], kw["initial_state"][0]) and torch.equal(h[1], kw["initial_state"][1])
+    assert h.shape[0] == math.ceil(70 / 64) + 2  # the kernel's view of the buffer (the rung allocates it)
+    assert not torch.isnan(h[:2]).any() and torch.isnan(h[2:]).all()  # 2 chunks (30, 40 tokens): rest unwritten
+
+
+@pytest.mark.parametrize("chip,state_dtype,ok", [
+    ("A2", torch.bfloat16, True), ("A3", torch.bfloat16, True), ("950", torch.bfloat16, True),
+    ("A2", torch.float32, False), ("A3", torch.float32, False), ("950", torch.float32, True),
+])
+def test_chunk_op_fp32_state_only_on_ascend_950(chip, state_dtype, ok):
+    (q, k, v), kw = _chunk_args(state_dtype=state_dtype)
+    op = gdn_npu_chunk.make_npu_chunk_emulator(chip=chip)
+    if ok:
+        _, final = op(q, k, v, **kw)
+        assert final.dtype == state_dtype
+    else:
+        with pytest.raises(RuntimeError, match="^FP32 initial_state is only supported on Ascend950 \\(arch35\\)$"):
+            op(q, k, v, **kw)
+    assert (caps.npu_chunk_refusal_reason(4, 2, 32, 16, torch.bfloat16, state_dtype, chip) is None) == ok
+
+
+@pytest.mark.parametrize("change,text_key", [
+    (dict(nk=1, nv=65), "heads"), (dict(nk=65, nv=65), "heads"), (dict(dk=129), "dims"), (dict(dv=130), "dims"),
+    (dict(nk=3, nv=4), "ratio"), (dict(dtype=torch.float16), "qkv_dtype"), (dict(dtype=torch.float32), "qkv_dtype"),
+])
+def test_chunk_op_limits_and_texts(change, text_key):
+    (q, k, v), kw = _chunk_args(**change)
+    with pytest.raises(RuntimeError) as err:
+        gdn_npu_chunk.make_npu_chunk_emulator()(q, k, v, **kw)
+    assert str(err.value) == TEXTS[text_key]
+    nk, nv = change.get("nk", 2), change.get("nv", 4)
+    reason = caps.npu_chunk_refusal_reason(nv, nk, change.get("dk", 32), change.get("dv", 16),
+                                           change.get("dtype", torch.bfloat16), torch.bfloat16, "A3")
+    assert reason == TEXTS[text_key]  # the predicate predicts the same refusal
+    assert caps.is_npu_chunk_refusal(err.value)
+
+
+def test_chunk_op_argument_rules():
+    op = gdn_npu_chunk.make_npu_chunk_emulator()
+    (q, k, v), kw = _chunk_args()
+    for bad, key in ((dict(beta=kw["beta"].float()), "beta_dtype"), (dict(beta=kw["beta"][None]), "beta_2d"),
+                     (dict(g=kw["g"][None]), "g_2d"),
+                     (dict(chunk_state=kw["chunk_state"].float()), "chunk_state_dtype")):
+        with pytest.raises(RuntimeError) as err:
+            op(q, k, v, **{**kw, **bad})
+        assert str(err.value).startswith(TEXTS[key]), (key, str(err.value))
+    for bad, key in ((dict(g=kw["g"].bfloat16()), "g_dtype"),
+                     (dict(actual_seq_lengths=kw["actual_seq_lengths"].long()), "lengths_dtype"),
+                     (dict(initial_state=kw["initial_state"].half()), "state_dtype"),
+                     (dict(beta=None), "beta_provided"), (dict(initial_state=None), "state_provided")):
+        with pytest.raises(RuntimeError) as err:  # host TORCH_CHECKs (SKN-747 b878a61a / 0a96db2f), no violation
+            op(q, k, v, **{**kw, **bad})
+        assert str(err.value) == TEXTS[key], (key, str(err.value))
+        assert caps.is_npu_chunk_refusal(err.value)
+    assert "161002" not in "".join(TEXTS.values())  # a direct launch: no aclnn error codes
+    # the merged head checks neither lengths nor the chunk_state size on the host (no host copy)
+    assert not {"lengths", "lengths_sum", "chunk_state_size"} & set(TEXTS)
+    assert "FP32" in caps.KERNEL_NOTES[caps.OP_NPU_CHUNK][1] or "fp32" in caps.KERNEL_NOTES[caps.OP_NPU_CHUNK][1]
+    assert OP_NPU_CHUNK in gdn_sets.emulators(chip="950")  # registered outside SGL_KERNEL_ENABLE_A3_ONLY_OPS
+
+
+def test_chunk_op_does_not_normalise_q_and_k():
+    (q, k, v), kw = _chunk_args()
+    op = gdn_npu_chunk.make_npu_chunk_emulator()
+    out1, _ = op(q, k, v, **{**kw, "chunk_state": kw["chunk_state"].clone()})
+    out2, _ = op((q.float() * 2).bfloat16(), k, v, **{**kw, "chunk_state": kw["chunk_state"].clone()})
+    torch.testing.assert_close(out2.float(), 2 * out1.float(), atol=2e-2, rtol=2e-2)

@@ -12,10 +12,14 @@ import torch
 import torch.nn.functional as F
 
 from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
-from sglang_ascend_hybrid.emulators import gdn as emu
+from sglang_ascend_hybrid.emulators import gdn_mega, gdn_sets, gdn_triton_chunk
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch, l2norm
 from tests.support.call_counter import Counting
+from sglang_ascend_hybrid.ops import seam
+from tests.ops.gdn.gdn_oracles import make_triton_chunk_emulator
+from tests.ops.gdn.gdn_oracles import fla as _fla
+from tests.ops.gdn.test_gdn_reference_branches import _inputs
 
 D = 128
 
@@ -40,8 +44,8 @@ def _args(hv=16, hk=8, lens=(150, 20), dtype=torch.bfloat16, seed=0):
 
 
 def _entry(mega_variant=caps.MEGA_CURRENT, version="2026.6.1"):
-    mega = Counting(emu.make_mega_emulator(variant=mega_variant))
-    return emu.make_triton_chunk_emulator(mega=mega, version=version), mega
+    mega = Counting(gdn_mega.make_mega_emulator(variant=mega_variant))
+    return gdn_triton_chunk.make_triton_chunk_emulator(mega=mega, version=version), mega
 
 
 def _run(entry, q, k, v, g, beta, cu, h0):
@@ -75,7 +79,7 @@ def test_use_mega_gdn_routes_to_the_mega_kernel_at_call_time(monkeypatch):
     assert mega.calls == 1
     assert h.shape == (1, 2 + 1, 16, D, D)  # per 128 tokens: ceil(150/128) + ceil(20/128)
     assert torch.equal(final, final.half().float())  # the kernel's fp16 state buffer
-    ref = emu.make_mega_emulator()(q, k, v, g, beta, D ** -0.5, h0, True, cu)
+    ref = gdn_mega.make_mega_emulator()(q, k, v, g, beta, D ** -0.5, h0, True, cu)
     assert torch.equal(o, ref[1]) and torch.equal(final, ref[3])
     monkeypatch.setenv("GDN_USE_MEGA_GDN", "0")
     assert _run(entry, q, k, v, g, beta, cu, h0)[2].shape[1] == 4 and mega.calls == 1
@@ -94,7 +98,7 @@ def test_in_mega_mode_the_entry_refuses_with_the_mega_texts(monkeypatch):
 
 
 def test_on_an_ascend_950_build_mega_mode_raises_attribute_error(monkeypatch):
-    entry = emu.make_triton_chunk_emulator(mega=emu.missing_torch_op("mega_chunk_gdn"))
+    entry = gdn_triton_chunk.make_triton_chunk_emulator(mega=gdn_sets.missing_torch_op("mega_chunk_gdn"))
     q, k, v, g, beta, cu, h0 = _args(lens=(10,))
     _run(entry, q, k, v, g, beta, cu, h0)
     monkeypatch.setenv("GDN_USE_MEGA_GDN", "1")
@@ -174,7 +178,6 @@ def test_mode_names_and_boundaries():
     assert caps.triton_mega_mode("2026.05.01") == "supported"
     assert caps.triton_mega_mode("2026.05.01", mega_present=False) == "never"
     assert caps.triton_mega_mode("") == "unknown" and caps.triton_mega_mode("0.0.0+cpu-stub") == "unknown"
-    from sglang_ascend_hybrid.ops import seam
 
     with seam.install_device_facts(sgl_kernel_npu_version=None):  # no sgl-kernel-npu metadata: current
         assert caps.triton_mega_mode() == "opt_in"
@@ -197,3 +200,17 @@ def test_triton_capability_and_refusal_tables():
     assert not caps.is_triton_refusal(ValueError("an unrelated error"))
     assert not caps.is_triton_refusal(AssertionError())  # the bare dtype assert: a bug, not a refusal
     assert caps.is_triton_refusal(RuntimeError(caps.MEGA_PAIR_TEXT))
+
+
+def test_triton_emulator_agrees_with_fla():
+    """The emulator itself (so the rung tests below compare against something right)."""
+    q, k, v, g, beta, cu, h0 = _inputs([70, 5], 1, 2, 16, 8, dtype=torch.bfloat16, seed=11)
+    o, final, h = make_triton_chunk_emulator()(q, k, v, g, beta, scale=0.3,
+                                               initial_state=h0.transpose(-1, -2).contiguous(), cu_seqlens=cu)
+    ref_o, ref_final, ref_h = _fla(q, k, v, g, beta, cu, h0, 0.3, chunk_starts=True)
+    torch.testing.assert_close(o.float(), ref_o, atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(final.transpose(-1, -2), ref_final, atol=1e-4, rtol=1e-4)
+    assert h.shape == (1, 3, 2, 16, 8) and h.dtype == torch.bfloat16
+    torch.testing.assert_close(h[0].float().transpose(-1, -2), ref_h, atol=1e-2, rtol=1e-2)
+    with pytest.raises(EmulatorContractViolation):
+        make_triton_chunk_emulator()(q, k, v, g, beta, initial_state=h0, cu_seqlens=cu)  # value-first

@@ -1,0 +1,28 @@
+"""The GDN emulator sets per machine (:mod:`sglang_ascend_hybrid.emulators.gdn_sets`): which ops a chip
+generation and release have, and what a missing registered op does."""
+
+from __future__ import annotations
+
+import pytest
+from sglang_ascend_hybrid.emulators import gdn_sets
+from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK, OP_NPU_RECURRENT
+from sglang_ascend_hybrid.emulators import causal_conv1d as conv_emu
+from sglang_ascend_hybrid.ops.gdn.contract import OP_TRITON
+
+
+def test_emulator_sets_by_chip():
+    assert OP_NPU_RECURRENT not in gdn_sets.emulators(chip="950")  # not built for Ascend 950
+    assert OP_NPU_RECURRENT in gdn_sets.emulators(chip="A2")
+    assert OP_MEGA not in gdn_sets.emulators(mega_variant=None)  # tags before 2026.05.01.post3
+
+
+def test_the_emulated_ascend_950_build_offers_what_such_a_build_has():
+    a3 = gdn_sets.emulators(chip="A3", triton=True)
+    n950 = gdn_sets.emulators(chip="950", triton=True)
+    assert set(a3) == {OP_MEGA, OP_NPU_CHUNK, OP_NPU_RECURRENT, OP_TRITON}
+    assert set(n950) == {OP_NPU_CHUNK, OP_TRITON}  # no mega, no recurrent op
+    assert set(gdn_sets.emulators(chip="950", npu_chunk=False)) == set()
+    conv = conv_emu.emulators(**conv_emu.VARIANTS["ascend950"])
+    assert conv_emu.OP_ACLNN not in conv  # no torch.ops.npu.causal_conv1d either
+    with pytest.raises(AttributeError, match="has no attribute 'mega_chunk_gdn'"):
+        gdn_sets.missing_torch_op("mega_chunk_gdn")()
