@@ -9,7 +9,7 @@ capture-safe, no host sync).  Rows, side by side in one process (``benchmarks/ha
 
 * ``torch rung``: the plugin's blocked in-place step (``ops/gdn/pool_step.py``);
 * ``previous``: the implementation it replaced, kept here verbatim as the baseline (gather the
-  rows, ``reference.recurrent_step`` out of place, ``scatter_agreeing`` back);
+  rows, ``reference.naive_recurrent_step`` out of place, ``scatter_agreeing`` back);
 * ``2-pass floor``: gathering the same rows into a preallocated buffer and scattering them back,
   i.e. one read and one write of every state row, the minimum any step must move.
 
@@ -33,7 +33,7 @@ import torch.nn.functional as F  # noqa: E402
 from benchmarks import harness  # noqa: E402
 from sglang_ascend_hybrid.ops.gdn.api import recurrent_gated_delta_rule  # noqa: E402
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm  # noqa: E402
-from sglang_ascend_hybrid.ops.gdn.reference import recurrent_step  # noqa: E402
+from sglang_ascend_hybrid.ops.gdn.naive import naive_recurrent_step  # noqa: E402
 
 HV, HK, K, V = 16, 8, 128, 128
 GOAL_SPEEDUP = 3.0
@@ -72,7 +72,7 @@ def previous_decode(q, k, v, g, beta, *, state_pool, state_indices, scale=None):
     idx = state_indices.long()
     live = idx >= 0
     slots = idx.clamp(min=0)
-    o, new = recurrent_step(l2norm(q[0]), l2norm(k[0]), v[0], g[0], beta[0], state_pool.index_select(0, slots),
+    o, new = naive_recurrent_step(l2norm(q[0]), l2norm(k[0]), v[0], g[0], beta[0], state_pool.index_select(0, slots),
                             scale=scale)
     scatter_agreeing(state_pool, slots, live, new.float())
     out[0] = torch.where(live.view(B, 1, 1), o.to(q.dtype), out[0])

@@ -8,7 +8,7 @@ and minima, A/A row), every method writing every intermediate state into the scr
 
 * ``verify rung``: ``ops/gdn/verify.verify_torch`` (the MTP fallback for fp32 pools);
 * ``token loop``: per request, per token, the recurrence batched over heads (from the op's contract);
-* ``batched token loop``: per token, all requests at once with ``reference.recurrent_step``.
+* ``batched token loop``: per token, all requests at once with ``reference.naive_recurrent_step``.
 
 Goal: the rung ahead of both loops (ratio loop / rung >= 1), at 1 and 2 threads.
 """
@@ -28,7 +28,7 @@ import torch.nn.functional as F  # noqa: E402
 from benchmarks import harness  # noqa: E402
 from sglang_ascend_hybrid.ops.gdn import verify as gv  # noqa: E402
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm  # noqa: E402
-from sglang_ascend_hybrid.ops.gdn.reference import recurrent_step  # noqa: E402
+from sglang_ascend_hybrid.ops.gdn.naive import naive_recurrent_step  # noqa: E402
 
 BATCH, S, HV, HK, K, V = 32, 4, 16, 8, 128, 128
 
@@ -75,14 +75,14 @@ def token_loop(mix, pool, scratch, beta, g, cache, lens, idx, nat):
 
 
 def batched_token_loop(mix, pool, scratch, beta, g, cache, lens, idx, nat):
-    """Per token, all requests at once (the readable ``recurrent_step``); writes every step's states."""
+    """Per token, all requests at once (the readable ``naive_recurrent_step``); writes every step's states."""
     B = mix.shape[0]
     q, k, v = torch.split(mix.float(), [HK * K, HK * K, HV * V], dim=-1)
     q, k, v = l2norm(q.view(B, S, HK, K)), l2norm(k.view(B, S, HK, K)), v.view(B, S, HV, V)
     state = pool.index_select(0, cache.long())
     out = torch.empty(B, S, HV, V)
     for t in range(S):
-        out[:, t], state = recurrent_step(q[:, t], k[:, t], v[:, t], g[:, t], torch.sigmoid(beta[:, t]), state)
+        out[:, t], state = naive_recurrent_step(q[:, t], k[:, t], v[:, t], g[:, t], torch.sigmoid(beta[:, t]), state)
         scratch.index_copy_(0, idx[:, t].long(), state)
     return out
 

@@ -27,7 +27,7 @@ import torch
 from sglang_ascend_hybrid.emulators.gdn_common import violation as _violation
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA
-from sglang_ascend_hybrid.ops.gdn.reference import recurrent_reference
+from sglang_ascend_hybrid.ops.gdn.naive import naive_recurrent_gated_delta_rule
 
 MEGA_HINT = caps.MEGA_HINT
 MEGA_CHUNK = 128
@@ -97,7 +97,7 @@ def make_mega_emulator(predicate: Optional[Callable[[int, int], bool]] = None, *
             for c0 in range(bounds[s], bounds[s + 1], MEGA_CHUNK):
                 c1 = min(c0 + MEGA_CHUNK, bounds[s + 1])
                 h[0, row] = state_vf.transpose(-1, -2)
-                o, state_vf = recurrent_reference(q[:, c0:c1], k[:, c0:c1], v[:, c0:c1], g[:, c0:c1],
+                o, state_vf = naive_recurrent_gated_delta_rule(q[:, c0:c1], k[:, c0:c1], v[:, c0:c1], g[:, c0:c1],
                                                   beta[:, c0:c1], cu_seqlens=torch.tensor([0, c1 - c0]),
                                                   initial_state=state_vf[None], scale=1.0)
                 state_vf = state_vf[0].half().float()  # the kernel's fp16 state buffer

@@ -28,7 +28,7 @@ import torch
 
 from sglang_ascend_hybrid.emulators.gdn_common import violation as _violation
 from sglang_ascend_hybrid.ops.gdn import contract as caps
-from sglang_ascend_hybrid.ops.gdn.reference import recurrent_reference
+from sglang_ascend_hybrid.ops.gdn.naive import naive_recurrent_gated_delta_rule
 
 
 def make_npu_chunk_emulator(refuse: Optional[Callable[[int, int], bool]] = None, *, chip: Optional[str] = "A3"
@@ -135,7 +135,8 @@ def make_npu_chunk_emulator(refuse: Optional[Callable[[int, int], bool]] = None,
                 if chunk_state is not None:
                     chunk_state[row] = state  # the entering state, before the decay
                 entering = state.float()
-                o, st = recurrent_reference(q[None, c0:c1], k[None, c0:c1], v[None, c0:c1], gates[None, c0:c1],
+                o, st = naive_recurrent_gated_delta_rule(
+                        q[None, c0:c1], k[None, c0:c1], v[None, c0:c1], gates[None, c0:c1],
                                             beta[None, c0:c1], cu_seqlens=torch.tensor([0, c1 - c0]),
                                             initial_state=entering[None], scale=scale)
                 out[c0:c1] = o[0].float()

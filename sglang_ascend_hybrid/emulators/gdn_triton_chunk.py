@@ -12,7 +12,7 @@ import torch
 
 from sglang_ascend_hybrid.emulators.gdn_common import violation as _violation
 from sglang_ascend_hybrid.ops.gdn import contract as caps
-from sglang_ascend_hybrid.ops.gdn.reference import recurrent_reference
+from sglang_ascend_hybrid.ops.gdn.naive import naive_recurrent_gated_delta_rule
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 
 
@@ -132,7 +132,8 @@ def make_triton_chunk_emulator(*, mega: Optional[Callable] = None, version: Opti
                 c1 = min(c0 + caps.TRITON_CHUNK, bounds[s + 1])
                 hs.append(S.to(rnd))
                 entering = S.to(rnd).float()
-                oc, end = recurrent_reference(q[:, c0:c1], k[:, c0:c1], v[:, c0:c1], g[:, c0:c1], beta[:, c0:c1],
+                oc, end = naive_recurrent_gated_delta_rule(
+                        q[:, c0:c1], k[:, c0:c1], v[:, c0:c1], g[:, c0:c1], beta[:, c0:c1],
                                               cu_seqlens=torch.tensor([0, c1 - c0]),
                                               initial_state=entering.transpose(-1, -2)[None], scale=scale)
                 o[0, c0:c1] = oc[0].float()

@@ -10,7 +10,7 @@ import torch
 from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 from sglang_ascend_hybrid.emulators import causal_conv1d as emu
 from sglang_ascend_hybrid.ops.conv import contract as conv_contract
-from tests.ops.conv.conv_oracle import assert_close_to_oracle, oracle_fn, oracle_update
+from tests.ops.conv.conv_oracle import assert_close_to_oracle, naive_causal_conv1d_fn, naive_causal_conv1d_update
 
 H = torch.float16
 
@@ -106,7 +106,7 @@ def test_aclnn_prefill_matches_oracle_state_rows_zero_to_w_minus_1(width, his, s
     out = emu.NpuCausalConv1d()(x, weight, pool, bias=bias, query_start_loc=qsl, cache_indices=idx,
                                 has_initial_state=his_t, activation_mode=int(silu), run_mode=0)
     view = before[:, :width - 1].transpose(1, 2)         # the op's state: rows [0, W-1)
-    expect, scale, new_view = oracle_fn(x.t(), weight.t(), bias, qsl, idx, his_t, view, silu)
+    expect, scale, new_view = naive_causal_conv1d_fn(x.t(), weight.t(), bias, qsl, idx, his_t, view, silu)
     assert_close_to_oracle(out.t(), expect, scale, H, "aclnn prefill")
     assert torch.equal(pool[:, :width - 1], new_view.transpose(1, 2))
     assert torch.equal(pool[:, width - 1:], before[:, width - 1:])      # rows >= W-1 untouched
@@ -134,7 +134,8 @@ def test_aclnn_run_mode_1_always_uses_the_state_and_ignores_has_initial_state():
                                   has_initial_state=torch.tensor([False, False]), run_mode=1)
     out_b = emu.NpuCausalConv1d()(x, weight, b, query_start_loc=qsl, cache_indices=torch.tensor([1, 2]),
                                   run_mode=1)
-    expect, scale, new = oracle_update(x, pool[:, :3].transpose(1, 2), weight.t(), None, torch.tensor([1, 2]),
+    expect, scale, new = naive_causal_conv1d_update(
+            x, pool[:, :3].transpose(1, 2), weight.t(), None, torch.tensor([1, 2]),
                                        False)
     assert torch.equal(out_a, out_b) and torch.equal(a, b)
     assert_close_to_oracle(out_a, expect, scale, H, "run_mode 1")
@@ -146,7 +147,8 @@ def test_aclnn_batch_mode_3d_input_and_no_cache_indices_uses_slot_b():
     x = torch.randn(2, 3, 24, generator=gen).half()
     before = pool.clone()
     out = emu.NpuCausalConv1d()(x, weight, pool, run_mode=1, activation_mode=1)
-    expect, scale, new = oracle_update(x.transpose(1, 2), before.transpose(1, 2), weight.t(), None, None, True)
+    expect, scale, new = naive_causal_conv1d_update(
+            x.transpose(1, 2), before.transpose(1, 2), weight.t(), None, None, True)
     assert_close_to_oracle(out.transpose(1, 2), expect, scale, H, "3d")
     assert torch.equal(pool[:2], new.transpose(1, 2)[:2]) and torch.equal(pool[2], before[2])
 
@@ -161,7 +163,7 @@ def test_aclnn_spec_window_offset_and_write_back_for_width_4():
     out = emu.NpuCausalConv1d()(x, weight, pool, query_start_loc=qsl, cache_indices=torch.tensor([1]),
                                 num_accepted_tokens=torch.tensor([2]), run_mode=1)
     hist = before[1, 1:4]
-    expect, scale, _ = oracle_update(x.t()[None], hist.t()[None], weight.t(), None, None, False)
+    expect, scale, _ = naive_causal_conv1d_update(x.t()[None], hist.t()[None], weight.t(), None, None, False)
     assert_close_to_oracle(out.t()[None], expect, scale, H, "spec")
     assert torch.equal(pool[1, 0:2], before[1, 2:4]) and torch.equal(pool[1, 2:4], x)
     assert torch.equal(pool[1, 4], before[1, 4]) and torch.equal(pool[0], before[0])
@@ -240,7 +242,7 @@ def test_update_v2_overwrites_its_x_in_place_and_keeps_pad_rows_as_x():
     out = emu.emulate_causal_conv1d_update_v2(x, pool, weight, conv_state_indices=idx)
     assert out.data_ptr() == x.data_ptr() and not torch.equal(x, x_in)       # overwritten
     assert torch.equal(out[1], x_in[1])                                       # pad row keeps x
-    expect, scale, new = oracle_update(x_in, before.transpose(1, 2), weight.t(), None, idx, False)
+    expect, scale, new = naive_causal_conv1d_update(x_in, before.transpose(1, 2), weight.t(), None, idx, False)
     assert_close_to_oracle(out, expect, scale, H, "update_v2")
     assert torch.equal(pool, new.transpose(1, 2))
 

@@ -10,7 +10,7 @@ import torch
 
 from sglang_ascend_hybrid.emulators.gdn_decode import make_triton_decode_emulator
 from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
-from sglang_ascend_hybrid.ops.gdn.decode.reference import gated_decode_reference
+from sglang_ascend_hybrid.ops.gdn.decode.naive import naive_gated_decode
 
 Hk, K, Hv, V, SLOTS = 2, 16, 4, 16, 6
 
@@ -32,7 +32,7 @@ def _run(entry, x, indices, cu):
 def _oracle(x, before, row, slot):
     """The fp64 step of q row ``row`` from pool slot ``slot``: (o [Hv, V], new state)."""
     pick = lambda t: t.reshape(-1, *t.shape[-2:])[row:row + 1] if t.dim() > 2 else t[row:row + 1]  # noqa: E731
-    o, new = gated_decode_reference(x["A_log"], pick(x["a"]), x["dt_bias"], pick(x["q"]), pick(x["k"]),
+    o, new = naive_gated_decode(x["A_log"], pick(x["a"]), x["dt_bias"], pick(x["q"]), pick(x["k"]),
                                     pick(x["v"]), pick(x["b"]), before[slot:slot + 1], l2norm="kernel")
     return o[0], new[0]
 

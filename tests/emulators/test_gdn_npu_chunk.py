@@ -20,7 +20,7 @@ from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 from sglang_ascend_hybrid.emulators import gdn_npu_chunk
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
-from sglang_ascend_hybrid.ops.gdn.reference import recurrent_reference
+from sglang_ascend_hybrid.ops.gdn.naive import naive_recurrent_gated_delta_rule
 from sglang_ascend_hybrid.emulators import gdn_sets
 from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_CHUNK
 
@@ -215,7 +215,8 @@ def _rounded_reference(qkv, kw):
         S = kw["initial_state"][s]
         for c0 in range(start, start + length, 64):
             c1 = min(c0 + 64, start + length)
-            o, end = recurrent_reference(q[None, c0:c1], k[None, c0:c1], v[None, c0:c1], kw["g"][None, c0:c1],
+            o, end = naive_recurrent_gated_delta_rule(
+                    q[None, c0:c1], k[None, c0:c1], v[None, c0:c1], kw["g"][None, c0:c1],
                                          kw["beta"][None, c0:c1], cu_seqlens=torch.tensor([0, c1 - c0]),
                                          initial_state=S.float()[None], scale=kw["scale"])
             decay = torch.exp(kw["g"][c0:c1].sum(0))[:, None, None]
@@ -297,7 +298,7 @@ def test_chunk_op_semantics_out_final_and_entering_chunk_states():
     assert out.dtype == torch.bfloat16 and out.shape == (70, 4, 16)
     assert final.dtype == torch.bfloat16 and final.shape == (2, 4, 16, 32)
     cu = torch.tensor([0, 30, 70])
-    ref_o, ref_final = recurrent_reference(q[None], k[None], v[None], kw["g"][None], kw["beta"][None],
+    ref_o, ref_final = naive_recurrent_gated_delta_rule(q[None], k[None], v[None], kw["g"][None], kw["beta"][None],
                                            cu_seqlens=cu, initial_state=kw["initial_state"], scale=kw["scale"])
     torch.testing.assert_close(out.float(), ref_o[0].float(), atol=1e-2, rtol=1e-2)
     torch.testing.assert_close(final.float(), ref_final, atol=1e-2, rtol=1e-2)

@@ -1,5 +1,5 @@
 """The ``recurrent_gated_delta_rule`` emulator (:mod:`sglang_ascend_hybrid.emulators.gdn_npu_recurrent`)
-against the fp64 verify oracle (``tests/ops/gdn/gdn_verify_oracle.py``), its refusals and contract
+against the fp64 verify oracle (``tests/ops/gdn/naive_verify.py``), its refusals and contract
 violations, and the rows two requests write in one call."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ tuples of cumulative token counts, one entry per sequence plus a leading 0):
 
 Outputs: ``out`` ``[Tq, Nq, Dv]`` in ``q.dtype`` and ``lse`` ``[Nq, Tq]`` fp32
 (natural log).  Math runs in fp32 (fp64 for fp64 inputs).  The fp64 oracle the tests compare
-it with is :mod:`~sglang_ascend_hybrid.ops.attention.reference`.
+it with is :mod:`~sglang_ascend_hybrid.ops.attention.naive`.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ columns ``[0, W-1)``.
 
 Kernels: :mod:`~sglang_ascend_hybrid.ops.conv.dispatch` (the ladders),
 :mod:`~sglang_ascend_hybrid.ops.conv.contract` (the NPU ops' contracts),
-:mod:`~sglang_ascend_hybrid.ops.conv.reference` (the fp64 oracle).
+:mod:`~sglang_ascend_hybrid.ops.conv.naive` (the fp64 oracle).
 
 Inputs (the project's policy): shape, dtype and layout checks always (no sync); value checks
 (offsets, slot ranges, duplicate slots) when ``check_values`` is true -- the default for a

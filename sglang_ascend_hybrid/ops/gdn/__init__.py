@@ -14,7 +14,7 @@ Laid out by SGLang's three linear-attention verbs, one ladder each:
 - :mod:`.verify` (``target_verify``): speculative verify (MTP), the ``gdn_verify`` ladder.
 
 Shared by them: :mod:`.signature` (what the ladders key on), :mod:`.contract` (the NPU GDN ops),
-:mod:`.torch_impl` / :mod:`.pool_step` (torch rungs), :mod:`.reference` (oracles),
+:mod:`.torch_impl` / :mod:`.pool_step` (torch rungs), :mod:`.naive` (the `naive_*` oracles),
 :mod:`.pool_layout`, :mod:`.recurrent_rows`, :mod:`.scatter`.
 """
 

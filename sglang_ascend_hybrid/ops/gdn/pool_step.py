@@ -1,6 +1,6 @@
 """One GDN decode step applied to a state pool in place: the torch rung of the decode ladder.
 
-The maths is :func:`sglang_ascend_hybrid.ops.gdn.reference.recurrent_step` (the readable
+The maths is :func:`sglang_ascend_hybrid.ops.gdn.naive.naive_recurrent_step` (the readable
 definition, which the tests compare against).  Per value head, with the value-first state
 ``S [V, K]``, decay ``a = exp(g)`` and ``q' = scale * q``::
 

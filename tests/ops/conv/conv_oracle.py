@@ -1,5 +1,5 @@
 """Conv test helpers: the error bound against the fp64 oracle
-(:mod:`sglang_ascend_hybrid.ops.conv.reference`, re-exported here for the tests), a forced
+(:mod:`sglang_ascend_hybrid.ops.conv.naive`, re-exported here for the tests), a forced
 backend, opaque emulators and emulator variants."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import os
 import torch
 
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.conv.reference import oracle_fn, oracle_update  # noqa: F401
+from sglang_ascend_hybrid.ops.conv.naive import naive_causal_conv1d_fn, naive_causal_conv1d_update  # noqa: F401
 
 
 _EPS = {torch.float16: 2.0 ** -10, torch.bfloat16: 2.0 ** -7, torch.float32: 2.0 ** -23}

@@ -22,8 +22,8 @@ from tests.ops.conv.conv_oracle import (
     assert_close_to_oracle,
     forced_backend,
     opaque,
-    oracle_fn,
-    oracle_update,
+    naive_causal_conv1d_fn,
+    naive_causal_conv1d_update,
 )
 from tests.support.sync_counter import SyncCounter
 
@@ -85,7 +85,7 @@ def test_fn_ladder_every_variant(caplog, variant, dtype, draft):
         for step in range(3):
             x = torch.randn(DIM, sum(lens), generator=gen).to(dtype)
             view = cuda_layout_view(pool, width - 1)
-            expect, scale, new_view = oracle_fn(x, weight, bias, qsl, idx, his, view, False)
+            expect, scale, new_view = naive_causal_conv1d_fn(x, weight, bias, qsl, idx, his, view, False)
             out = ops.causal_conv1d_fn(x, weight, bias, query_start_loc=qsl, cache_indices=idx,
                                        has_initial_state=his, conv_states=view, activation=None)
             assert_close_to_oracle(out, expect, scale, dtype, f"{variant} step {step}")
@@ -116,7 +116,7 @@ def test_update_ladder_every_variant(caplog, variant, dtype, draft):
             x = torch.randn(4, DIM, generator=gen).to(dtype)
             x_in = x.clone()
             view = cuda_layout_view(pool, width - 1)
-            expect, scale, new_view = oracle_update(x, view, weight, None, idx, True)
+            expect, scale, new_view = naive_causal_conv1d_update(x, view, weight, None, idx, True)
             out = ops.causal_conv1d_update(x, view, weight, None, "silu", conv_state_indices=idx)
             assert torch.equal(x, x_in), "the caller's x was overwritten"
             assert_close_to_oracle(out, expect, scale, dtype, f"{variant} step {step}")
@@ -153,7 +153,7 @@ def test_refusal_is_recognised_once_and_the_next_rung_gives_the_oracle_result(ca
         for _ in range(3):
             x = torch.randn(2, DIM, generator=gen).half()
             view = cuda_layout_view(pool)
-            expect, scale, new_view = oracle_update(x, view, weight, None, idx, False)
+            expect, scale, new_view = naive_causal_conv1d_update(x, view, weight, None, idx, False)
             out = ops.causal_conv1d_update(x, view, weight, conv_state_indices=idx)
             assert_close_to_oracle(out, expect, scale, torch.float16, "after refusal")
             assert torch.equal(view, new_view)
@@ -321,7 +321,7 @@ def test_known_refusals_are_predicted_never_called(caplog, variant, case):
     x = torch.randn(3, DIM, generator=gen).to(xd)
     idx = torch.tensor([4, -1, 1], dtype=torch.int32)
     calls = []
-    expect, scale, new_view = oracle_update(x, view, weight, None, idx, False)
+    expect, scale, new_view = naive_causal_conv1d_update(x, view, weight, None, idx, False)
     with seam.install_emulators(_spy(emu.emulators(**emu.VARIANTS[variant]), calls)), \
             caplog.at_level(logging.INFO):
         out = ops.causal_conv1d_update(x, view, weight, conv_state_indices=idx)

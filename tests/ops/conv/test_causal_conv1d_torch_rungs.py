@@ -14,7 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from sglang_ascend_hybrid.integration.conv_state_layout import cuda_layout_view
 from sglang_ascend_hybrid.ops.conv import torch_impl as ref
-from tests.ops.conv.conv_oracle import assert_close_to_oracle, oracle_fn, oracle_update
+from tests.ops.conv.conv_oracle import assert_close_to_oracle, naive_causal_conv1d_fn, naive_causal_conv1d_update
 from tests.support.sync_counter import SyncCounter
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -58,7 +58,7 @@ def test_prefill_across_channel_blocks_matches_oracle(monkeypatch, dtype, layout
     backing, view = _pool(layout, 9, width, dim, dtype, gen)
     before = backing.clone()
 
-    expect, scale, expect_view = oracle_fn(x, weight, bias, qsl, idx, his, view.clone(), silu)
+    expect, scale, expect_view = naive_causal_conv1d_fn(x, weight, bias, qsl, idx, his, view.clone(), silu)
     out = ref.causal_conv1d_fn_torch(x, weight, bias, qsl, idx, his, view,
                                      "silu" if silu else None, check_values=False)
 
@@ -121,7 +121,8 @@ def test_prefill_half_never_converts_the_whole_tensor(dtype):
                                          cuda_layout_view(pool), None, check_values=False)
     assert 0 < seen.largest <= x.numel() // 4, seen.largest
     t0 = total // 3                                   # sequence 1: no cached state
-    expect, scale, _ = oracle_fn(x[:, t0:t0 + 64], weight, bias, torch.tensor([0, 64]), None, None, None, False)
+    expect, scale, _ = naive_causal_conv1d_fn(
+            x[:, t0:t0 + 64], weight, bias, torch.tensor([0, 64]), None, None, None, False)
     assert_close_to_oracle(out[:, t0:t0 + 64], expect, scale, dtype, "first tokens of sequence 1")
     hist = cuda_layout_view(pool)[2].clone()          # sequence 0 (slot 2): its last 3 tokens
     assert torch.equal(hist, x[:, t0 - 3:t0])
@@ -159,7 +160,7 @@ def test_decode_matches_oracle_without_a_sync(dtype, layout, length):
     bias = (torch.randn(dim, generator=gen) * 0.1).to(dtype)
     idx = torch.tensor([-1, 4, 0, -1, 6], dtype=torch.int32)  # pads first: they copy row 1
     backing, view = _pool(layout, 8, width, dim, dtype, gen)
-    expect, scale, expect_view = oracle_update(x, view.clone(), weight, bias, idx, True)
+    expect, scale, expect_view = naive_causal_conv1d_update(x, view.clone(), weight, bias, idx, True)
     before = backing.clone()
     with SyncCounter() as counter:
         out = ref.causal_conv1d_update_torch(x, view, weight, bias, "silu", idx, check_values=False)
@@ -195,7 +196,7 @@ def test_decode_fp32_tokens_into_a_bf16_pool():
     x = torch.randn(2, dim, generator=gen) * 3
     weight = torch.randn(dim, 4, generator=gen)
     idx = torch.tensor([2, 0])
-    expect, scale, expect_view = oracle_update(x, view.clone(), weight, None, idx, False)
+    expect, scale, expect_view = naive_causal_conv1d_update(x, view.clone(), weight, None, idx, False)
     out = ref.causal_conv1d_update_torch(x, view, weight, None, None, idx, check_values=False)
     assert out.dtype == torch.float32
     assert_close_to_oracle(out, expect, scale, torch.float32, "decode fp32 x, bf16 pool")
@@ -216,7 +217,7 @@ def test_prefill_streams_as_short_as_the_filter(total, width):
     qsl = torch.tensor([0, total], dtype=torch.int32)
     idx, his = torch.tensor([1], dtype=torch.int32), torch.tensor([True])
     states = torch.randn(3, dim, width - 1, generator=gen)
-    expect, scale, expect_states = oracle_fn(x, weight, bias, qsl, idx, his, states.clone(), False)
+    expect, scale, expect_states = naive_causal_conv1d_fn(x, weight, bias, qsl, idx, his, states.clone(), False)
     out = ref.causal_conv1d_fn_torch(x, weight, bias, qsl, idx, his, states, None, check_values=False)
     assert_close_to_oracle(out, expect, scale, torch.float32, "prefill")
     assert torch.equal(states, expect_states)

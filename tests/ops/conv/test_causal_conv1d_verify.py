@@ -14,7 +14,7 @@ from sglang_ascend_hybrid.emulators import causal_conv1d as emu
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.conv import dispatch
 from sglang_ascend_hybrid.ops.conv.api import causal_conv1d_verify
-from sglang_ascend_hybrid.ops.conv.reference import oracle_update, oracle_verify
+from sglang_ascend_hybrid.ops.conv.naive import naive_causal_conv1d_update, naive_causal_conv1d_verify
 from tests.ops.conv.conv_oracle import assert_close_to_oracle, forced_backend
 from tests.support.sync_counter import SyncCounter
 
@@ -43,7 +43,7 @@ def _rollback(window, slot, step, draft):
                                                (2, 5, torch.float32), (4, 1, torch.float32), (3, 16, torch.float32)])
 def test_torch_rung_matches_oracle_and_leaves_the_rollback_scheme(width, draft, dtype):
     x, window, weight, bias, idx = _case(width, draft, dtype)
-    exp_out, scale, exp_window = oracle_verify(x, window, weight, bias, idx, draft, silu=False)
+    exp_out, scale, exp_window = naive_causal_conv1d_verify(x, window, weight, bias, idx, draft, silu=False)
     got_window = window.clone()
     with forced_backend("torch"):
         out = causal_conv1d_verify(x, got_window, weight, bias, None, idx, draft)
@@ -55,7 +55,7 @@ def test_torch_rung_matches_oracle_and_leaves_the_rollback_scheme(width, draft, 
     for step in range(draft):
         rolled = _rollback(got_window, 4, step, draft)
         plain = window[4, window.shape[1] - (width - 1):].t().unsqueeze(0).clone()      # [1, dim, W-1]
-        _, _, plain_new = oracle_update(x[:step + 1].t().unsqueeze(0), plain, weight, bias, None, False)
+        _, _, plain_new = naive_causal_conv1d_update(x[:step + 1].t().unsqueeze(0), plain, weight, bias, None, False)
         assert torch.equal(rolled[4, rolled.shape[1] - (width - 1):], plain_new[0].t()), step
 
 
@@ -65,7 +65,7 @@ def test_pad_rows_are_skipped_and_a_batch_of_pads_writes_nothing():
     got = window.clone()
     with forced_backend("torch"):
         out = causal_conv1d_verify(x, got, weight, bias, None, idx, 4)
-    exp_out, scale, exp_window = oracle_verify(x, window, weight, bias, idx, 4, silu=False)
+    exp_out, scale, exp_window = naive_causal_conv1d_verify(x, window, weight, bias, idx, 4, silu=False)
     assert torch.equal(got, exp_window)
     assert_close_to_oracle(out, exp_out, scale, torch.float32, "pads")
     only_pads = torch.full((3,), -1, dtype=torch.int32)
@@ -82,7 +82,7 @@ def test_device_rungs_through_their_emulators_match_the_oracle(rung, width, dtyp
     dispatch.reset_state()
     draft = 4
     x, window, weight, bias, idx = _case(width, draft, dtype, idx=[4, -1, 2])
-    exp_out, scale, exp_window = oracle_verify(x, window, weight, bias, idx, draft, silu=True)
+    exp_out, scale, exp_window = naive_causal_conv1d_verify(x, window, weight, bias, idx, draft, silu=True)
     got = window.clone()
     calls = []
     table = {n: (lambda f, n=n: lambda *a, **k: (calls.append(n), f(*a, **k))[1])(f)
@@ -181,7 +181,7 @@ def test_a_refusal_is_remembered_per_draft_window_shape():
             x, window, weight, bias, idx = _case(4, draft, torch.bfloat16)
             got = window.clone()
             out = causal_conv1d_verify(x, got, weight, bias, None, idx, draft)
-            exp_out, scale, exp_window = oracle_verify(x, window, weight, bias, idx, draft, silu=False)
+            exp_out, scale, exp_window = naive_causal_conv1d_verify(x, window, weight, bias, idx, draft, silu=False)
             assert_close_to_oracle(out, exp_out, scale, torch.bfloat16, f"draft {draft}")
             assert torch.equal(got, exp_window)
     # draft 4: refused, then the torch path; draft 4 again: not asked; draft 3: asked and served
@@ -241,14 +241,14 @@ def test_bad_bias_names_the_argument():
 
 def test_torch_rung_applies_silu_and_the_default_is_one_draft_token():
     x, window, weight, bias, idx = _case(3, 4, torch.float32)
-    exp_out, scale, exp_window = oracle_verify(x, window, weight, bias, idx, 4, silu=True)
+    exp_out, scale, exp_window = naive_causal_conv1d_verify(x, window, weight, bias, idx, 4, silu=True)
     got = window.clone()
     with forced_backend("torch"):
         out = causal_conv1d_verify(x, got, weight, bias, "silu", idx, 4)
     assert_close_to_oracle(out, exp_out, scale, torch.float32, "silu")
     assert torch.equal(got, exp_window)
     x1, window1, weight1, bias1, idx1 = _case(3, 1, torch.float32)
-    exp_out, scale, _ = oracle_verify(x1, window1, weight1, bias1, idx1, 1, silu=False)
+    exp_out, scale, _ = naive_causal_conv1d_verify(x1, window1, weight1, bias1, idx1, 1, silu=False)
     with forced_backend("torch"):
         out = causal_conv1d_verify(x1, window1.clone(), weight1, bias1, None, idx1)   # draft_token_num: 1
     assert_close_to_oracle(out, exp_out, scale, torch.float32, "one draft token")
@@ -262,7 +262,7 @@ def test_empty_and_single_request_batches(batch):
     with forced_backend("torch"):
         out = causal_conv1d_verify(x, got, weight, bias, None, idx, 4)
     assert out.shape == x.shape
-    exp_out, scale, exp_window = oracle_verify(x, window, weight, bias, idx, 4, silu=False)
+    exp_out, scale, exp_window = naive_causal_conv1d_verify(x, window, weight, bias, idx, 4, silu=False)
     if batch:
         assert_close_to_oracle(out, exp_out, scale, torch.float32, "one request")
     assert torch.equal(got, exp_window)
@@ -273,7 +273,8 @@ def test_device_rungs_without_bias_or_silu_and_another_pad_id(rung, width):
     dispatch.reset_state()
     x, window, weight, _, _ = _case(width, 4, torch.float16)
     idx = torch.tensor([4, -7, 2], dtype=torch.int32)
-    exp_out, scale, exp_window = oracle_verify(x, window, weight, None, torch.tensor([4, -1, 2]), 4, silu=False)
+    exp_out, scale, exp_window = naive_causal_conv1d_verify(
+            x, window, weight, None, torch.tensor([4, -1, 2]), 4, silu=False)
     got = window.clone()
     with seam.install_emulators(emu.emulators()), forced_backend(rung):
         out = causal_conv1d_verify(x, got, weight, None, None, idx, 4, pad_slot_id=-7)

@@ -29,7 +29,7 @@ from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.ladder import Ladder, Rung
 from tests.support.call_counter import Counting
 from tests.ops.gdn.gdn_inputs import bf16_packed
-from tests.ops.conv.conv_oracle import assert_close_to_oracle, oracle_fn
+from tests.ops.conv.conv_oracle import assert_close_to_oracle, naive_causal_conv1d_fn
 
 D = 128
 
@@ -147,7 +147,7 @@ def test_the_conv_ladders_run_on_an_emulated_ascend_950():
     conv_dispatch.reset_state()
     with seam.install_device_facts(chip="950"), seam.install_emulators(ops):
         view = cuda_layout_view(pool, width - 1)
-        expect, scale, new_view = oracle_fn(x, weight, None, qsl, idx, his, view, True)
+        expect, scale, new_view = naive_causal_conv1d_fn(x, weight, None, qsl, idx, his, view, True)
         out = conv_ops.causal_conv1d_fn(x, weight, None, query_start_loc=qsl, cache_indices=idx,
                                         has_initial_state=his, conv_states=view, activation="silu")
     assert_close_to_oracle(out, expect, scale, torch.bfloat16, "950")

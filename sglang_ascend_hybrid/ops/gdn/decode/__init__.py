@@ -4,7 +4,7 @@
 :data:`DECODE` the ladder (``gdn_serving_decode``: ``triton_decode`` -> ``npu_recurrent`` ->
 ``torch``, :mod:`.ladder`), :func:`run_decode` runs it.  Beside it: the contract of the Triton
 decode kernels SGLang imports (:mod:`.contract`), the probe of their state layout (:mod:`.probe`)
-and the fp64 definition both are checked against (:mod:`.reference`).
+and the fp64 definition both are checked against (:mod:`.naive`).
 """
 
 from sglang_ascend_hybrid.ops.gdn.decode.call import DecodeCall, check_decode_inputs, check_decode_values

@@ -4,7 +4,7 @@ It runs the installed decode entry once on a private pool of four slots: three r
 2 and 0, and one padding row with index -1) of one token, two value heads sharing one key head,
 head dims of the serving signature (K == V in every Qwen3.5 / 3.6 / Qwen3-Next: the random state
 is not symmetric, so its transpose gives another output).  The output and the pool after the call
-are compared with the fp64 reference (:func:`.reference.gated_decode_reference`) under each
+are compared with the fp64 reference (:func:`.reference.naive_gated_decode`) under each
 hypothesis: the pool read value first (SGLang's layout) or key first (the readable source's
 addressing).  Slots 1 and 3 must come back bit-identical, and the padding row must leave every slot
 alone; the error is the largest difference relative to the reference's largest magnitude.
@@ -16,7 +16,7 @@ import torch
 
 from sglang_ascend_hybrid.ops import probes, seam
 from sglang_ascend_hybrid.ops.gdn.decode import contract as dc
-from sglang_ascend_hybrid.ops.gdn.decode.reference import gated_decode_reference
+from sglang_ascend_hybrid.ops.gdn.decode.naive import naive_gated_decode
 
 PROBE = probes.register(probes.Probe(
     "gdn-decode-layout", "the SSM state layout the installed Triton GDN decode kernel reads and writes",
@@ -80,7 +80,7 @@ def measure(entry: str, q_dtype: torch.dtype, pool_dtype: torch.dtype, head_dim_
     for layout, key_first in ((dc.VALUE_FIRST, False), (dc.KEY_FIRST, True)):
         states = _hypothesis(before.double(), key_first)
         start = torch.stack([states[s] if s >= 0 else torch.zeros_like(states[0]) for s in SLOTS])
-        o_ref, new = gated_decode_reference(
+        o_ref, new = naive_gated_decode(
             A_log.cpu(), qd["a"].cpu(), qd["dt_bias"].cpu(), qd["q"][0].cpu(), qd["k"][0].cpu(), qd["v"][0].cpu(),
             qd["b"].cpu(), start, l2norm="kernel")
         after = states.clone()

@@ -1,5 +1,5 @@
 """The GDN decode ladder (``ops/gdn/decode/ladder.py``), the decode-layout probe, and their
-graph-capture behaviour, against the fp64 oracle of ``ops/gdn/decode/reference.py``."""
+graph-capture behaviour, against the fp64 oracle of ``ops/gdn/decode/naive.py``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from sglang_ascend_hybrid.ops import probes, seam
 from sglang_ascend_hybrid.ops.gdn import decode
 from sglang_ascend_hybrid.ops.gdn.decode import probe as decode_probe
 from sglang_ascend_hybrid.ops.gdn.decode import contract as dc
-from sglang_ascend_hybrid.ops.gdn.decode.reference import gated_decode_reference
+from sglang_ascend_hybrid.ops.gdn.decode.naive import naive_gated_decode
 from sglang_ascend_hybrid.ops.gdn.recurrent_rows import beta_logit
 from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable
 from tests.support.op_log import StaticOpLog
@@ -45,7 +45,7 @@ def _oracle(x, pool_before, indices, live):
     Hv, V, K = pool_before.shape[1:]
     start = torch.stack([pool_before[s].double() if s >= 0 and ok else torch.zeros(Hv, V, K, dtype=torch.float64)
                          for s, ok in zip(indices, live)])
-    return gated_decode_reference(x["A_log"], x["a"], x["dt_bias"], x["q"][0], x["k"][0], x["v"][0], x["b"], start)
+    return naive_gated_decode(x["A_log"], x["a"], x["dt_bias"], x["q"][0], x["k"][0], x["v"][0], x["b"], start)
 
 
 def _opaque(kernel):

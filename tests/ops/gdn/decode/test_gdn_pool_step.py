@@ -1,6 +1,6 @@
 """The blocked in-place GDN decode step (``ops/gdn/pool_step.py``), the decode ladder's torch rung.
 
-Judged against ``reference.recurrent_step`` (the readable definition) and an fp64 token loop,
+Judged against ``reference.naive_recurrent_step`` (the readable definition) and an fp64 token loop,
 with the block size forced down so that block boundaries, padding rows and a live owner of slot 0
 fall in the same block and in different blocks.
 """
@@ -13,7 +13,7 @@ import torch
 from sglang_ascend_hybrid.ops.gdn import pool_step
 from sglang_ascend_hybrid.ops.gdn.api import recurrent_gated_delta_rule
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
-from sglang_ascend_hybrid.ops.gdn.reference import recurrent_step
+from sglang_ascend_hybrid.ops.gdn.naive import naive_recurrent_step
 from tests.support.sync_counter import SyncCounter
 
 HV, HK, K, V = 4, 2, 16, 8
@@ -33,13 +33,13 @@ def _case(slots, seed=0, pool_dtype=torch.float32, slots_in_pool=8):
 
 
 def _expected(q, k, v, g, beta, pool, slots, scale):
-    """Per live row: recurrent_step on that row's state; the pool after the step (fp32 maths)."""
+    """Per live row: naive_recurrent_step on that row's state; the pool after the step (fp32 maths)."""
     want = pool.clone()
     outs = torch.zeros(len(slots), HV, V)
     for b, s in enumerate(slots.tolist()):
         if s < 0:
             continue
-        o, new = recurrent_step(q[b:b + 1], k[b:b + 1], v[b:b + 1], g[b:b + 1], beta[b:b + 1],
+        o, new = naive_recurrent_step(q[b:b + 1], k[b:b + 1], v[b:b + 1], g[b:b + 1], beta[b:b + 1],
                                 pool[s:s + 1].float(), scale=scale)
         outs[b], want[s] = o[0], new[0].to(pool.dtype)
     return outs, want
@@ -123,7 +123,7 @@ def test_several_blocks_make_no_host_sync(monkeypatch):
 
 
 def test_public_op_equals_the_fp64_definition_across_blocks(monkeypatch):
-    """Through the public op (l2norm inside), several blocks, against float64 recurrent_step."""
+    """Through the public op (l2norm inside), several blocks, against float64 naive_recurrent_step."""
     monkeypatch.setattr(pool_step, "CPU_BLOCK_BYTES", 2 * ROW_BYTES)
     slots = [7, 0, -1, 2, 5]
     q, k, v, g, beta, pool, idx = _case(slots, seed=6)

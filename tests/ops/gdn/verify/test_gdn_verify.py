@@ -1,6 +1,6 @@
 """GDN speculative verify (issue: MTP with every SSM pool dtype).
 
-Oracle: ``gdn_verify_oracle.oracle_verify``, an fp64 token loop written from the op's contract.
+Oracle: ``naive_verify.naive_gdn_verify``, an fp64 token loop written from the op's contract.
 Checked against it: the recurrent-op emulator (so the emulator is trusted), the torch verify
 rung (fp32 and bf16 pools), the ladder, and the hooked real ``AscendGDNAttnBackend`` method
 followed by upstream's commit of the accepted step (``move_intermediate_cache``).
@@ -23,7 +23,7 @@ from sglang_ascend_hybrid.emulators.mamba_state_update import emulate_move_inter
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import verify as gv
 from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable
-from tests.ops.gdn.gdn_verify_oracle import oracle_verify
+from tests.ops.gdn.naive_verify import naive_gdn_verify
 from tests.support.sync_counter import SyncCounter
 
 NK, NV, DK, DV = 2, 4, 32, 16
@@ -53,7 +53,7 @@ def _call(c, *, pool=None, inter=None):
 
 
 def _oracle(c):
-    return oracle_verify(c["mix"], c["pool"], c["beta"], c["g"], DK ** -0.5, c["lengths"].tolist(),
+    return naive_gdn_verify(c["mix"], c["pool"], c["beta"], c["g"], DK ** -0.5, c["lengths"].tolist(),
                          c["idx"].tolist(), NK, NV, intermediate=c["inter"], cache=c["cache"].tolist(),
                          accepted=c["nat"].tolist())
 
@@ -269,7 +269,7 @@ def test_speculative_steps_keep_the_state_of_a_plain_decode(ascend_gdn_module, m
             for t in range(accepted[b] + 1):
                 one = dict(mix=c["mix"][b:b + 1, t:t + 1], pool=plain.float(), beta=c["beta"][b:b + 1, t:t + 1],
                            g=c["g"][b:b + 1, t:t + 1], idx=torch.tensor([[int(cache[b])]]), lengths=[1])
-                _, plain, _ = oracle_verify(one["mix"], one["pool"], one["beta"], one["g"], DK ** -0.5, [1],
+                _, plain, _ = naive_gdn_verify(one["mix"], one["pool"], one["beta"], one["g"], DK ** -0.5, [1],
                                             one["idx"].tolist(), NK, NV)
     assert _max_rel(pool, plain) < 1e-5
 

@@ -2,7 +2,7 @@
 
 The op keeps ``MAX_MTP = 8`` tokens per request on chip and its host never checks S
 (:data:`~sglang_ascend_hybrid.ops.gdn.contract.RECURRENT_MAX_TOKENS`); the ladder refuses it with that
-reason and the torch rung verifies any depth.  Oracle: ``gdn_verify_oracle.oracle_verify`` (fp64).
+reason and the torch rung verifies any depth.  Oracle: ``naive_verify.naive_gdn_verify`` (fp64).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ live request's rows, which padding then overwrote (or raced with, on the device)
 the last row no request names (one exists whenever padding does, given ``rows >= B*S``; fewer rows: the
 predicate refuses), and padding outputs are 0 on both rungs.
 
-Oracle: ``gdn_verify_oracle.oracle_verify`` (fp64, padding writes skipped) for the live rows; the
+Oracle: ``naive_verify.naive_gdn_verify`` (fp64, padding writes skipped) for the live rows; the
 torch rung for everything the two rungs both define."""
 
 from __future__ import annotations

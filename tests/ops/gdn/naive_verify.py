@@ -14,7 +14,7 @@ def _l2(x):
     return x / math.sqrt(float((x * x).sum()) + 1e-6)
 
 
-def oracle_verify(mix, recurrent, beta, g, scale, lengths, indices, nk, nv, intermediate=None, cache=None,
+def naive_gdn_verify(mix, recurrent, beta, g, scale, lengths, indices, nk, nv, intermediate=None, cache=None,
                   accepted=None):
     """Returns ``(out, recurrent_after, intermediate_after)`` in fp64; output rows past a
     sequence's length are NaN (unwritten); padding rows (index -1) are skipped."""

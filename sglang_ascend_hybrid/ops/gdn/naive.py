@@ -12,8 +12,8 @@ Conventions (packed varlen, SGLang / Ascend layouts):
 
 Everything is computed in fp32; outputs come back in ``q.dtype``, states in fp32.
 
-:func:`recurrent_reference` is the token-by-token definition (slow, obviously right);
-:func:`recurrent_step` the same maths for one token of every sequence at once.  Tests and the
+:func:`naive_recurrent_gated_delta_rule` is the token-by-token definition (slow, obviously right);
+:func:`naive_recurrent_step` the same maths for one token of every sequence at once.  Tests and the
 emulators compare with them; the tuned chunked path is :mod:`.torch_impl`.
 """
 
@@ -36,7 +36,7 @@ def _expand_keys(x: torch.Tensor, value_heads: int) -> torch.Tensor:
 # Token-by-token definition
 # --------------------------------------------------------------------------
 
-def recurrent_reference(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=None):
+def naive_recurrent_gated_delta_rule(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=None):
     """The recurrence token by token (value-first states).  Returns (o in q.dtype, final fp32)."""
     T, Hv, V, K = q.shape[1], v.shape[2], v.shape[3], q.shape[3]
     scale = K ** -0.5 if scale is None else scale
@@ -59,7 +59,7 @@ def recurrent_reference(q, k, v, g, beta, *, cu_seqlens, initial_state=None, sca
     return out.unsqueeze(0).to(q.dtype), final
 
 
-def recurrent_step(q, k, v, g, beta, state, *, scale=None):
+def naive_recurrent_step(q, k, v, g, beta, state, *, scale=None):
     """One token per sequence, all sequences at once.
 
     q, k ``[B, Hk, K]``; v ``[B, Hv, V]``; g, beta ``[B, Hv]``; state ``[B, Hv, V, K]``.

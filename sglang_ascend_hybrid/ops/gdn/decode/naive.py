@@ -21,7 +21,7 @@ def gates(A_log, a, dt_bias, b, *, softplus_beta: float = 1.0, threshold: float 
     return g, torch.sigmoid(b)
 
 
-def gated_decode_reference(A_log, a, dt_bias, q, k, v, b, states, *, scale=None, l2norm: str = "rsqrt",
+def naive_gated_decode(A_log, a, dt_bias, q, k, v, b, states, *, scale=None, l2norm: str = "rsqrt",
                            softplus_beta: float = 1.0, threshold: float = 20.0):
     """One token per request, fp64.
 

@@ -30,7 +30,7 @@ def _conv(hist, seq, weight, bias, silu):
     return out, scale
 
 
-def oracle_fn(x, weight, bias, qsl, idx, his, states, silu, pad=-1):
+def naive_causal_conv1d_fn(x, weight, bias, qsl, idx, his, states, silu, pad=-1):
     """-> (out fp64 [dim, T] with NaN where unspecified, scale, expected states)."""
     width = weight.shape[1]
     dim, total = x.shape
@@ -53,7 +53,7 @@ def oracle_fn(x, weight, bias, qsl, idx, his, states, silu, pad=-1):
     return out, scale, new
 
 
-def oracle_update(x, states, weight, bias, idx, silu, pad=-1):
+def naive_causal_conv1d_update(x, states, weight, bias, idx, silu, pad=-1):
     """x [B, dim] or [B, dim, L] -> (out fp64 like x with NaN for pads, scale, expected states)."""
     width = weight.shape[1]
     x3 = x.unsqueeze(-1) if x.dim() == 2 else x
@@ -73,7 +73,7 @@ def oracle_update(x, states, weight, bias, idx, silu, pad=-1):
     return out, scale, new
 
 
-def oracle_verify(x, window, weight, bias, idx, draft, silu, pad=-1):
+def naive_causal_conv1d_verify(x, window, weight, bias, idx, draft, silu, pad=-1):
     """Speculative verify: x [B * draft, dim] token major, window [slots, R, dim] window major
     (R = (W-1) + (draft-1)) -> (out fp64 [B * draft, dim] with NaN for pads, scale, expected
     window).  Per request: history = the slot's last W-1 rows; the slot afterwards holds the last
