@@ -140,6 +140,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                       "sglang_ascend_hybrid/integration/conv_hooks.py"],
                      ["tests/integration/test_short_conv_track.py", "tests/integration/test_conv_hooks.py",
                       "tests/ops/conv/test_causal_conv1d_dispatch.py"]),
+    # the sgl-kernel-npu pairing check (doctor's section and the startup check included)
+    "pairing": (["sglang_ascend_hybrid/tools/pairing/*"], ["tests/tools/pairing", "tests/test_doctor_cli.py"]),
     "integration": (["sglang_ascend_hybrid/integration/*"],
                     ["tests/integration", "tests/ops/gdn/verify/test_gdn_verify.py",
                      "tests/ops/attention/test_packed_attention_dispatch.py", "tests/test_plugin_unit.py"]),
