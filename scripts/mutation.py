@@ -158,6 +158,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "emulators": (["sglang_ascend_hybrid/emulators/*"],
                   ["tests/emulators", "tests/ops/gdn", "tests/ops/conv", "tests/ops/attention",
                    "tests/integration/test_gdn_pool_layout.py"]),
+    # the sgl-kernel-npu pairing check (doctor's section and the startup check included)
+    "pairing": (["sglang_ascend_hybrid/tools/pairing/*"], ["tests/tools/pairing", "tests/test_doctor_cli.py"]),
     "integration": (["sglang_ascend_hybrid/integration/*"],
                     ["tests/integration", "tests/ops/gdn/verify/test_gdn_verify.py",
                      "tests/ops/attention/test_packed_attention_dispatch.py", "tests/test_plugin_unit.py"]),
