@@ -9,7 +9,7 @@ control.  Tables:
 
 * ``CLI``: ``python -c pass`` (a bare interpreter of this venv) against the console script's
   ``--help`` and an argument error (``plan --tp two``).  Goal: each / bare <= 1.5 (median and
-  minimum); neither may import torch or SGLang (``tests/test_cli_startup.py`` checks that).
+  minimum); neither may import torch or SGLang (``tests/tools/test_cli_startup.py`` checks that).
 * ``plan``: ``plan --config examples/configs/qwen3_6-27b`` wall time.  Goal: <= 3 s.
 * ``registration``: the seconds SGLang's ``load_plugins()`` takes inside a child that first
   imports ``sglang.launch_server`` (what ``python -m sglang.launch_server`` has imported when it

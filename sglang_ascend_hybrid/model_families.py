@@ -4,7 +4,7 @@ GDN head layout, short-conv geometry, full-attention layers, model dtype, per TP
 :data:`FAMILIES` is the one table of the model types served (kind, architectures, the
 config class SGLang builds and its layer rule); the model-type and architecture lists
 derive from it.  The rules are those of the config classes SGLang builds (read from
-their source; ``tests/test_plan_layer_kinds.py`` compares them with the installed
+their source; ``tests/tools/test_plan_layer_kinds.py`` compares them with the installed
 release), as pure functions on the JSON dict (no transformers / SGLang import), shared
 by ``plan`` and the launch-resolution helpers.
 

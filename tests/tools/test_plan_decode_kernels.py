@@ -19,7 +19,7 @@ from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import decode
 from sglang_ascend_hybrid.ops.gdn.decode import contract as decode_contract
 
-CONFIGS = Path(__file__).parent.parent / "examples" / "configs"
+CONFIGS = Path(__file__).parents[2] / "examples" / "configs"
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ import pytest
 from sglang_ascend_hybrid import cli
 from sglang_ascend_hybrid.tools import plan as plan_cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "examples" / "configs"
 DOC = ROOT / "docs" / "plan-json.md"
 CHUNKED = "rows[].gdn.prefill_with_chunk_states"

@@ -12,9 +12,9 @@ import pytest
 from sglang_ascend_hybrid import envs, patches
 from sglang_ascend_hybrid.tools import doctor_report, kernel_report
 from sglang_ascend_hybrid.patches.releases import installed_version
-from tests.test_doctor_cli import run_cli
+from tests.tools.test_doctor_cli import run_cli
 
-CONFIG = Path(__file__).resolve().parents[1] / "examples" / "configs" / "qwen3_6-27b"
+CONFIG = Path(__file__).resolve().parents[2] / "examples" / "configs" / "qwen3_6-27b"
 SECRET = "hf_do_not_print_me_4242"
 
 

@@ -11,7 +11,7 @@ import pytest
 from sglang_ascend_hybrid import patches
 from sglang_ascend_hybrid.patches import verification
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 
 
 IN_SGLANG = [p for p in patches.PATCHES if p.kind == "resolution" or p.target.startswith("sglang.")]

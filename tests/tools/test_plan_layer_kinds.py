@@ -19,7 +19,7 @@ import pytest
 from sglang_ascend_hybrid import cli
 from sglang_ascend_hybrid import model_families as mf
 
-CONFIGS = Path(__file__).parent.parent / "examples" / "configs"
+CONFIGS = Path(__file__).parents[2] / "examples" / "configs"
 
 
 def _cfg(name: str) -> dict:

@@ -18,7 +18,7 @@ from sglang_ascend_hybrid import cli
 from sglang_ascend_hybrid import model_families as mf
 from sglang_ascend_hybrid.tools import plan as plan_cli
 
-CONFIGS = Path(__file__).parent.parent / "examples" / "configs"
+CONFIGS = Path(__file__).parents[2] / "examples" / "configs"
 KERNEL_ENV = ("GDN_USE_MEGA_GDN", "GDN_ATTN_BACKEND_TRITON", "SGLANG_MAMBA_SSM_DTYPE",
               "SGLANG_ASCEND_HYBRID_GDN_BACKEND", "SGLANG_ASCEND_HYBRID_GDN_MAX_OVERHEAD")
 

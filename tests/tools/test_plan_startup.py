@@ -16,7 +16,7 @@ import pytest
 from sglang_ascend_hybrid.integration.launch import decision, extra_buffer, planned, registration
 from sglang_ascend_hybrid.model_families import GDN_ARCHS, PLUGIN_SNAPSHOT_ARCHS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "examples" / "configs"
 HEAVY = ("sglang", "transformers", "torch_npu", "sgl_kernel_npu")
 

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from sglang_ascend_hybrid import cli, envs
 
-CONFIGS = Path(__file__).parent.parent / "examples" / "configs"
+CONFIGS = Path(__file__).parents[2] / "examples" / "configs"
 QWEN = json.loads((CONFIGS / "qwen3_6-27b" / "config.json").read_text())
 NEXT = json.loads((CONFIGS / "qwen3-next-80b-a3b" / "config.json").read_text())
 LFM2 = json.loads((CONFIGS / "lfm2-1.2b" / "config.json").read_text())

@@ -13,7 +13,7 @@ from sglang_ascend_hybrid import cli
 from sglang_ascend_hybrid.ops import seam
 from tests.integration._families import NO_SNAPSHOT_FAMILIES, SHORT_CONV_FAMILIES
 
-CONFIGS = Path(__file__).parent.parent / "examples" / "configs"
+CONFIGS = Path(__file__).parents[2] / "examples" / "configs"
 # What changes which kernel runs, outside the config: cleared for every test here.
 KERNEL_ENV = ("GDN_USE_MEGA_GDN", "GDN_ATTN_BACKEND_TRITON", "SGLANG_MAMBA_SSM_DTYPE",
               "SGLANG_ASCEND_HYBRID_GDN_BACKEND", "SGLANG_ASCEND_HYBRID_GDN_MAX_OVERHEAD")
@@ -198,7 +198,7 @@ def test_plan_shows_the_ssm_state_dtype_and_the_kernels_it_means(capsys):
 
     from sglang_ascend_hybrid.tools import plan as plan_cli
 
-    cfg = Path(__file__).resolve().parent.parent / "examples" / "configs" / "qwen3_6-27b"
+    cfg = Path(__file__).resolve().parents[2] / "examples" / "configs" / "qwen3_6-27b"
     args = SimpleNamespace(config=str(cfg), tp=[8], json=False, kernel_heads=None, mamba_ssm_dtype=None)
     assert plan_cli.main(args) == 0
     out = capsys.readouterr().out
