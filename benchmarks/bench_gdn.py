@@ -66,12 +66,20 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 # this checkout's package and benchmarks, ahead of any installed copy
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks.harness import (Goal, arguments, count_torch_ops, measure, report,  # noqa: E402
-                                setup, summary, thread_counts, write_json)
-
 from fla.ops.gated_delta_rule.naive import naive_chunk_gated_delta_rule  # noqa: E402
 from transformers.models.qwen3_next.modeling_qwen3_next import torch_chunk_gated_delta_rule as _tr_entry  # noqa: E402
 
+from benchmarks.harness import (  # noqa: E402
+    Goal,
+    arguments,
+    count_torch_ops,
+    measure,
+    report,
+    setup,
+    summary,
+    thread_counts,
+    write_json,
+)
 from sglang_ascend_hybrid.ops.gdn.prefill.planner import plan_for  # noqa: E402
 from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch, l2norm  # noqa: E402
 

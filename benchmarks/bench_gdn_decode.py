@@ -32,8 +32,8 @@ import torch.nn.functional as F  # noqa: E402
 
 from benchmarks import harness  # noqa: E402
 from sglang_ascend_hybrid.ops.gdn.api import recurrent_gated_delta_rule  # noqa: E402
-from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm  # noqa: E402
 from sglang_ascend_hybrid.ops.gdn.naive import naive_recurrent_step  # noqa: E402
+from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm  # noqa: E402
 
 HV, HK, K, V = 16, 8, 128, 128
 GOAL_SPEEDUP = 3.0

@@ -27,8 +27,8 @@ import torch.nn.functional as F  # noqa: E402
 
 from benchmarks import harness  # noqa: E402
 from sglang_ascend_hybrid.ops.gdn import verify as gv  # noqa: E402
-from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm  # noqa: E402
 from sglang_ascend_hybrid.ops.gdn.naive import naive_recurrent_step  # noqa: E402
+from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm  # noqa: E402
 
 BATCH, S, HV, HK, K, V = 32, 4, 16, 8, 128, 128
 

@@ -50,7 +50,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.harness import (  # noqa: E402
-    MIN_REPS, QUIET_LOAD, Goal, OthersLoad, Table, aa_name, arguments, report, rotated, thread_counts,
+    MIN_REPS,
+    QUIET_LOAD,
+    Goal,
+    OthersLoad,
+    Table,
+    aa_name,
+    arguments,
+    report,
+    rotated,
+    thread_counts,
     write_json,
 )
 

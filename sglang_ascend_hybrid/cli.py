@@ -15,7 +15,6 @@ import sys
 from sglang_ascend_hybrid.tools.console import PROG, error
 
 
-
 class _HelpFormatter(argparse.HelpFormatter):
     """argparse's formatter, with the terminal width read without :mod:`shutil` (argparse imports
     it only for ``get_terminal_size``, and it pulls in the compression modules: a tenth of a bare

@@ -18,9 +18,8 @@ from pathlib import Path
 import pytest
 
 from sglang_ascend_hybrid import plugin
-from sglang_ascend_hybrid.patches import apply
-from sglang_ascend_hybrid.patches import mode
 from sglang_ascend_hybrid.envs import ENV
+from sglang_ascend_hybrid.patches import apply, mode
 from tests.test_plugin_unit import fake_sglang  # noqa: F401  (fixture)
 
 PACKAGE_ROOT = str(Path(mode.__file__).resolve().parent.parent)

@@ -12,9 +12,8 @@ from collections import defaultdict
 import pytest
 
 from sglang_ascend_hybrid import patches, plugin
-from sglang_ascend_hybrid.patches import apply, mode, status
 from sglang_ascend_hybrid.integration import registry
-from sglang_ascend_hybrid.patches import releases
+from sglang_ascend_hybrid.patches import apply, mode, releases, status
 from sglang_ascend_hybrid.patches.releases import range_bounds
 
 NEWEST_TESTED = releases.tested_releases()[-1]
@@ -463,11 +462,10 @@ def test_sglang_plugin_load_imports_no_attention_registry_and_parses_nothing_whe
     """With the real SGLang, in fresh interpreters: plugin loading leaves SGLang's attention
     registry (and the short-conv kernels module) unimported, and once the target cache is warm
     it parses no source; importing the registry later still puts every patch in place."""
+    import importlib.util
     import json
     import os
     import subprocess
-
-    import importlib.util
 
     if importlib.util.find_spec("sglang") is None:
         pytest.skip("sglang is not installed")

@@ -29,10 +29,10 @@ from sglang_ascend_hybrid.ops.conv.contract import (
     ERR_QSL,
     ERR_S_CONTIG,
     ERR_S_DTYPE,
-    ERR_WIDTH,
     ERR_W_CONTIG,
     ERR_W_DIM,
     ERR_W_DTYPE,
+    ERR_WIDTH,
     ERR_X_CONTIG,
     ERR_X_DIM,
     MAX_CAPTURE_NUM,
@@ -43,7 +43,6 @@ from sglang_ascend_hybrid.ops.conv.contract import (
     OP_UPDATE_V2_MAIN,
 )
 from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
-
 
 
 def _violate(msg: str) -> None:

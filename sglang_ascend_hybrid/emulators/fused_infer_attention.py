@@ -42,9 +42,8 @@ from typing import Callable, Sequence
 import torch
 
 from sglang_ascend_hybrid.ops.attention import contract as fia_contract
-from sglang_ascend_hybrid.ops.attention.torch_impl import attend_segment
 from sglang_ascend_hybrid.ops.attention.contract import OP_NAME
-
+from sglang_ascend_hybrid.ops.attention.torch_impl import attend_segment
 
 # Keyword arguments the emulator accepts only at their real defaults.
 _UNMODELLED_DEFAULTS = {

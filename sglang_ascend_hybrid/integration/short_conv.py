@@ -220,8 +220,8 @@ def attn_backend_wrapper_around(original, runner, full_attn_backend, *args, **kw
     import NPU packages, e.g. the Ascend GDN backend), which must not be touched at
     plugin discovery."""
     if npu_detected():
-        from sglang_ascend_hybrid.tools.pairing import enforce_for_model
         from sglang_ascend_hybrid.patches.apply import apply_deferred
+        from sglang_ascend_hybrid.tools.pairing import enforce_for_model
 
         enforce_for_model(runner.model_config)
         apply_deferred()

@@ -35,9 +35,9 @@ from typing import Optional
 
 import torch
 
-from sglang_ascend_hybrid.integration.conv_state_layout import draft_window
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.integration.conv_hooks import routes_to_plugin
+from sglang_ascend_hybrid.integration.conv_state_layout import draft_window
 from sglang_ascend_hybrid.ops.conv.api import causal_conv1d_verify
 from sglang_ascend_hybrid.ops.conv.torch_impl import pad_redirect
 

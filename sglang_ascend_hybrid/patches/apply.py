@@ -29,7 +29,16 @@ from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.patches import import_watch
 from sglang_ascend_hybrid.patches.releases import installed_version, sglang_version_problem
 from sglang_ascend_hybrid.patches.status import (
-    APPLIED, DEFERRED, DISABLED, FAILED, NOT_APPLIED, REGISTERED, SKIPPED, STATUS, UNAVAILABLE, hook_registry,
+    APPLIED,
+    DEFERRED,
+    DISABLED,
+    FAILED,
+    NOT_APPLIED,
+    REGISTERED,
+    SKIPPED,
+    STATUS,
+    UNAVAILABLE,
+    hook_registry,
 )
 
 logger = logging.getLogger("sglang_ascend_hybrid")

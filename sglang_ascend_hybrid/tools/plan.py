@@ -68,8 +68,8 @@ def prefill_entry(lay: mf.GDNLayout, dtype: str, state: str, chunk_states: bool,
     """Which prefill rung serves calls of this layout (per rank), the reasons of every other rung."""
     import torch
 
-    from sglang_ascend_hybrid.integration.gdn_hooks import prefill_skip
     from sglang_ascend_hybrid.envs import ENV
+    from sglang_ascend_hybrid.integration.gdn_hooks import prefill_skip
     from sglang_ascend_hybrid.ops.gdn import prefill
     from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature
 

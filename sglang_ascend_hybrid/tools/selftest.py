@@ -378,8 +378,8 @@ def _gdn_emulators(*names: str) -> Callable[[], dict]:
 def _attention_case(dtype: torch.dtype) -> Callable[[str, bool], tuple[float, float]]:
     def run(device: str, quick: bool) -> tuple[float, float]:
         from sglang_ascend_hybrid.ops.attention import api as pa
-        from sglang_ascend_hybrid.ops.attention.torch_impl import packed_attention_torch
         from sglang_ascend_hybrid.ops.attention.cases import packed_case
+        from sglang_ascend_hybrid.ops.attention.torch_impl import packed_attention_torch
 
         # two-sided, KV-only, query-only, two-sided, empty on both sides
         q_lens, k_lens = ([3, 0, 4, 5, 0], [4, 6, 0, 7, 0]) if quick else ([9, 0, 11, 16, 0], [12, 20, 0, 24, 0])
@@ -415,8 +415,8 @@ _GDN_MEGA = {"SGLANG_ASCEND_HYBRID_GDN_BACKEND": "mega"}
 def checks() -> list[Check]:
     """Each check names the rung it exercises; the ops it expects to see served are that rung's
     (:attr:`Rung.ops`), so a rung that calls another op changes the expectation with it."""
-    from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK, OP_NPU_RECURRENT
     from sglang_ascend_hybrid.ops import catalog
+    from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK, OP_NPU_RECURRENT
     from sglang_ascend_hybrid.ops.gdn.decode import DECODE
     from sglang_ascend_hybrid.ops.gdn.decode import contract as decode_contract
 

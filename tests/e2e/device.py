@@ -12,12 +12,11 @@ import pytest
 import torch
 
 from sglang_ascend_hybrid.emulators import causal_conv1d as conv_emu
-from sglang_ascend_hybrid.emulators import gdn_sets
-from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK
 from sglang_ascend_hybrid.emulators import gdn_decode as decode_emu
-from sglang_ascend_hybrid.ops.gdn.decode import contract as decode_contract
+from sglang_ascend_hybrid.emulators import gdn_sets
 from sglang_ascend_hybrid.ops import probes, seam
-
+from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK
+from sglang_ascend_hybrid.ops.gdn.decode import contract as decode_contract
 
 CHIP = "A3"  # Atlas A3: the sgl-kernel-npu build with every op; fp32 GDN states refused by the chunk op
 

@@ -127,8 +127,8 @@ def layer_norm_fwd(x, weight, bias, eps, z=None, out=None, group_size=None, norm
 def ascend_gdn_helpers(conv_op=causal_conv1d):
     """Route the Ascend GDN backend's direct NPU calls to the stand-ins above
     (``conv_op``: the stand-in, or the plugin's conv emulator in bf16 runs)."""
-    from sglang.srt.hardware_backend.npu.attention import ascend_gdn_backend as mod
     from sglang.kernels.ops.attention.fla import layernorm_gated
+    from sglang.srt.hardware_backend.npu.attention import ascend_gdn_backend as mod
     from sglang.srt.layers.attention.linear.kernels import gdn_triton
 
     mp = pytest.MonkeyPatch()

@@ -61,8 +61,8 @@ def plugin_loaded(npu_stubs_path):
     from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
     from sglang.srt.plugins.hook_registry import HookRegistry
 
-    from sglang_ascend_hybrid.ops.conv import dispatch as conv_dispatch
     from sglang_ascend_hybrid.ops import seam
+    from sglang_ascend_hybrid.ops.conv import dispatch as conv_dispatch
     from sglang_ascend_hybrid.ops.gdn import prefill
     from sglang_ascend_hybrid.patches.status import STATUS
 

@@ -23,7 +23,8 @@ import torch
 
 from sglang_ascend_hybrid.integration import short_conv
 from sglang_ascend_hybrid.ops.gdn import decode
-from tests.e2e import device, graph_runner as gr, harness
+from tests.e2e import device, harness
+from tests.e2e import graph_runner as gr
 from tests.e2e.runner import run_family
 
 CONV_LAYERS = 3  # of the tiny LFM2: conv, conv, full_attention, conv

@@ -50,8 +50,12 @@ def _image_inputs(cfg, seed: int = 3):
 def _sglang_mm_inputs(model, cfg, prompt, pixels, mask, shapes):
     """What SGLang's scheduler holds for the request: ``MultimodalInputs`` from the processor's
     output, and the prompt with its placeholders padded by the model."""
-    from sglang.srt.managers.schedule_batch import (Modality, MultimodalDataItem, MultimodalInputs,
-                                                    MultimodalProcessorOutput)
+    from sglang.srt.managers.schedule_batch import (
+        Modality,
+        MultimodalDataItem,
+        MultimodalInputs,
+        MultimodalProcessorOutput,
+    )
 
     start = prompt.index(cfg.image_token_id)
     end = len(prompt) - 1 - prompt[::-1].index(cfg.image_token_id)

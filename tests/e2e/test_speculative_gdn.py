@@ -21,9 +21,8 @@ import functools
 from pathlib import Path
 
 import pytest
-import torch
-
 import sglang
+import torch
 
 from sglang_ascend_hybrid.emulators import mamba_state_update
 from sglang_ascend_hybrid.ops.gdn import pool_layout

@@ -200,6 +200,7 @@ def _import_for_ranks(family) -> None:
     """What every rank imports, imported once here before the fork (a rank then starts in
     moments): SGLang's distributed state and model classes, the plugin's runner."""
     import sglang.srt.distributed.parallel_state  # noqa: F401
+
     import tests.e2e.runner  # noqa: F401
 
     for path in (family.sglang_model, family.hf_model, family.hf_config):

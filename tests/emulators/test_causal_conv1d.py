@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 from sglang_ascend_hybrid.emulators import causal_conv1d as emu
 from sglang_ascend_hybrid.ops.conv import contract as conv_contract
+from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 from tests.ops.conv.conv_oracle import assert_close_to_oracle, naive_causal_conv1d_fn, naive_causal_conv1d_update
 
 H = torch.float16

@@ -58,8 +58,7 @@ def test_interleaved_split_matches_sglang_triton(heads_qk, heads_v):
 
 @needs_triton_interpreter
 def test_contiguous_split_matches_sglang_triton():
-    from sglang.kernels.ops.attention.triton_gdn_fused_proj import (
-        fused_qkvzba_split_reshape_cat_contiguous as ref)
+    from sglang.kernels.ops.attention.triton_gdn_fused_proj import fused_qkvzba_split_reshape_cat_contiguous as ref
     heads_qk, heads_v, head_qk, head_v, rows = 2, 4, 8, 4, 3
     qkvz = _randn(rows, 2 * heads_qk * head_qk + 2 * heads_v * head_v, dtype=torch.bfloat16)
     ba = _randn(rows, 2 * heads_v, dtype=torch.bfloat16, seed=1)

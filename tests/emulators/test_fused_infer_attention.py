@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from sglang_ascend_hybrid.emulators import fused_infer_attention as emu
-from sglang_ascend_hybrid.ops.attention.torch_impl import packed_attention_torch
 from sglang_ascend_hybrid.ops.attention import contract as fia_contract
 from sglang_ascend_hybrid.ops.attention.cases import packed_case as _packed_case
+from sglang_ascend_hybrid.ops.attention.torch_impl import packed_attention_torch
 
 
 def packed_case(*args, head_dim=128, **kwargs):

@@ -6,12 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+
 from sglang_ascend_hybrid.emulators import gdn_mega
+from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
-from tests.ops.gdn.prefill.test_gdn_prefill_ladder import _inputs
-from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 from tests.ops.gdn.gdn_inputs import bf16_packed
+from tests.ops.gdn.prefill.test_gdn_prefill_ladder import _inputs
 
 
 def _mega_args(hv=16, hk=8, T=40, D=128, seed=1):

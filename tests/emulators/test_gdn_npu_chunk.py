@@ -16,13 +16,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from sglang_ascend_hybrid.emulators import gdn_npu_chunk, gdn_sets
 from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
-from sglang_ascend_hybrid.emulators import gdn_npu_chunk
 from sglang_ascend_hybrid.ops.gdn import contract as caps
-from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
-from sglang_ascend_hybrid.ops.gdn.naive import naive_recurrent_gated_delta_rule
-from sglang_ascend_hybrid.emulators import gdn_sets
 from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_CHUNK
+from sglang_ascend_hybrid.ops.gdn.naive import naive_recurrent_gated_delta_rule
+from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 
 TEXTS = caps.NPU_CHUNK_TEXTS
 

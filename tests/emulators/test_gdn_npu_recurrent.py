@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
+
 from sglang_ascend_hybrid.emulators import gdn_npu_recurrent
+from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 from tests.ops.gdn.verify.test_gdn_verify import DK, NK, NV, _case, _max_rel, _oracle
 from tests.ops.gdn.verify.test_gdn_verify_padding import _padded
 

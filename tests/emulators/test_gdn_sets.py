@@ -4,10 +4,10 @@ generation and release have, and what a missing registered op does."""
 from __future__ import annotations
 
 import pytest
-from sglang_ascend_hybrid.emulators import gdn_sets
-from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK, OP_NPU_RECURRENT
+
 from sglang_ascend_hybrid.emulators import causal_conv1d as conv_emu
-from sglang_ascend_hybrid.ops.gdn.contract import OP_TRITON
+from sglang_ascend_hybrid.emulators import gdn_sets
+from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK, OP_NPU_RECURRENT, OP_TRITON
 
 
 def test_emulator_sets_by_chip():

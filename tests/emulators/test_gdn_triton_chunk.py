@@ -11,15 +11,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 from sglang_ascend_hybrid.emulators import gdn_mega, gdn_sets, gdn_triton_chunk
+from sglang_ascend_hybrid.ops import seam
+from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch, l2norm
-from tests.support.call_counter import Counting
-from sglang_ascend_hybrid.ops import seam
-from tests.ops.gdn.gdn_oracles import make_triton_chunk_emulator
 from tests.ops.gdn.gdn_oracles import fla as _fla
+from tests.ops.gdn.gdn_oracles import make_triton_chunk_emulator
 from tests.ops.gdn.test_gdn_reference_branches import _inputs
+from tests.support.call_counter import Counting
 
 D = 128
 

@@ -6,7 +6,10 @@ import pytest
 import torch
 
 from sglang_ascend_hybrid.emulators.mamba_state_update import (
-    DST_LENGTH_TEXT, SRC_LENGTH_TEXT, emulate_move_intermediate_cache)
+    DST_LENGTH_TEXT,
+    SRC_LENGTH_TEXT,
+    emulate_move_intermediate_cache,
+)
 from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 
 L, SLOTS, D, H, V, K = 2, 5, 3, 2, 4, 4

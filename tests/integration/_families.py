@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sglang_ascend_hybrid.model_families import BY_MODEL_TYPE, FAMILIES as TABLE
+from sglang_ascend_hybrid.model_families import BY_MODEL_TYPE
+from sglang_ascend_hybrid.model_families import FAMILIES as TABLE
 
 EXAMPLE_CONFIGS = Path(__file__).resolve().parents[2] / "examples" / "configs"
 

@@ -33,11 +33,10 @@ def column() -> dict:
     """{"release": version, "cells": {row: cell}} for the installed SGLang."""
     sys.path.insert(0, str(STUBS))
     from sglang_ascend_hybrid import patches
-    from sglang_ascend_hybrid.tools import doctor
-    from sglang_ascend_hybrid.patches import apply
-    from sglang_ascend_hybrid.patches import mode
-    from sglang_ascend_hybrid.patches.status import STATUS
+    from sglang_ascend_hybrid.patches import apply, mode
     from sglang_ascend_hybrid.patches.releases import installed_version
+    from sglang_ascend_hybrid.patches.status import STATUS
+    from sglang_ascend_hybrid.tools import doctor
 
     doctor._load_plugins_like_sglang()  # SGLang's srt and (where present) diffusion loaders
     mode.record_request()

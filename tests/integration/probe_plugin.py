@@ -9,11 +9,12 @@ from sglang.srt.plugins import load_plugins  # noqa: E402
 from sglang.srt.plugins.hook_registry import HookRegistry  # noqa: E402
 
 load_plugins()
+from sglang.srt.arg_groups import choices, resolution_hooks  # noqa: E402
+from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS  # noqa: E402
+
 from sglang_ascend_hybrid import plugin  # noqa: E402
 from sglang_ascend_hybrid.patches import apply  # noqa: E402
 from sglang_ascend_hybrid.patches.status import STATUS  # noqa: E402
-from sglang.srt.arg_groups import choices, resolution_hooks  # noqa: E402
-from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS  # noqa: E402
 
 STATUS.refresh_applied()
 # a model process imports its model module; the patches waiting for one ("on import") then apply

@@ -20,8 +20,8 @@ logging.getLogger("sglang_ascend_hybrid").setLevel(logging.INFO)
 
 from sglang_ascend_hybrid import plugin  # noqa: E402
 from sglang_ascend_hybrid.patches import apply  # noqa: E402
-from sglang_ascend_hybrid.testing.launch_check import resolve_launch  # noqa: E402
 from sglang_ascend_hybrid.patches.status import STATUS  # noqa: E402
+from sglang_ascend_hybrid.testing.launch_check import resolve_launch  # noqa: E402
 
 model = Path(sys.argv[1])
 out = {}

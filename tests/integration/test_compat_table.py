@@ -8,8 +8,9 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 from sglang_ascend_hybrid import TESTED_SGLANG_RANGE, patches
 from sglang_ascend_hybrid.patches import releases

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_ascend_hybrid.integration.conv_state_layout import cuda_layout_view
 from sglang_ascend_hybrid.integration import conv_hooks as hooks
+from sglang_ascend_hybrid.integration.conv_state_layout import cuda_layout_view
 from sglang_ascend_hybrid.ops.conv import api as ops
 
 DIM = 16

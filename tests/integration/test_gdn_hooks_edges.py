@@ -18,13 +18,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from sglang_ascend_hybrid.emulators import gdn_npu_chunk
 from sglang_ascend_hybrid.integration import gdn_hooks
 from sglang_ascend_hybrid.integration.launch import resolution
 from sglang_ascend_hybrid.integration.launch.decision import LaunchConfigError
-from sglang_ascend_hybrid.emulators import gdn_npu_chunk
-from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_CHUNK
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.gdn import prefill, contract
+from sglang_ascend_hybrid.ops.gdn import contract, prefill
+from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_CHUNK
 from sglang_ascend_hybrid.ops.gdn.prefill import entries
 from tests.ops.gdn.gdn_oracles import fla, make_triton_chunk_emulator, normalize
 from tests.support.call_counter import Counting as _Counting

@@ -19,12 +19,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sglang_ascend_hybrid.integration import gdn_hooks
 from sglang_ascend_hybrid.emulators import gdn_npu_recurrent
-from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 from sglang_ascend_hybrid.emulators.mamba_state_update import emulate_move_intermediate_cache
+from sglang_ascend_hybrid.integration import gdn_hooks
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import pool_layout
+from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 
 HV, HK, D = 6, 2, 32  # the (6, 2) per-rank heads of Qwen3.6-27B at TP=8; K = V = D
 SLOTS, B, S = 5, 3, 4

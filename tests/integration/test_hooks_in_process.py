@@ -13,10 +13,10 @@ import msgspec
 import pytest
 import torch
 
-from sglang_ascend_hybrid.patches import mode
 from sglang_ascend_hybrid.integration import conv_state_layout, gdn_hooks, gdn_state_dtype, registry
 from sglang_ascend_hybrid.integration.launch import decision, extra_buffer, resolution
 from sglang_ascend_hybrid.model_families import GDN_ARCHS, SHORT_CONV_ARCHS
+from sglang_ascend_hybrid.patches import mode
 
 NS = types.SimpleNamespace
 GDN_ARCH = sorted(GDN_ARCHS)[0]

@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from sglang_ascend_hybrid.integration import packed_attention as pa
-from sglang_ascend_hybrid.ops.attention.inputs import packed_boundaries
 from sglang_ascend_hybrid.ops.attention.api import fused_infer_attention_varlen
 from sglang_ascend_hybrid.ops.attention.cases import packed_case
+from sglang_ascend_hybrid.ops.attention.inputs import packed_boundaries
 from sglang_ascend_hybrid.ops.attention.naive import naive_packed_attention
 from tests.ops.attention.test_packed_attention import assert_close_to_naive
 

@@ -6,15 +6,13 @@ ForwardBatch objects and NPU detection patched on where upstream reads it."""
 from __future__ import annotations
 
 import dataclasses
-from types import SimpleNamespace as NS
-
 import re
+from types import SimpleNamespace as NS
 
 import pytest
 import torch
 
 from sglang_ascend_hybrid.integration import short_conv
-
 
 # --------------------------------------------------------------------------- helpers (shared)
 
@@ -278,10 +276,10 @@ def test_metadata_contract_extend_decode_and_graph(ascend_env):
 @pytest.mark.parametrize("npu", [True, False])
 def test_wrapper_hands_the_original_its_arguments_and_probes_what_it_built(ascend_env, monkeypatch, npu):
     import sglang.srt.utils as sglang_utils
+    from sglang.srt.configs.qwen3_next import Qwen3NextConfig
 
     import sglang_ascend_hybrid.integration.gdn_hooks as gdn_hooks
     import sglang_ascend_hybrid.tools.pairing as pairing
-    from sglang.srt.configs.qwen3_next import Qwen3NextConfig
 
     monkeypatch.setattr(sglang_utils, "is_npu", lambda: npu)
     enforced, probed, seen = [], [], []

@@ -11,8 +11,7 @@ import functools
 import pytest
 import torch
 
-from sglang_ascend_hybrid.integration import short_conv
-from sglang_ascend_hybrid.integration import conv_hooks
+from sglang_ascend_hybrid.integration import conv_hooks, short_conv
 from sglang_ascend_hybrid.ops.conv import api as plugin_conv
 from tests.integration.test_short_conv_backend import (  # noqa: F401  (fixture re-export)
     ascend_env,

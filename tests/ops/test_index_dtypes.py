@@ -7,13 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_ascend_hybrid.ops.conv import api as conv
+from sglang_ascend_hybrid.integration.conv_state_layout import cuda_layout_view
 from sglang_ascend_hybrid.ops.attention import api as pa
-from sglang_ascend_hybrid.ops.gdn import api
-from sglang_ascend_hybrid.ops.gdn import decode
+from sglang_ascend_hybrid.ops.conv import api as conv
+from sglang_ascend_hybrid.ops.gdn import api, decode
 from sglang_ascend_hybrid.ops.gdn import verify as gv
 from sglang_ascend_hybrid.ops.index_dtype import INDEX_DTYPES, index_dtype_problem, is_index_dtype
-from sglang_ascend_hybrid.integration.conv_state_layout import cuda_layout_view
 
 HK, K, HV, V = 2, 16, 4, 16
 

@@ -16,8 +16,8 @@ import pytest
 import requests
 import torch
 
-from sglang_ascend_hybrid.testing.runtime import server as server_mod
 from sglang_ascend_hybrid.testing.runtime import reference_worker, session
+from sglang_ascend_hybrid.testing.runtime import server as server_mod
 from sglang_ascend_hybrid.testing.runtime.engine_worker import _request_result
 from tests.runtime import checkpoints, tier
 

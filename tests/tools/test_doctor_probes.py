@@ -7,10 +7,10 @@ import io
 
 import pytest
 
-from sglang_ascend_hybrid.tools import doctor
 from sglang_ascend_hybrid.emulators import gdn_decode
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn.decode import contract as dc
+from sglang_ascend_hybrid.tools import doctor
 
 
 def _render(data) -> str:

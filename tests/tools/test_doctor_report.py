@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from sglang_ascend_hybrid import envs, patches
-from sglang_ascend_hybrid.tools import doctor_report, kernel_report
 from sglang_ascend_hybrid.patches.releases import installed_version
+from sglang_ascend_hybrid.tools import doctor_report, kernel_report
 from tests.tools.test_doctor_cli import run_cli
 
 CONFIG = Path(__file__).resolve().parents[2] / "examples" / "configs" / "qwen3_6-27b"

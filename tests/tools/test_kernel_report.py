@@ -7,11 +7,11 @@ import io
 
 import pytest
 
-from sglang_ascend_hybrid.tools import kernel_report
 from sglang_ascend_hybrid.emulators import causal_conv1d as conv_emu
 from sglang_ascend_hybrid.emulators import gdn_sets
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import contract as caps
+from sglang_ascend_hybrid.tools import kernel_report
 
 
 def _row(info, family, tp):

@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from sglang_ascend_hybrid import cli
-from sglang_ascend_hybrid.tools import kernel_report
-from sglang_ascend_hybrid.emulators import gdn_npu_recurrent
-from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 from sglang_ascend_hybrid.emulators import gdn_decode as decode_emu
+from sglang_ascend_hybrid.emulators import gdn_npu_recurrent
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import decode
+from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 from sglang_ascend_hybrid.ops.gdn.decode import contract as decode_contract
+from sglang_ascend_hybrid.tools import kernel_report
 
 CONFIGS = Path(__file__).parents[2] / "examples" / "configs"
 

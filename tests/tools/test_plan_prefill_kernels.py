@@ -186,10 +186,10 @@ LAYOUTS = [(48, 16), (12, 4), (6, 2), (3, 1), (4, 2), (2, 1)]
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_plan_names_the_rung_the_runtime_ladder_takes(state, chunk_states, dtype):
     from sglang_ascend_hybrid.emulators import gdn_mega, gdn_npu_chunk, gdn_triton_chunk
-    from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK, OP_TRITON
     from sglang_ascend_hybrid.ops import seam
     from sglang_ascend_hybrid.ops.gdn import contract as caps
     from sglang_ascend_hybrid.ops.gdn import prefill
+    from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK, OP_TRITON
 
     mega = gdn_mega.make_mega_emulator(variant=caps.MEGA_CURRENT)
     ops = {OP_NPU_CHUNK: gdn_npu_chunk.make_npu_chunk_emulator(chip=plan_cli.ASSUMED_CHIP), OP_MEGA: mega,

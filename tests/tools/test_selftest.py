@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglang_ascend_hybrid.tools import selftest
-from sglang_ascend_hybrid.ops.conv import api as conv
 from sglang_ascend_hybrid.ops import seam
+from sglang_ascend_hybrid.ops.conv import api as conv
+from sglang_ascend_hybrid.tools import selftest
 
 OPS = ("causal_conv1d_fn", "causal_conv1d_update", "chunk_gated_delta_rule",
        "recurrent_gated_delta_rule", "fused_infer_attention_varlen")

@@ -10,8 +10,13 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from sglang_ascend_hybrid.integration.launch.decision import (Decision, LaunchConfigError, LaunchFacts, decide,
-                                                              snapshot_writer)
+from sglang_ascend_hybrid.integration.launch.decision import (
+    Decision,
+    LaunchConfigError,
+    LaunchFacts,
+    decide,
+    snapshot_writer,
+)
 from sglang_ascend_hybrid.integration.launch.extra_buffer import upstream_extra_buffer_archs
 from sglang_ascend_hybrid.model_families import GDN_ARCHS, PLUGIN_SNAPSHOT_ARCHS, ModelFacts
 

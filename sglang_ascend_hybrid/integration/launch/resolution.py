@@ -10,8 +10,13 @@ from typing import Any, Callable, Optional
 
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.integration.launch import extra_buffer
-from sglang_ascend_hybrid.integration.launch.decision import (SUPPORTED_ARCHS, Decision, LaunchConfigError,
-                                                              LaunchFacts, decide)
+from sglang_ascend_hybrid.integration.launch.decision import (
+    SUPPORTED_ARCHS,
+    Decision,
+    LaunchConfigError,
+    LaunchFacts,
+    decide,
+)
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.model_families import GDN_ARCHS
 

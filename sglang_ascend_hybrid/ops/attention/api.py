@@ -46,8 +46,6 @@ from sglang_ascend_hybrid.ops.attention.dispatch import AttentionCall, attend
 from sglang_ascend_hybrid.ops.attention.inputs import check_tensors, packed_boundaries
 
 
-
-
 def fused_infer_attention_varlen(
     q: torch.Tensor,
     k: torch.Tensor,

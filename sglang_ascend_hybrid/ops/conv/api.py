@@ -34,11 +34,11 @@ from sglang_ascend_hybrid.ops.conv.dispatch import (
     FN_LADDER,
     UPDATE_LADDER,
     VERIFY_LADDER,
-    run_ladder,
     FnCall,
-    conv_signature,
     UpdateCall,
     VerifyCall,
+    conv_signature,
+    run_ladder,
 )
 from sglang_ascend_hybrid.ops.conv.inputs import (
     PAD_SLOT_ID,
@@ -49,7 +49,6 @@ from sglang_ascend_hybrid.ops.conv.inputs import (
     check_update_inputs,
     check_verify_inputs,
 )
-
 
 # --------------------------------------------------------------------------- public ops
 

@@ -51,11 +51,14 @@ from sglang_ascend_hybrid.ops.conv.contract import (
     DEVICE_OPS,
     MAX_CAPTURE_NUM,
     NPU_DTYPES,
+    OP_ACLNN,
+    OP_FN_V2,
+    OP_UPDATE_V2,
+    OP_UPDATE_V2_MAIN,
     SPEC_WIDTH,
     WIDTHS,
     is_refusal,
 )
-from sglang_ascend_hybrid.ops.conv.contract import OP_ACLNN, OP_FN_V2, OP_UPDATE_V2, OP_UPDATE_V2_MAIN
 from sglang_ascend_hybrid.ops.conv.inputs import activation_is_silu
 from sglang_ascend_hybrid.ops.conv.torch_impl import causal_conv1d_fn_torch, update_rows_torch, verify_rows_torch
 from sglang_ascend_hybrid.ops.ladder import Absent, Ladder, Rung, env_forced_rung

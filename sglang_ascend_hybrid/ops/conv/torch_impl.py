@@ -39,12 +39,12 @@ import torch.nn.functional as F
 from sglang_ascend_hybrid.ops import cpu_workspace
 from sglang_ascend_hybrid.ops.conv.inputs import (
     PAD_SLOT_ID,
-    need,
     activation_is_silu,
     check_fn_inputs,
     check_fn_values,
     check_slot_values,
     check_update_inputs,
+    need,
 )
 from sglang_ascend_hybrid.ops.row_copy import index_copy_rows_
 

@@ -16,10 +16,10 @@ import torch
 
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.ops.gdn import decode, prefill
+from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.host import host_list
 from sglang_ascend_hybrid.ops.index_dtype import is_index_dtype
 from sglang_ascend_hybrid.ops.ladder import env_forced_rung
-from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 
 logger = logging.getLogger(__name__)
 

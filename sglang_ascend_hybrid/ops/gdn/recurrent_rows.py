@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.gdn.scatter import scatter_live_rows
 from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
+from sglang_ascend_hybrid.ops.gdn.scatter import scatter_live_rows
 
 # The op applies the sigmoid to beta itself (sgl-project/sgl-kernel-npu csrc/recurrent_gated_delta_rule/
 # op_kernel/recurrent_gated_delta_rule_kernel.cpp, CopyInGamaBeta, at f425bdf1), so a post-sigmoid beta is

@@ -217,6 +217,58 @@ def _unit_lower_inverse(a: torch.Tensor, out: torch.Tensor | None = None) -> tor
     return out.view(*lead, C, C)
 
 
+def _reported_states(bounds, layout, chunk_size: int, record_every: int, head_dims: tuple, dev):
+    """The reported chunk states (``chunk_states``): ``h [rows, Hv, V, K]`` fp32, sequence-major,
+    one row per chunk of ``chunk_size`` tokens, and ``h_dest [F]``: the row of flat compute chunk
+    i's start state when it starts a reported chunk, -1 otherwise."""
+    counts = [(b - a + chunk_size - 1) // chunk_size for a, b in zip(bounds, bounds[1:])]
+    first_row = [0]
+    for c in counts:
+        first_row.append(first_row[-1] + c)
+    h = torch.empty(first_row[-1], *head_dims, dtype=torch.float32, device=dev)
+    h_dest = torch.tensor([first_row[s_] + p // record_every if p % record_every == 0 else -1
+                           for s_, p in zip(layout.chunk_seq, layout.chunk_pos)],
+                          dtype=torch.long, device=dev)
+    return h, h_dest
+
+
+def _gate_factors(gather, g, beta, F: int, Hv: int, C: int, scale: float, dev):
+    """Per-token gate factors of every flat chunk, for the whole call at once (``[F, Hv, C]``
+    each): the cumulative log-decay ``G``, the reset counts (None without ``g = -inf``), beta,
+    ``exp(G)``, the decay to the chunk end, ``gamma`` (``[F*Hv, 1, 1]``), which chunks need the
+    exact decay, ``exp(-G)`` (None when every chunk is exact), the strict upper mask (None when
+    none is) and q's row factor.  ``g`` / ``beta`` are the op's ``[1, T, Hv]`` inputs."""
+    gc = gather(g[0], 0, F, zero_padding=True)                     # padding: g = 0, beta = 0
+    resets = None
+    if bool(torch.isneginf(gc).any()):  # g = -inf is a full reset: cumulative sums of the
+        # finite gates plus a reset count, so exp(G_r - G_j) is exact (0 across a reset)
+        # instead of -inf - -inf
+        neg = torch.isneginf(gc)
+        resets = neg.to(torch.int32).cumsum(-1)                     # [F, Hv, C]
+        gc.masked_fill_(neg, 0.0)
+    gc.cumsum_(-1)                                                  # G_r
+    bc = gather(beta[0], 0, F, zero_padding=True)                  # beta_r
+    gexp = gc.exp()                                                 # exp(G_r): from the chunk start
+    last = gc[..., -1:]
+    to_end = (last - gc).exp_()                                     # exp(G_{C-1} - G_r): to the chunk end
+    last_exp = last.exp()                                           # gamma
+    if resets is not None:
+        gexp.masked_fill_(resets > 0, 0.0)
+        to_end.masked_fill_(resets != resets[..., -1:], 0.0)
+        last_exp.masked_fill_(resets[..., -1:] > 0, 0.0)
+        exact = [True] * F
+    else:
+        # decay[r, j] = exp(G_r - G_j) is the outer product exp(G_r) exp(-G_j) (no C x C
+        # exp) while exp(-G) stays well inside fp32 range; chunks decaying further take
+        # the exact exp of differences.
+        exact = (gc.amin(dim=(1, 2)) <= -_DECAY_PRODUCT_RANGE).tolist()
+    gneg = gc.neg().exp_() if not all(exact) else None              # exp(-G_j) (inf where exact)
+    upper = torch.ones(C, C, dtype=torch.bool, device=dev).triu_(1) if any(exact) else None
+    q_gain = gexp * scale                                           # q's row factor
+    last_exp = last_exp.view(F * Hv, 1, 1)
+    return gc, resets, bc, gexp, to_end, last_exp, exact, gneg, upper, q_gain
+
+
 def chunk_gdn_torch(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=None,
                     output_final_state=True, chunk_states=False, chunk_size=CHUNK_SIZE):
     """Chunked GDN in pure torch.
@@ -289,50 +341,14 @@ def chunk_gdn_torch(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=N
     S_rows = S.view(n * Hv, V, K)
     # outputs, token-major; with padding, row T is a sink for the padding rows (dropped)
     o_rows = torch.empty(T + (0 if layout.dense else 1), Hv, V, dtype=f32, device=dev)
-    h = h_dest = None
+    h = h_dest = h_flat = None
     if chunk_states:
-        # the reported states, sequence-major, one per chunk of chunk_size tokens; h_dest[i] is
-        # the row of flat compute chunk i's start state when it starts a reported chunk (-1 else)
-        counts = [(b - a + chunk_size - 1) // chunk_size for a, b in zip(bounds, bounds[1:])]
-        first_row = [0]
-        for c in counts:
-            first_row.append(first_row[-1] + c)
-        h = torch.empty(first_row[-1], Hv, V, K, dtype=f32, device=dev)
-        h_dest = torch.tensor([first_row[s_] + p // record_every if p % record_every == 0 else -1
-                               for s_, p in zip(layout.chunk_seq, layout.chunk_pos)],
-                              dtype=torch.long, device=dev)
+        h, h_dest = _reported_states(bounds, layout, chunk_size, record_every, (Hv, V, K), dev)
         h_flat = h.view(h.shape[0], Hv * V * K)  # (-1 cannot be inferred for zero chunks)
 
     if F:
-        # Per-token gate factors of every chunk, for the whole call at once ([F, Hv, C] each).
-        gc = gather(g[0], 0, F, zero_padding=True)                     # padding: g = 0, beta = 0
-        resets = None
-        if bool(torch.isneginf(gc).any()):  # g = -inf is a full reset: cumulative sums of the
-            # finite gates plus a reset count, so exp(G_r - G_j) is exact (0 across a reset)
-            # instead of -inf - -inf
-            neg = torch.isneginf(gc)
-            resets = neg.to(torch.int32).cumsum(-1)                     # [F, Hv, C]
-            gc.masked_fill_(neg, 0.0)
-        gc.cumsum_(-1)                                                  # G_r
-        bc = gather(beta[0], 0, F, zero_padding=True)                  # beta_r
-        gexp = gc.exp()                                                 # exp(G_r): from the chunk start
-        last = gc[..., -1:]
-        to_end = (last - gc).exp_()                                     # exp(G_{C-1} - G_r): to the chunk end
-        last_exp = last.exp()                                           # gamma
-        if resets is not None:
-            gexp.masked_fill_(resets > 0, 0.0)
-            to_end.masked_fill_(resets != resets[..., -1:], 0.0)
-            last_exp.masked_fill_(resets[..., -1:] > 0, 0.0)
-            exact = [True] * F
-        else:
-            # decay[r, j] = exp(G_r - G_j) is the outer product exp(G_r) exp(-G_j) (no C x C
-            # exp) while exp(-G) stays well inside fp32 range; chunks decaying further take
-            # the exact exp of differences.
-            exact = (gc.amin(dim=(1, 2)) <= -_DECAY_PRODUCT_RANGE).tolist()
-        gneg = gc.neg().exp_() if not all(exact) else None              # exp(-G_j) (inf where exact)
-        upper = torch.ones(C, C, dtype=torch.bool, device=dev).triu_(1) if any(exact) else None
-        q_gain = gexp * scale                                           # q's row factor
-        last_exp = last_exp.view(F * Hv, 1, 1)
+        gc, resets, bc, gexp, to_end, last_exp, exact, gneg, upper, q_gain = _gate_factors(
+            gather, g, beta, F, Hv, C, scale, dev)
 
     # The flat chunks are processed in groups of _BLOCK_HEAD_CHUNKS (chunk, value head) pairs.
     per_group = max(1, pairs_per_group // max(Hv, 1))

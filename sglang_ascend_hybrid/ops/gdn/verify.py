@@ -61,15 +61,15 @@ import torch
 
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops import seam
+from sglang_ascend_hybrid.ops.gdn import contract as caps
+from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
+from sglang_ascend_hybrid.ops.gdn.pool_step import advance, block_rows
+from sglang_ascend_hybrid.ops.gdn.scatter import scatter_live_rows
+from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature
+from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.host import host_list
 from sglang_ascend_hybrid.ops.index_dtype import is_index_dtype
-from sglang_ascend_hybrid.ops.gdn import contract as caps
-from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature
-from sglang_ascend_hybrid.ops.gdn.pool_step import advance, block_rows
-from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
-from sglang_ascend_hybrid.ops.gdn.scatter import scatter_live_rows
 from sglang_ascend_hybrid.ops.ladder import Absent, Ladder, Rung
-from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 
 logger = logging.getLogger(__name__)
 

@@ -78,8 +78,8 @@ def write_tree(dest: str, modules: dict[str, set[str]], version: str) -> None:
 
 def generate(dest: str, sglang_root: Optional[str] = None) -> dict[str, set[str]]:
     """Write the tree for the SGLang at ``sglang_root`` (default: the installed one) under ``dest``."""
-    from sglang_ascend_hybrid.tools import pairing
     from sglang_ascend_hybrid.testing.emulated_npu import surface
+    from sglang_ascend_hybrid.tools import pairing
 
     imports = pairing.scan_sglang(sglang_root)
     modules = wanted_names(imports, surface.sgl_kernel_npu_ops())

@@ -147,8 +147,8 @@ def plugin_ops() -> dict[str, Callable]:
     if _plugin_ops is None:
         from sglang_ascend_hybrid import patches
         from sglang_ascend_hybrid.emulators import causal_conv1d as conv_emu
-        from sglang_ascend_hybrid.emulators import gdn_sets
         from sglang_ascend_hybrid.emulators import gdn_decode as decode_emu
+        from sglang_ascend_hybrid.emulators import gdn_sets
         from sglang_ascend_hybrid.ops.gdn.decode import contract as decode_contract
 
         # the Triton prefill entry where the installed SGLang's GDN prefill calls it

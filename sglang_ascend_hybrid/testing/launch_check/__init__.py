@@ -19,8 +19,12 @@ The entry names are importable from this package.
 """
 
 from sglang_ascend_hybrid.testing.launch_check.cli import main
-from sglang_ascend_hybrid.testing.launch_check.emulation import (DEFAULT_NPU_MEMORY_MB, RESOLUTION_ENV,
-                                                                 emulated_npu_platform, platform_facts_npu)
+from sglang_ascend_hybrid.testing.launch_check.emulation import (
+                                                                 DEFAULT_NPU_MEMORY_MB,
+                                                                 RESOLUTION_ENV,
+                                                                 emulated_npu_platform,
+                                                                 platform_facts_npu,
+)
 from sglang_ascend_hybrid.testing.launch_check.hooks import launch_hooks_suspended, register_launch_hooks
 from sglang_ascend_hybrid.testing.launch_check.isolated import resolve_isolated
 from sglang_ascend_hybrid.testing.launch_check.resolve import LaunchResult, build_argv, resolve_launch

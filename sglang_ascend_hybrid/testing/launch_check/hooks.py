@@ -15,8 +15,8 @@ def register_launch_hooks() -> list[str]:
     longer offers the step as overridable.
     """
     from sglang_ascend_hybrid import patches
-    from sglang_ascend_hybrid.patches import apply
     from sglang_ascend_hybrid.integration.launch.registration import LAUNCH_PATCH
+    from sglang_ascend_hybrid.patches import apply
 
     patch = patches.by_name(LAUNCH_PATCH)
     apply.install(patch)  # the path registration takes

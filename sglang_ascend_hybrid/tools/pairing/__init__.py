@@ -52,18 +52,40 @@ from __future__ import annotations
 from sglang_ascend_hybrid.tools.pairing.enforce import KernelPairingError, enforce_for_model, logger
 from sglang_ascend_hybrid.tools.pairing.facts import KNOWN, KernelFact
 from sglang_ascend_hybrid.tools.pairing.families import (
-    ASCEND_BACKEND, ASCEND_GDN_BACKEND, ASCEND_HYBRID_LINEAR_BACKEND, FAMILY_FILES, GDN_BACKEND, GDN_TRITON,
-    families_needing, model_family,
+    ASCEND_BACKEND,
+    ASCEND_GDN_BACKEND,
+    ASCEND_HYBRID_LINEAR_BACKEND,
+    FAMILY_FILES,
+    GDN_BACKEND,
+    GDN_TRITON,
+    families_needing,
+    model_family,
 )
 from sglang_ascend_hybrid.tools.pairing.kernel_package import KERNEL_PACKAGE, kernel_location
 from sglang_ascend_hybrid.tools.pairing.message_lines import (
-    family_problems, message, message_of_each, messages, not_installed_message,
+    family_problems,
+    message,
+    message_of_each,
+    messages,
+    not_installed_message,
 )
 from sglang_ascend_hybrid.tools.pairing.report import (
-    MISSING_MODULE, MISSING_SYMBOL, NOT_INSTALLED, OK, UNVERIFIABLE, PairingRecord, PairingReport, check,
+    MISSING_MODULE,
+    MISSING_SYMBOL,
+    NOT_INSTALLED,
+    OK,
+    UNVERIFIABLE,
+    PairingRecord,
+    PairingReport,
+    check,
 )
 from sglang_ascend_hybrid.tools.pairing.sources import (
-    SCANNED_SUBTREES, KernelImport, SkippedFile, release_label, scan_sglang, sglang_dir,
+    SCANNED_SUBTREES,
+    KernelImport,
+    SkippedFile,
+    release_label,
+    scan_sglang,
+    sglang_dir,
 )
 
 __all__ = [

@@ -128,6 +128,44 @@ class _Names:
     origins: dict[str, _Origin] = field(default_factory=dict)  # the runtime binding of each name (the first)
 
 
+def _bindings(node: ast.stmt, runtime: bool) -> tuple[list[tuple[str, _Origin]], str | None, set[str]]:
+    """What one module-level statement binds: ``(name, origin)`` pairs, why its names are
+    open-ended (a runtime star import) or None, and the names a runtime ``__all__`` lists."""
+    bound: list[tuple[str, _Origin]] = []
+    star, listed = None, set()
+    local = ("def", None, None)
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        bound.append((node.name, local))
+    elif isinstance(node, ast.ImportFrom):
+        for a in node.names:
+            if a.name == "*":
+                if runtime:
+                    star = f"it star-imports from {'.' * node.level}{node.module or ''}"
+            else:
+                bound.append((a.asname or a.name, ("from", node.level, (node.module, a.name))))
+    elif isinstance(node, ast.Import):
+        for a in node.names:
+            bound.append((a.asname or a.name.split(".")[0],
+                          ("import", 0, (a.name if a.asname else a.name.split(".")[0], None))))
+    elif isinstance(node, ast.Assign):
+        for t in node.targets:
+            bound.extend((n, local) for n in _bound(t))
+        if runtime and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets) \
+                and isinstance(node.value, (ast.List, ast.Tuple)):
+            listed.update(e.value for e in node.value.elts
+                          if isinstance(e, ast.Constant) and isinstance(e.value, str))
+    elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+        if not (isinstance(node, ast.AnnAssign) and node.value is None):  # ``x: int`` binds nothing
+            bound.extend((n, local) for n in _bound(node.target))
+    elif isinstance(node, ast.For):
+        bound.extend((n, local) for n in _bound(node.target))
+    elif isinstance(node, ast.With):
+        for item in node.items:
+            if item.optional_vars is not None:
+                bound.extend((n, local) for n in _bound(item.optional_vars))
+    return bound, star, listed
+
+
 def _names_of(path: str) -> _Names:
     try:
         tree = parsing._parse(path)
@@ -139,37 +177,9 @@ def _names_of(path: str) -> _Names:
     origins: dict[str, _Origin] = {}
     dynamic = None
     for node, runtime in _module_level(tree.body):
-        bound: list[tuple[str, _Origin]] = []
-        local = ("def", None, None)
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            bound.append((node.name, local))
-        elif isinstance(node, ast.ImportFrom):
-            for a in node.names:
-                if a.name == "*":
-                    if runtime:
-                        dynamic = dynamic or f"it star-imports from {'.' * node.level}{node.module or ''}"
-                else:
-                    bound.append((a.asname or a.name, ("from", node.level, (node.module, a.name))))
-        elif isinstance(node, ast.Import):
-            for a in node.names:
-                bound.append((a.asname or a.name.split(".")[0],
-                              ("import", 0, (a.name if a.asname else a.name.split(".")[0], None))))
-        elif isinstance(node, ast.Assign):
-            for t in node.targets:
-                bound.extend((n, local) for n in _bound(t))
-            if runtime and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets) \
-                    and isinstance(node.value, (ast.List, ast.Tuple)):
-                listed.update(e.value for e in node.value.elts
-                              if isinstance(e, ast.Constant) and isinstance(e.value, str))
-        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
-            if not (isinstance(node, ast.AnnAssign) and node.value is None):  # ``x: int`` binds nothing
-                bound.extend((n, local) for n in _bound(node.target))
-        elif isinstance(node, ast.For):
-            bound.extend((n, local) for n in _bound(node.target))
-        elif isinstance(node, ast.With):
-            for item in node.items:
-                if item.optional_vars is not None:
-                    bound.extend((n, local) for n in _bound(item.optional_vars))
+        bound, star, in_all = _bindings(node, runtime)
+        dynamic = dynamic or star
+        listed |= in_all
         for name, origin in bound:
             if runtime:
                 names.add(name)

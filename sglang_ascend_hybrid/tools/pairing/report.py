@@ -16,7 +16,13 @@ from typing import Iterable
 
 from sglang_ascend_hybrid import installed_source
 from sglang_ascend_hybrid.tools.pairing.kernel_package import (
-    _child, _locate, _Located, _Names, _names_of, _qualified, kernel_location,
+    _child,
+    _locate,
+    _Located,
+    _Names,
+    _names_of,
+    _qualified,
+    kernel_location,
 )
 from sglang_ascend_hybrid.tools.pairing.parsing import _os_reason
 from sglang_ascend_hybrid.tools.pairing.sources import KernelImport, SkippedFile, _scan, sglang_dir

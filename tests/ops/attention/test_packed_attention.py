@@ -20,8 +20,8 @@ import torch
 from sglang_ascend_hybrid.emulators.fused_infer_attention import emulators
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.attention.api import fused_infer_attention_varlen
-from sglang_ascend_hybrid.ops.attention.naive import naive_packed_attention
 from sglang_ascend_hybrid.ops.attention.cases import packed_case
+from sglang_ascend_hybrid.ops.attention.naive import naive_packed_attention
 
 # ---------------------------------------------------------------------------
 # Oracles (independent of the code under test)

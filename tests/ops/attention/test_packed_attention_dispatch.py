@@ -14,13 +14,13 @@ from torch.overrides import TorchFunctionMode
 
 from sglang_ascend_hybrid.emulators import fused_infer_attention as emu
 from sglang_ascend_hybrid.integration import packed_attention as patch_side
-from sglang_ascend_hybrid.ops.attention import api as pa
-from sglang_ascend_hybrid.ops.attention.torch_impl import packed_attention_torch
 from sglang_ascend_hybrid.ops import seam
+from sglang_ascend_hybrid.ops.attention import api as pa
 from sglang_ascend_hybrid.ops.attention import contract as fia_contract
 from sglang_ascend_hybrid.ops.attention.api import fused_infer_attention_varlen
-from sglang_ascend_hybrid.ops.attention.cases import packed_case as _packed_case, random_packed_case
-
+from sglang_ascend_hybrid.ops.attention.cases import packed_case as _packed_case
+from sglang_ascend_hybrid.ops.attention.cases import random_packed_case
+from sglang_ascend_hybrid.ops.attention.torch_impl import packed_attention_torch
 
 # The packed-attention ladder logs from ops.attention.dispatch, its rung refusals from ops.ladder.
 OPS_LOGGER = "sglang_ascend_hybrid.ops"

@@ -14,9 +14,9 @@ import torch
 from sglang_ascend_hybrid.emulators import fused_infer_attention as emu
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.attention import contract as fia_contract
-from sglang_ascend_hybrid.ops.attention.torch_impl import packed_attention_torch
 from sglang_ascend_hybrid.ops.attention.api import fused_infer_attention_varlen
 from sglang_ascend_hybrid.ops.attention.cases import packed_case
+from sglang_ascend_hybrid.ops.attention.torch_impl import packed_attention_torch
 from tests.support.call_counter import Counting
 
 

@@ -12,7 +12,6 @@ import torch
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.conv.naive import naive_causal_conv1d_fn, naive_causal_conv1d_update  # noqa: F401
 
-
 _EPS = {torch.float16: 2.0 ** -10, torch.bfloat16: 2.0 ** -7, torch.float32: 2.0 ** -23}
 _TINY = {torch.float16: 2.0 ** -24, torch.bfloat16: 2.0 ** -133, torch.float32: 2.0 ** -149}
 

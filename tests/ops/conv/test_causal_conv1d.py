@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from sglang.kernels.ops.mamba.causal_conv1d_triton import (
     causal_conv1d_fn as triton_fn,
+)
+from sglang.kernels.ops.mamba.causal_conv1d_triton import (
     causal_conv1d_update as triton_update,
 )
+
 from sglang_ascend_hybrid.integration.conv_state_layout import cuda_layout_view, shares_storage
 from sglang_ascend_hybrid.ops.conv.api import causal_conv1d_fn, causal_conv1d_update
 

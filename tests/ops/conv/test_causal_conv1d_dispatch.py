@@ -8,17 +8,19 @@ import logging
 
 import pytest
 import torch
-
 from sglang.kernels.ops.mamba.causal_conv1d_triton import (
     causal_conv1d_fn as triton_fn,
+)
+from sglang.kernels.ops.mamba.causal_conv1d_triton import (
     causal_conv1d_update as triton_update,
 )
-from sglang_ascend_hybrid.integration.conv_state_layout import cuda_layout_view
+
 from sglang_ascend_hybrid.emulators import causal_conv1d as emu
 from sglang_ascend_hybrid.integration import conv_hooks
+from sglang_ascend_hybrid.integration.conv_state_layout import cuda_layout_view
+from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.conv import api as ops
 from sglang_ascend_hybrid.ops.conv import dispatch as conv_dispatch
-from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.conv import torch_impl as ref
 
 DIM = 32

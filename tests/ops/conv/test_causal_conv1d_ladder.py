@@ -11,19 +11,19 @@ import logging
 import pytest
 import torch
 
-from sglang_ascend_hybrid.integration.conv_state_layout import cuda_layout_view
 from sglang_ascend_hybrid.emulators import causal_conv1d as emu
 from sglang_ascend_hybrid.integration import conv_hooks
+from sglang_ascend_hybrid.integration.conv_state_layout import cuda_layout_view
+from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.conv import api as ops
 from sglang_ascend_hybrid.ops.conv import dispatch as conv_dispatch
-from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable
 from tests.ops.conv.conv_oracle import (
     assert_close_to_oracle,
     forced_backend,
-    opaque,
     naive_causal_conv1d_fn,
     naive_causal_conv1d_update,
+    opaque,
 )
 from tests.support.sync_counter import SyncCounter
 

@@ -17,19 +17,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sglang_ascend_hybrid.integration.conv_state_layout import cuda_layout_view
 from sglang_ascend_hybrid.emulators import causal_conv1d as conv_emu
 from sglang_ascend_hybrid.emulators import gdn_sets
-from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK, OP_TRITON
+from sglang_ascend_hybrid.integration.conv_state_layout import cuda_layout_view
+from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.conv import api as conv_ops
 from sglang_ascend_hybrid.ops.conv import dispatch as conv_dispatch
-from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, recurrent_gated_delta_rule, contract
+from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, contract, recurrent_gated_delta_rule
+from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK, OP_TRITON
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.ladder import Ladder, Rung
-from tests.support.call_counter import Counting
-from tests.ops.gdn.gdn_inputs import bf16_packed
 from tests.ops.conv.conv_oracle import assert_close_to_oracle, naive_causal_conv1d_fn
+from tests.ops.gdn.gdn_inputs import bf16_packed
+from tests.support.call_counter import Counting
 
 D = 128
 

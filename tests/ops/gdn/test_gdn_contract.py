@@ -12,7 +12,6 @@ import torch
 
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 
-
 # ----------------------------------------------------------------------------- chunk op
 
 

@@ -8,13 +8,12 @@ import torch
 import torch.nn.functional as F
 
 from sglang_ascend_hybrid.emulators import gdn_mega
-from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule
+from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn import verify as gv
+from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA
 from sglang_ascend_hybrid.ops.gdn.torch_impl import _unit_lower_inverse, chunk_gdn_torch
-
 
 
 @pytest.mark.parametrize("C", [16, 32, 64, 128, 48])

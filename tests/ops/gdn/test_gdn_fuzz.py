@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sglang_ascend_hybrid.emulators import gdn_sets
-from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, prefill, recurrent_gated_delta_rule
+from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 
 SETTINGS = settings(derandomize=True, max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

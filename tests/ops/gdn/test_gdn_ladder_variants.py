@@ -13,10 +13,10 @@ import torch
 import torch.nn.functional as F
 
 from sglang_ascend_hybrid.emulators import gdn_mega, gdn_npu_chunk, gdn_sets
-from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK, OP_NPU_RECURRENT
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, prefill
+from sglang_ascend_hybrid.ops.gdn import contract as caps
+from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK, OP_NPU_RECURRENT
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from tests.support.call_counter import Counting as _Counting
 

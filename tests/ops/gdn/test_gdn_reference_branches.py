@@ -18,16 +18,16 @@ import torch
 import torch.nn.functional as F
 
 from sglang_ascend_hybrid.emulators import gdn_npu_chunk, gdn_npu_recurrent
-from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_CHUNK, OP_NPU_RECURRENT
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, chunk_with_states, contract
-from sglang_ascend_hybrid.ops.gdn import recurrent_gated_delta_rule
+from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, chunk_with_states, contract, recurrent_gated_delta_rule
 from sglang_ascend_hybrid.ops.gdn import torch_impl as gdn_torch
+from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_CHUNK, OP_NPU_RECURRENT
 from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch
 from tests.ops.gdn.gdn_oracles import C, make_triton_chunk_emulator
 from tests.ops.gdn.gdn_oracles import fla as _fla
 from tests.ops.gdn.gdn_oracles import normalize as _normalize
 from tests.support.call_counter import Counting as _Counting
+
 
 def _inputs(lens, hk, ratio, K, V, *, dtype=torch.float32, seed=0, with_state=True, decay_offset=2.0,
             strong_heads=()):

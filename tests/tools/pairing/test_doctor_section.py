@@ -8,7 +8,12 @@ import io
 from sglang_ascend_hybrid.tools import doctor, pairing
 from sglang_ascend_hybrid.tools.pairing import sources
 from tests.tools.pairing.helpers import (
-    decode_kernel_import, expected_missing_module, fake_sglang, one_kernel, render_pairing, write_kernel_tree,
+    decode_kernel_import,
+    expected_missing_module,
+    fake_sglang,
+    one_kernel,
+    render_pairing,
+    write_kernel_tree,
 )
 
 

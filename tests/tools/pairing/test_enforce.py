@@ -41,6 +41,7 @@ def gdn_runner():
 def on_npu(monkeypatch):
     """NPU detection on where the hook reads it; the deferred patches recorded, not applied."""
     import sglang.srt.utils as sglang_utils
+
     from sglang_ascend_hybrid.patches import apply
 
     monkeypatch.setattr(sglang_utils, "is_npu", lambda: True)

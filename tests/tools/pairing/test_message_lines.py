@@ -7,7 +7,12 @@ import pytest
 
 from sglang_ascend_hybrid.tools import pairing
 from tests.tools.pairing.helpers import (
-    DECODE_OPTIMIZED, decode_kernel_import, expected_missing_module, family_imports, states, write_kernel_tree,
+    DECODE_OPTIMIZED,
+    decode_kernel_import,
+    expected_missing_module,
+    family_imports,
+    states,
+    write_kernel_tree,
 )
 
 

@@ -10,8 +10,14 @@ from sglang_ascend_hybrid.patches.releases import installed_version
 from sglang_ascend_hybrid.tools import doctor, pairing
 from sglang_ascend_hybrid.tools.pairing import sources
 from tests.tools.pairing.helpers import (
-    INSTALL_TAIL, decode_kernel_import, expected_missing_module, fake_sglang, family_imports, render_pairing,
-    states, write_kernel_tree,
+    INSTALL_TAIL,
+    decode_kernel_import,
+    expected_missing_module,
+    fake_sglang,
+    family_imports,
+    render_pairing,
+    states,
+    write_kernel_tree,
 )
 
 

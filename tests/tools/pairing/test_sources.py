@@ -12,7 +12,13 @@ import pytest
 
 from sglang_ascend_hybrid.tools import pairing
 from tests.tools.pairing.helpers import (
-    decode_kernel_import, fake_sglang, family_imports, one_kernel, regex_imports, sglang_root, states,
+    decode_kernel_import,
+    fake_sglang,
+    family_imports,
+    one_kernel,
+    regex_imports,
+    sglang_root,
+    states,
     write_kernel_tree,
 )
 

@@ -9,9 +9,15 @@ and the fp64 definition both are checked against (:mod:`.naive`).
 
 from sglang_ascend_hybrid.ops.gdn.decode.call import DecodeCall, check_decode_inputs, check_decode_values
 from sglang_ascend_hybrid.ops.gdn.decode.contract import installed_decode_entry
-from sglang_ascend_hybrid.ops.gdn.decode.ladder import (DECODE, decode_rungs, decode_static_reasons,
-                                                        npu_recurrent_reason, probe_before_serving, run_decode,
-                                                        triton_decode_reason)
+from sglang_ascend_hybrid.ops.gdn.decode.ladder import (
+                                                        DECODE,
+                                                        decode_rungs,
+                                                        decode_static_reasons,
+                                                        npu_recurrent_reason,
+                                                        probe_before_serving,
+                                                        run_decode,
+                                                        triton_decode_reason,
+)
 
 __all__ = ["DecodeCall", "check_decode_inputs", "check_decode_values", "installed_decode_entry", "DECODE",
            "decode_rungs", "decode_static_reasons", "npu_recurrent_reason", "probe_before_serving", "run_decode",

@@ -33,8 +33,13 @@ from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 from sglang_ascend_hybrid.ops.gdn.decode import contract as dc
 from sglang_ascend_hybrid.ops.gdn.decode import probe
-from sglang_ascend_hybrid.ops.gdn.decode.call import (SOFTPLUS_BETA, SOFTPLUS_THRESHOLD, DecodeCall,
-                                                      check_decode_inputs, check_decode_values)
+from sglang_ascend_hybrid.ops.gdn.decode.call import (
+    SOFTPLUS_BETA,
+    SOFTPLUS_THRESHOLD,
+    DecodeCall,
+    check_decode_inputs,
+    check_decode_values,
+)
 from sglang_ascend_hybrid.ops.gdn.pool_step import step_on_pool
 from sglang_ascend_hybrid.ops.gdn.recurrent_rows import recurrent_on_rows
 from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature, log_path, rejection_line

@@ -10,9 +10,22 @@ entry past the hooks that wrap it (:mod:`.entries`) and its chunk-stride probe
 
 from sglang_ascend_hybrid.ops.gdn.prefill.call import ChunkCall, chunk_offsets, without_empty_sequences
 from sglang_ascend_hybrid.ops.gdn.prefill.ladder import (
-    PREFILL, forget_refusals, is_triton_entry_refusal, mega_reason, npu_chunk_reason, npu_chunk_state_dtype,
-    plan_for_layout, prefill_rungs, prefill_static_reasons, probe_triton_entry_before_serving, run_prefill,
-    triton_needs_probe, triton_reason, triton_rounds_chunk_states, triton_runs_mega)
+    PREFILL,
+    forget_refusals,
+    is_triton_entry_refusal,
+    mega_reason,
+    npu_chunk_reason,
+    npu_chunk_state_dtype,
+    plan_for_layout,
+    prefill_rungs,
+    prefill_static_reasons,
+    probe_triton_entry_before_serving,
+    run_prefill,
+    triton_needs_probe,
+    triton_reason,
+    triton_rounds_chunk_states,
+    triton_runs_mega,
+)
 
 __all__ = ["ChunkCall", "chunk_offsets", "without_empty_sequences", "PREFILL", "forget_refusals",
            "is_triton_entry_refusal", "mega_reason", "npu_chunk_reason", "npu_chunk_state_dtype", "plan_for_layout",

@@ -9,12 +9,11 @@ import pytest
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from sglang_ascend_hybrid.emulators import gdn_npu_recurrent
-from sglang_ascend_hybrid.emulators import gdn_decode
+from sglang_ascend_hybrid.emulators import gdn_decode, gdn_npu_recurrent
 from sglang_ascend_hybrid.ops import probes, seam
 from sglang_ascend_hybrid.ops.gdn import decode
-from sglang_ascend_hybrid.ops.gdn.decode import probe as decode_probe
 from sglang_ascend_hybrid.ops.gdn.decode import contract as dc
+from sglang_ascend_hybrid.ops.gdn.decode import probe as decode_probe
 from sglang_ascend_hybrid.ops.gdn.decode.naive import naive_gated_decode
 from sglang_ascend_hybrid.ops.gdn.recurrent_rows import beta_logit
 from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable

@@ -9,11 +9,11 @@ import logging
 import torch
 import torch.nn.functional as F
 
-from sglang_ascend_hybrid.emulators import gdn_npu_recurrent
-from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 from sglang_ascend_hybrid.emulators import gdn_decode as decode_emu
+from sglang_ascend_hybrid.emulators import gdn_npu_recurrent
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import decode, recurrent_gated_delta_rule
+from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 from tests.support.call_counter import Counting as _Counting
 
 

@@ -12,8 +12,8 @@ import torch
 
 from sglang_ascend_hybrid.ops.gdn import pool_step
 from sglang_ascend_hybrid.ops.gdn.api import recurrent_gated_delta_rule
-from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.gdn.naive import naive_recurrent_step
+from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from tests.support.sync_counter import SyncCounter
 
 HV, HK, K, V = 4, 2, 16, 8

@@ -9,10 +9,9 @@ import pytest
 import torch
 
 from sglang_ascend_hybrid.emulators import gdn_sets
-from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA
 from sglang_ascend_hybrid.ops import probes, seam
+from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_TRITON
 from sglang_ascend_hybrid.ops.gdn.prefill import chunk_stride_probe as csp
-from sglang_ascend_hybrid.ops.gdn.contract import OP_TRITON
 
 
 @pytest.mark.parametrize("env,verdict", [({}, csp.STRIDE_64), ({"GDN_USE_MEGA_GDN": "1"}, csp.STRIDE_128)])
@@ -91,7 +90,7 @@ def test_construction_probe_records_a_verdict_the_rung_then_uses():
     refuses) and a build without the entry are not probed."""
     from sglang_ascend_hybrid.emulators import gdn_triton_chunk
     from sglang_ascend_hybrid.ops import seam
-    from sglang_ascend_hybrid.ops.gdn import prefill, contract
+    from sglang_ascend_hybrid.ops.gdn import contract, prefill
 
     entry = gdn_triton_chunk.make_triton_chunk_emulator(mega=None, version="2026.6.1")
     with seam.install_emulators({}):

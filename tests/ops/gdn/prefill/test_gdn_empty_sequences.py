@@ -10,14 +10,14 @@ import pytest
 import torch
 
 from sglang_ascend_hybrid.emulators import gdn_mega, gdn_triton_chunk
-from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_TRITON
 from sglang_ascend_hybrid.emulators.gdn_triton_chunk import empty_sequence_before_tokens, make_triton_chunk_emulator
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 from sglang_ascend_hybrid.ops.gdn import prefill
 from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states
-from tests.support.call_counter import Counting
+from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_TRITON
 from tests.ops.gdn.gdn_inputs import bf16_packed
+from tests.support.call_counter import Counting
 
 pytestmark = pytest.mark.usefixtures("fresh_gdn")
 

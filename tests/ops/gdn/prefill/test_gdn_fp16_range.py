@@ -15,11 +15,11 @@ import torch
 import torch.nn.functional as F
 
 from sglang_ascend_hybrid.emulators import gdn_mega, gdn_sets, gdn_triton_chunk
-from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_TRITON
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, prefill
+from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states
+from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_TRITON
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable
 from tests.support.call_counter import Counting

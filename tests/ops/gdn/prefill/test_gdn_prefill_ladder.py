@@ -9,10 +9,9 @@ import torch
 import torch.nn.functional as F
 
 from sglang_ascend_hybrid.emulators import gdn_mega, gdn_npu_chunk
-from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule
-from sglang_ascend_hybrid.ops.gdn import prefill
+from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, prefill
+from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK
 from sglang_ascend_hybrid.ops.gdn.prefill.plan_exec import execute_plan
 from sglang_ascend_hybrid.ops.gdn.prefill.planner import plan_for
 from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch, l2norm

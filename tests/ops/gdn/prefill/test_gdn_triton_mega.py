@@ -16,15 +16,15 @@ import torch
 import torch.nn.functional as F
 
 from sglang_ascend_hybrid.emulators import gdn_mega, gdn_sets, gdn_triton_chunk
-from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_TRITON
 from sglang_ascend_hybrid.ops import probes, seam
-from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, prefill, signature
-from sglang_ascend_hybrid.ops.gdn.prefill import entries
+from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states
+from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_TRITON
+from sglang_ascend_hybrid.ops.gdn.prefill import entries
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
-from tests.support.call_counter import Counting
 from tests.ops.gdn.gdn_inputs import bf16_packed
+from tests.support.call_counter import Counting
 
 D = 128
 

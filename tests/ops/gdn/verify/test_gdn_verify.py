@@ -15,13 +15,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sglang_ascend_hybrid.integration import gdn_hooks
-from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 from sglang_ascend_hybrid.emulators import gdn_npu_recurrent
-from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 from sglang_ascend_hybrid.emulators.mamba_state_update import emulate_move_intermediate_cache
+from sglang_ascend_hybrid.integration import gdn_hooks
 from sglang_ascend_hybrid.ops import seam
+from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 from sglang_ascend_hybrid.ops.gdn import verify as gv
+from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable
 from tests.ops.gdn.naive_verify import naive_gdn_verify
 from tests.support.sync_counter import SyncCounter

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from sglang_ascend_hybrid.emulators import gdn_npu_recurrent
-from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import verify as gv
+from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 from tests.ops.gdn.verify.test_gdn_verify import DK, DV, NV, _call, _case, _max_rel, _oracle
 
 

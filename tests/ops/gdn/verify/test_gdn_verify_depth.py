@@ -13,14 +13,25 @@ import pytest
 import torch
 
 from sglang_ascend_hybrid.emulators import gdn_npu_recurrent
-from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn import verify as gv
+from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable
-from tests.ops.gdn.verify.test_gdn_verify import (DK, DV, NK, NV, _call, _case, _commit, _hooked_verify, _max_rel,
-                                                  _oracle, _verify_backend)
+from tests.ops.gdn.verify.test_gdn_verify import (
+    DK,
+    DV,
+    NK,
+    NV,
+    _call,
+    _case,
+    _commit,
+    _hooked_verify,
+    _max_rel,
+    _oracle,
+    _verify_backend,
+)
 
 MAX = caps.RECURRENT_MAX_TOKENS
 

@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from sglang_ascend_hybrid.emulators import gdn_npu_recurrent
-from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import verify as gv
+from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable
 from tests.ops.gdn.verify.test_gdn_verify import DK, NK, NV, _case, _max_rel, _oracle
 from tests.support.sync_counter import SyncCounter
