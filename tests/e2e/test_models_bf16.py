@@ -16,6 +16,7 @@ import torch
 from sglang_ascend_hybrid.ops.gdn.prefill import plan_exec
 from tests.e2e import device, harness
 from tests.e2e.runner import run_family
+from tests.support.release_subset import older_releases_run
 
 PLAN = harness.StepPlan()
 EXTENDS = 2
@@ -65,7 +66,7 @@ def test_qwen3_next_bf16_on_the_npu_gdn_ops():
     assert run.device_calls.get(device.OP_CONV_ACLNN) == GDN_LAYERS * (EXTENDS + PLAN.decodes)
 
 
-@pytest.mark.parametrize("name", ["qwen3_5", "qwen3_5_moe"])
+@pytest.mark.parametrize("name", older_releases_run(["qwen3_5", "qwen3_5_moe"], keep=(0,)))
 def test_qwen3_5_fp32_pool_keeps_its_precision_on_a3(name):
     """Qwen3.5 / 3.6 configs (dense and MoE) ask for an fp32 SSM pool: on A2 / A3 the chunk op
     keeps fp32 states only on Ascend 950 and the mega kernel keeps fp16 ones, so the ladder

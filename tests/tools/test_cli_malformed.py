@@ -296,6 +296,7 @@ def test_subprocess_selftest_bad_backend():
      "SGLANG_ASCEND_HYBRID_STRICT": "2", "SGLANG_ASCEND_HYBRID_CONV_BACKEND": "mega",
      "SGLANG_ASCEND_HYBRID_DEBUG_CHECKS": "maybe"},
 ], ids=["disable", "every_other_variable"])
+@pytest.mark.base_release_only  # the settings' checks do not depend on SGLang's release (CI time)
 def test_subprocess_doctor_flags_invalid_settings(env):
     """Between them the two runs give every variable an invalid value."""
     proc = run_cli("doctor", env_extra=env)
