@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -93,6 +94,23 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "runtime: the runtime tier -- SGLang's real Engine / server with the plugin on the emulated "
         "Ascend device (tests/runtime); select with -m runtime, leave out with -m 'not runtime'")
+    if config.getoption("dist", "no") == "loadgroup" and not xdist_can_group():
+        raise pytest.UsageError(
+            f"pytest-xdist's --dist loadgroup does not group on pytest {pytest.__version__} (it suffixes "
+            "item._nodeid with '@group', which this pytest's Node.nodeid no longer reads): every test of an "
+            "xdist_group would start its own Engine / model runs. Install the pytest requirements/test.txt allows")
+
+
+def xdist_can_group() -> bool:
+    """Whether pytest-xdist's ``--dist loadgroup`` can group tests on the installed pytest: it renames a
+    worker's items by assigning ``item._nodeid = nodeid + "@group"``, which pytest 9.2's ``Node.nodeid``
+    (derived from a structured id) no longer reads.  The runtime tier and the whole-model tests share one
+    Engine / model run per configuration through the groups; lost, the suite takes several times as long."""
+    renamed = types.SimpleNamespace(_nodeid="probe@group")  # what xdist's rename leaves on an item
+    try:
+        return pytest.Item.nodeid.fget(renamed) == "probe@group"
+    except AttributeError:
+        return False
 
 
 def _is_base_release() -> bool:
