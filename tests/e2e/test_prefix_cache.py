@@ -225,7 +225,7 @@ def test_projection_split_stand_ins_equal_the_triton_kernels():
                 assert x.shape == y.shape and torch.equal(x, y), ours.__name__
 
 
-@pytest.mark.parametrize("name,case", SHORT_CONV_CASES)
+@pytest.mark.parametrize("name,case", older_releases_run(SHORT_CONV_CASES, keep=(0,)))
 def test_short_conv_fp32_hits_are_lossless(name, case):
     """The plugin's sidecar snapshots the conv window before each tracked boundary (prefill)."""
     run, r = run_prefix(name, case)

@@ -207,6 +207,7 @@ DEEP_PLAN = spec.SpecPlan(draft_tokens=DEEP_DRAFT, batches=(("A", "B", "C"), ("C
                           resume_wrong=())
 
 
+@pytest.mark.base_release_only  # the verify ladder at 16 drafts; the release path runs in the cases above
 def test_sixteen_draft_tokens_match_plain_decoding_with_drafts_partly_rejected():
     """Qwen3.5 fp32 (the config's fp32 pool): the verify ladder's torch rung at 16 tokens per request,
     SGLang's speculative conv update on a window of W - 1 + 15 rows, its commit of steps 0 .. 15 and

@@ -41,7 +41,6 @@ CONFIGS = {  # name: (family, Engine arguments, model dtype)
     "qwen3_5_moe": ("qwen3_5_moe", tier.GRAPHS, "bfloat16"),
 }
 GRAPH_CONFIGS = ("qwen3_next-bf16-pool", "qwen3_5_moe")
-BREAK_SSM = {"SGLANG_ASCEND_HYBRID_EMULATED_NPU_BREAK": "ignore-saved-ssm-state"}
 INVERT_LAYOUT = {"SGLANG_ASCEND_HYBRID_EMULATED_NPU_BREAK": "invert-decode-layout"}
 
 # SGLang's Ascend GDN path: its direct device calls, whatever the pool, and its full-attention layers'
@@ -78,6 +77,12 @@ def _gdn_rungs(served) -> set:
 
 
 def _run(config: str, env=None) -> tier.Run:
+    if config == "qwen3_5-fp32" and env is None:
+        # the plain run of test_speculative.py's MTP checkpoint (SGLang loads no MTP layer without
+        # speculative decoding): one Engine for both modules, which share this xdist group
+        from tests.runtime.test_speculative import _run_mtp
+
+        return _run_mtp("float32", {})
     family, engine, dtype = CONFIGS[config]
     return tier.run(family, dtype, engine=engine, env=env)
 
@@ -144,13 +149,6 @@ def test_qwen3_5_moe_fp32_pool_keeps_fp32_on_the_torch_rungs():
 def test_qwen3_5_fp32_model_serves_on_the_torch_rungs():
     served = _run("qwen3_5-fp32").served
     assert _gdn_rungs(served) == FP32_POOL_RUNGS, served.rungs()
-
-
-def test_negative_control_dropped_ssm_states_fail_the_comparison():
-    """The GDN prefill ladder broken in SGLang's scheduler process (the gathered SSM states dropped:
-    chunked-prefill continuations and radix hits restart from zeros): the tier must see it."""
-    r = _run("qwen3_5-fp32", env=BREAK_SSM)
-    assert r.comparison.max_gap > 100 * tier.FP32_LOGPROB_TOL, str(r.comparison)
 
 
 def test_negative_control_an_inverted_decode_layout_verdict_fails_the_comparison():

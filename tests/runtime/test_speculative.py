@@ -24,7 +24,10 @@ import torch
 
 from tests.runtime import checkpoints, tier
 
-pytestmark = [pytest.mark.runtime, pytest.mark.xdist_group("runtime-spec")]
+# xdist groups per test, not per module (xdist joins every group mark of a test into one name): the LFM2
+# runs share test_short_conv.py's group (the plain LFM2 fp32 run), the Qwen3.5 runs test_gdn.py's (the
+# plain Qwen3.5 fp32 run of the MTP checkpoint is that module's fp32 model run too)
+pytestmark = [pytest.mark.runtime]
 
 SPEC_FLAGS = {"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
 
@@ -125,6 +128,7 @@ def _run_mtp(dtype: str, engine: dict) -> tier.Run:
 NEXTN = {"speculative_algorithm": "NEXTN", **SPEC_FLAGS}  # the config's fp32 SSM pool
 
 
+@pytest.mark.xdist_group("runtime-gdn")
 def test_qwen3_5_plain_fp32_serves_on_the_ascend_stack_and_the_plugins_gdn_ladders():
     """The NEXTN run's comparator (the MTP checkpoint without speculative decoding: SGLang loads no MTP
     layer) is itself a whole GDN run on every release: chunked prefill, radix hits, transformers, the
@@ -140,6 +144,7 @@ def test_qwen3_5_plain_fp32_serves_on_the_ascend_stack_and_the_plugins_gdn_ladde
     assert want <= r.served.device_ops(), sorted(want - r.served.device_ops())
 
 
+@pytest.mark.xdist_group("runtime-gdn")
 def test_qwen3_5_nextn_fp32_matches_transformers_and_the_plain_run():
     r = _run_mtp("float32", NEXTN)
     tier.assert_served_whole(r)
@@ -157,6 +162,7 @@ SEED = {"speculative_algorithm": "NEXTN", **SPEC_FLAGS, "tp_size": 2, "mamba_ssm
 
 
 @pytest.mark.base_release_only
+@pytest.mark.xdist_group("runtime-spec")
 def test_seed_deployment_serves_and_matches_transformers():
     r = _run_mtp("bfloat16", SEED)
     served = r.served
