@@ -132,12 +132,12 @@ def _bf16_state_tol(xs) -> float:
     return max(float(x.float().abs().max()) for x in xs) * 2 ** -8
 
 
+# (Qwen3-Next's bf16 model on an fp32 pool is Qwen3.5's case on another model class, whose hits the fp32
+# cases above and the runtime tier's Qwen3-Next run cover; left out for CI time)
 @pytest.mark.parametrize("name,case,pool", older_releases_run([("qwen3_5", "page_boundary", torch.float32),
-                                                                ("qwen3_5", "inside_page", torch.bfloat16),
-                                                                ("qwen3_next", "page_boundary", torch.float32)],
+                                                                ("qwen3_5", "inside_page", torch.bfloat16)],
                                                                keep=(1,)),
-                         ids=["qwen3_5-page_boundary-fp32_pool", "qwen3_5-inside_page-bf16_pool",
-                              "qwen3_next-page_boundary-fp32_pool"])
+                         ids=["qwen3_5-page_boundary-fp32_pool", "qwen3_5-inside_page-bf16_pool"])
 def test_gdn_bf16_model_hits_are_lossless(name, case, pool):
     """bf16 model on the NPU-op emulators (A3): a bf16 pool's prefill takes the chunk op, an fp32
     pool's the torch rung (the 16-bit kernels would lower its precision); the snapshot is the

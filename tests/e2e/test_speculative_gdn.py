@@ -54,7 +54,8 @@ CASES = [
     pytest.param("qwen3_next", FP32, FP32, PLAN, id="qwen3_next-fp32"),
     pytest.param("qwen3_5", BF16, BF16, PLAN, id="qwen3_5-bf16-bf16pool"),
     pytest.param("qwen3_5", BF16, FP32, PLAN, id="qwen3_5-bf16-fp32pool"),
-    pytest.param("qwen3_next", BF16, BF16, PLAN, id="qwen3_next-bf16-bf16pool"),
+    # (Qwen3-Next bf16 with a bf16 pool: its verify rungs are Qwen3.5's above; served whole by the runtime
+    # tier's Qwen3-Next run. Left out for CI time.)
     pytest.param("qwen3_5", FP32, FP32, GRAPH_PLAN, id="qwen3_5-fp32-graph-metadata"),
     pytest.param("qwen3_5", BF16, BF16, GRAPH_PLAN, id="qwen3_5-bf16-bf16pool-graph-metadata"),
 ]

@@ -18,6 +18,11 @@ CONFIG = Path(__file__).resolve().parents[2] / "examples" / "configs" / "qwen3_6
 SECRET = "hf_do_not_print_me_4242"
 
 
+# The report's sections are checked in the base release only (CI time): doctor itself, with this release's
+# versions, patches and pairing, runs on every release in test_doctor_cli.py.
+pytestmark = pytest.mark.base_release_only
+
+
 @pytest.fixture(scope="module")
 def report():
     proc = run_cli("doctor", "--report", "--model-path", str(CONFIG), "--tp", "8",
@@ -44,7 +49,6 @@ def test_report_lists_every_patch_and_kernel(report):
     assert "**Probe verdicts**" in report
 
 
-@pytest.mark.base_release_only  # the settings table does not depend on SGLang's release (CI time)
 def test_report_shows_the_settings_in_force_and_nothing_secret(report):
     for var in envs.all_vars():
         assert f"| {var.name} |" in report, var.name
@@ -68,7 +72,6 @@ def test_a_bad_model_path_is_one_line_in_the_report_not_a_crash(tmp_path):
     assert text.startswith("plan: error: ") and text.count("\n") == 1
 
 
-@pytest.mark.base_release_only  # path redaction does not depend on SGLang's release (CI time)
 def test_home_directory_reads_as_tilde(monkeypatch):
     home = os.path.expanduser("~")
     info = dict(versions={"sglang-ascend-hybrid": "x"}, release="r", summary="s", patches=[
