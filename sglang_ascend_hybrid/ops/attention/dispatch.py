@@ -225,7 +225,7 @@ LADDER = Ladder("packed_attention", [
     Rung("npu_fia", lambda sig, c: _fia_ok(c), _fia, device=True, needs=_NEEDS_FIA, ops=(OP_NAME,)),
     Rung("torch", lambda sig, c: None, _torch),
 ], rejection=lambda rung, sig, reason: (f"sglang-ascend-hybrid: packed attention {reason} is outside {OP_NAME}'s "
-                                        "contract; using the pure-torch reference"), log=logger)
+                                        "contract; using the torch path"), log=logger)
 
 
 def attend(call: AttentionCall):
@@ -235,5 +235,5 @@ def attend(call: AttentionCall):
     if not seam.serves(OP_NAME, call.q, call.k, call.v):
         log_once(logger, ("packed_attention", "reference", call.q.device.type),
                  "sglang-ascend-hybrid: packed attention on %s tensors without the %s "
-                 "kernel; using the pure-torch reference", call.q.device.type, OP_NAME)
+                 "kernel; using the torch path", call.q.device.type, OP_NAME)
     return LADDER(call.signature(), call)

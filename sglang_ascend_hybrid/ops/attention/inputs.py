@@ -89,7 +89,7 @@ def check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
                          f"invalid tensors: {', '.join(bad)} (got "
                          f"{', '.join(f'{n} of shape {list(tensors[n].shape)}' for n in bad)})")
     # Upstream accepts NPU tensors only; CPU tensors are accepted here too (they
-    # take the reference path, or an installed emulator).
+    # take the torch path, or an installed emulator).
     bad = [n for n, t in tensors.items()
            if t.device.type not in _DEVICE_TYPES or t.device != q.device]
     if bad:
@@ -113,7 +113,7 @@ def check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         if t.shape[1] == 0 or t.shape[2] == 0:
             raise ValueError(f"NPU packed attention requires at least one head and a head dimension "
                              f">= 1; got {n} of shape {list(t.shape)}")
-    # Upstream leaves this to the kernel; the reference path needs it too.
+    # Upstream leaves this to the kernel; the torch path needs it too.
     if k.shape[1] == 0 or q.shape[1] % k.shape[1]:
         raise ValueError(f"NPU packed attention requires the query head count to be a "
                          f"multiple of the key/value head count, got q heads={q.shape[1]}, "

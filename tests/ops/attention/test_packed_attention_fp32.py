@@ -1,7 +1,7 @@
 """fp32 packed attention on a machine with ``npu_fused_infer_attention_score``: the op takes fp16 /
 bf16 queries only (Ascend/op-plugin 517f2e7d ``docs/zh/custom_APIs/torch_npu/
 torch_npu-npu_fused_infer_attention_score.md`` line 86), so the contract predicts the refusal, the
-op is never called, the pure-torch reference serves with one INFO line; the emulator refuses fp32
+op is never called, the torch path serves with one INFO line; the emulator refuses fp32
 as the op would (a RuntimeError; the real text could not be read, and the emulator's says so)."""
 
 from __future__ import annotations
