@@ -187,35 +187,32 @@ def installed_emulators() -> Mapping[str, Callable]:
 
 
 @contextlib.contextmanager
-def install_real_kernels(ops: Mapping[str, Callable]) -> Iterator[None]:
-    """For the block, take ``ops`` (name -> callable) as the resolved *real* kernels (tests): unlike an
-    emulator, such a kernel serves NPU tensors only (:func:`serves`) and :func:`is_emulated` is False."""
+def _overlay(table: dict, entries: Mapping) -> Iterator[None]:
+    """For the block, ``entries`` over ``table`` (under the lock); afterwards the entries it had
+    before are back and the ones it lacked are gone."""
     with _lock:
-        saved = {name: _resolved[name] for name in ops if name in _resolved}
-        _resolved.update(ops)
+        saved = {name: table[name] for name in entries if name in table}
+        table.update(entries)
     try:
         yield
     finally:
         with _lock:
-            for name in ops:
-                _resolved.pop(name, None)
-            _resolved.update(saved)
+            for name in entries:
+                table.pop(name, None)
+            table.update(saved)
 
 
-@contextlib.contextmanager
-def install_package_probes(results: Mapping[str, bool]) -> Iterator[None]:
-    """For the block, take ``results`` (package -> whether it imports) as the probe results of
-    :func:`package_available` (tests: a package that is installed but broken, or absent)."""
-    with _lock:
-        saved = {name: _probe[name] for name in results if name in _probe}
-        _probe.update(results)
-    try:
-        yield
-    finally:
-        with _lock:
-            for name in results:
-                _probe.pop(name, None)
-            _probe.update(saved)
+def install_real_kernels(ops: Mapping[str, Callable]):
+    """Context manager: for the block, take ``ops`` (name -> callable) as the resolved *real* kernels
+    (tests): unlike an emulator, such a kernel serves NPU tensors only (:func:`serves`) and
+    :func:`is_emulated` is False."""
+    return _overlay(_resolved, ops)
+
+
+def install_package_probes(results: Mapping[str, bool]):
+    """Context manager: for the block, take ``results`` (package -> whether it imports) as the probe
+    results of :func:`package_available` (tests: a package that is installed but broken, or absent)."""
+    return _overlay(_probe, results)
 
 
 def reset_probes() -> None:
