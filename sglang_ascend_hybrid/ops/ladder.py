@@ -139,9 +139,8 @@ class Rung:
     is_refusal: Callable[[BaseException], bool] = lambda exc: False
     # A device kernel: an unexpected RuntimeError after the predicate passed is a refusal too.
     device: bool = False
-    # Why the rung may be unavailable, for ForcedRungUnavailable messages.
-    needs: str = ""
-    # The seam ops the rung calls (kernel reports list them; empty for a pure-torch rung).
+    # The seam ops the rung calls (kernel reports list them, ForcedRungUnavailable names them;
+    # empty for a pure-torch rung).  What a rung needs beyond them is its predicate's reason.
     ops: tuple[str, ...] = ()
 
     def classify(self, exc: BaseException) -> str:
@@ -244,7 +243,7 @@ class Ladder:
         reason = _reason(r, signature, *args, **kwargs)
         if reason is not None:
             why = "" if reason is _DECLINED else f": {reason}"
-            need = f" (it needs {r.needs})" if r.needs else ""
+            need = f" (it calls {', '.join(r.ops)})" if r.ops else ""
             raise ForcedRungUnavailable(
                 f"{self.op}: the forced kernel {name!r} is unavailable for {signature}{why}{need}; "
                 f"use 'auto' to let the ladder {self.names} choose")

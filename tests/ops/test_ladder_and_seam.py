@@ -30,7 +30,7 @@ def _ladder(first_fails=None):
 
     ladder = Ladder("demo_op", [
         Rung("fast", lambda sig, x, *, scale: scale > 0, lambda x, *, scale: fast(None, x, scale=scale),
-             is_refusal=lambda exc: "refuses" in str(exc), device=True, needs="a positive scale"),
+             is_refusal=lambda exc: "refuses" in str(exc), device=True, ops=("demo_kernel",)),
         Rung("slow", lambda sig, x, *, scale: True, lambda x, *, scale: slow(None, x, scale=scale)),
     ])
     return ladder, seen
@@ -57,7 +57,7 @@ def test_refusal_falls_to_the_next_rung_with_the_keywords():
 def test_forced_rung_that_cannot_serve_names_the_op_and_what_it_needs():
     ladder, _ = _ladder()
     with pytest.raises(ForcedRungUnavailable, match=r"^demo_op: the forced kernel 'fast' is unavailable for sig "
-                                                    r"\(it needs a positive scale\); use 'auto'"):
+                                                    r"\(it calls demo_kernel\); use 'auto'"):
         ladder("sig", 2.0, scale=-1.0, backend="fast")
     bare = Ladder("bare_op", [Rung("only", lambda sig: False, lambda: None)])
     with pytest.raises(ForcedRungUnavailable, match=r"unavailable for sig; use 'auto'"):
@@ -217,7 +217,7 @@ def test_capturing_without_torch_npu_is_false(monkeypatch):
 def _reasoned_ladder(log, answers):
     """A two-rung ladder whose device rung answers from ``answers`` (None, a reason or an Absent)."""
     return Ladder("reasoned_op", [
-        Rung("fast", lambda sig: answers[sig], lambda: "fast", device=True, needs="a good shape",
+        Rung("fast", lambda sig: answers[sig], lambda: "fast", device=True,
              ops=("pkg.mod:fast_entry", "fast_op")),
         Rung("torch", lambda sig: None, lambda: "torch"),
     ], rejection=lambda rung, sig, reason: f"demo {sig} cannot use the {rung} kernel: {reason}", log=log)
@@ -243,8 +243,8 @@ def test_an_absent_kernel_is_not_logged_but_named_when_forced(caplog):
         assert ladder("cpu") == "torch"
     assert not [r for r in caplog.records if r.name == log.name]
     with pytest.raises(ForcedRungUnavailable, match=r"^reasoned_op: the forced kernel 'fast' is unavailable for cpu: "
-                                                    r"fast_op is not installed for cpu tensors \(it needs a good "
-                                                    r"shape\); use 'auto'"):
+                                                    r"fast_op is not installed for cpu tensors \(it calls "
+                                                    r"pkg.mod:fast_entry, fast_op\); use 'auto'"):
         ladder("cpu", backend="fast")
 
 

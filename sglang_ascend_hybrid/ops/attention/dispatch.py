@@ -218,11 +218,9 @@ def _torch(call: AttentionCall):
     return packed_attention_torch(call.q, call.k, call.v, call.q_bounds, call.k_bounds, call.scale)
 
 
-_NEEDS_FIA = ("torch_npu's npu_fused_infer_attention_score (TND): fp16 / bf16 q / k / v, head dims "
-              "(128, 128, 128) or (192, 192, 128 / 192), at most 256 heads and 4096 sequences")
 
 LADDER = Ladder("packed_attention", [
-    Rung("npu_fia", lambda sig, c: _fia_ok(c), _fia, device=True, needs=_NEEDS_FIA, ops=(OP_NAME,)),
+    Rung("npu_fia", lambda sig, c: _fia_ok(c), _fia, device=True, ops=(OP_NAME,)),
     Rung("torch", lambda sig, c: None, _torch),
 ], rejection=lambda rung, sig, reason: (f"sglang-ascend-hybrid: packed attention {reason} is outside {OP_NAME}'s "
                                         "contract; using the torch path"), log=logger)

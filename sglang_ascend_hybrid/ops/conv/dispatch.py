@@ -235,20 +235,11 @@ def _fn_torch(c: FnCall) -> torch.Tensor:
                                   check_values=False)
 
 
-_NEEDS_V2 = ("sgl-kernel-npu's unmerged causal_conv1d_fn_v2 / causal_conv1d_update_npu_v2, "
-             "width 2-4, x / weight / state of one dtype fp16 or bf16, a window-major pool of "
-             "exactly width-1 rows")
-_NEEDS_ACLNN = ("torch.ops.npu.causal_conv1d (sgl-kernel-npu, not on Ascend 950), width 2-4, "
-                "x / weight / state of one dtype fp16 or bf16, a contiguous window-major pool "
-                "without draft rows, a shape not yet called in the other dtype")
-_NEEDS_UPDATE_V2 = ("sgl_kernel_npu.mamba.causal_conv1d.causal_conv1d_update_v2, fp16 x and "
-                    "state, a window-major state")
 
 FN_LADDER = Ladder("causal_conv1d_fn", [
-    Rung("npu_v2", lambda sig, c: _fn_v2_ok(c), _fn_v2, is_refusal, device=True, needs=_NEEDS_V2,
+    Rung("npu_v2", lambda sig, c: _fn_v2_ok(c), _fn_v2, is_refusal, device=True,
          ops=(OP_FN_V2,)),
-    Rung("npu_aclnn", lambda sig, c: _fn_aclnn_ok(c), _fn_aclnn, is_refusal, device=True,
-         needs=_NEEDS_ACLNN, ops=(OP_ACLNN,)),
+    Rung("npu_aclnn", lambda sig, c: _fn_aclnn_ok(c), _fn_aclnn, is_refusal, device=True, ops=(OP_ACLNN,)),
     Rung("torch", lambda sig, c: None, _fn_torch),
 ])
 
@@ -361,12 +352,11 @@ def _update_torch(c: UpdateCall) -> torch.Tensor:
 
 
 UPDATE_LADDER = Ladder("causal_conv1d_update", [
-    Rung("npu_v2", lambda sig, c: _update_v2_ok(c), _update_v2, is_refusal, device=True, needs=_NEEDS_V2,
+    Rung("npu_v2", lambda sig, c: _update_v2_ok(c), _update_v2, is_refusal, device=True,
          ops=(OP_UPDATE_V2,)),
-    Rung("npu_aclnn", lambda sig, c: _update_aclnn_ok(c), _update_aclnn, is_refusal, device=True,
-         needs=_NEEDS_ACLNN, ops=(OP_ACLNN,)),
+    Rung("npu_aclnn", lambda sig, c: _update_aclnn_ok(c), _update_aclnn, is_refusal, device=True, ops=(OP_ACLNN,)),
     Rung("npu_update_v2", lambda sig, c: _update_v2_main_ok(c), _update_v2_main, is_refusal, device=True,
-         needs=_NEEDS_UPDATE_V2, ops=(OP_UPDATE_V2_MAIN,)),
+         ops=(OP_UPDATE_V2_MAIN,)),
     Rung("torch", lambda sig, c: None, _update_torch),
 ])
 
@@ -448,15 +438,11 @@ def _verify_torch(c: VerifyCall) -> torch.Tensor:
                              c.cache_indices, c.pad_slot_id, c.draft_token_num)
 
 
-_NEEDS_ACLNN_SPEC = ("torch.ops.npu.causal_conv1d (sgl-kernel-npu, not on Ascend 950) in its speculative "
-                     "mode: width 4, x / weight / window of one dtype fp16 or bf16, a contiguous draft window, "
-                     "a shape not yet called in the other dtype")
 
 VERIFY_LADDER = Ladder("causal_conv1d_verify", [
-    Rung("npu_aclnn", lambda sig, c: _verify_aclnn_ok(c), _verify_aclnn, is_refusal, device=True,
-         needs=_NEEDS_ACLNN_SPEC, ops=(OP_ACLNN,)),
+    Rung("npu_aclnn", lambda sig, c: _verify_aclnn_ok(c), _verify_aclnn, is_refusal, device=True, ops=(OP_ACLNN,)),
     Rung("npu_update_v2", lambda sig, c: _verify_update_v2_ok(c), _verify_update_v2, is_refusal, device=True,
-         needs=_NEEDS_UPDATE_V2, ops=(OP_UPDATE_V2_MAIN,)),
+         ops=(OP_UPDATE_V2_MAIN,)),
     Rung("torch", lambda sig, c: None, _verify_torch),
 ])
 

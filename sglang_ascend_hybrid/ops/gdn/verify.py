@@ -342,9 +342,7 @@ def _torch_run(call: VerifyCall) -> torch.Tensor:
 
 VERIFY = Ladder("gdn_verify", [
     Rung("npu_recurrent", lambda sig, call: _npu_supports(sig, call), _npu_run, caps.is_recurrent_refusal,
-         device=True, ops=(OP_NPU_RECURRENT,),
-         needs="sgl-kernel-npu's torch.ops.npu.recurrent_gated_delta_rule, bf16 tensors and states, "
-               f"at most {caps.RECURRENT_MAX_TOKENS} draft tokens (MAX_MTP), an intermediate-state scratch"),
+         device=True, ops=(OP_NPU_RECURRENT,)),
     Rung("torch", lambda sig, call: None, _torch_run),
 ], rejection=_rejection, log=logger)
 

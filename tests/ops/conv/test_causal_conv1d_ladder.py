@@ -180,14 +180,14 @@ def test_tiling_cache_never_sees_one_shape_in_two_dtypes():
     assert calls == [emu.OP_ACLNN] * 3
 
 
-def test_forced_unavailable_rung_says_what_it_needs():
+def test_forced_unavailable_rung_says_why_and_what_it_calls():
     gen = torch.Generator().manual_seed(10)
     pool = _pool(3, True, torch.float16, gen)
     with seam.install_emulators(emu.emulators()), forced_backend("npu_aclnn"):
-        with pytest.raises(ForcedRungUnavailable, match="without draft rows") as info:
+        with pytest.raises(ForcedRungUnavailable, match=r"\(it calls causal_conv1d\); use 'auto'") as info:
             ops.causal_conv1d_update(torch.randn(1, DIM).half(), cuda_layout_view(pool, 2),
                                      torch.randn(DIM, 3).half(), conv_state_indices=torch.tensor([1]))
-    # the predicate's own reason comes first: what is wrong with this call, then what the rung needs
+    # the predicate's own reason says what is wrong with this call, then the op the rung calls
     assert "the state is not a contiguous window-major pool (a pool with draft rows" in str(info.value)
 
 

@@ -131,13 +131,9 @@ def _torch_run(call: DecodeCall) -> torch.Tensor:
 
 DECODE = Ladder("gdn_serving_decode", [
     Rung("triton_decode", _triton_supports, _triton_run, dc.is_decode_refusal, device=True,
-         ops=tuple(dc.DECODE_ENTRIES.values()),
-         needs="the installed sgl-kernel-npu Triton decode kernel, probed value-first on this pool dtype, "
-               "SGLang's gating inputs, a contiguous pool (and an even value-head count for the generic entry)"),
+         ops=tuple(dc.DECODE_ENTRIES.values())),
     Rung("npu_recurrent", _recurrent_supports, _recurrent_run, caps.is_recurrent_refusal, device=True,
-         ops=(OP_NPU_RECURRENT,),
-         needs="sgl-kernel-npu's torch.ops.npu.recurrent_gated_delta_rule, bf16 q/k/v/b and a bf16 pool, "
-               "l2-normalised q/k, head dims within its on-chip memory"),
+         ops=(OP_NPU_RECURRENT,)),
     Rung("torch", lambda sig, call: None, _torch_run),
 ], rejection=rejection_line("decode"), log=logger)
 

@@ -350,17 +350,11 @@ def _torch_run(call: ChunkCall):
 
 PREFILL = Ladder("gdn_prefill", [
     Rung("npu_chunk", lambda sig, call: _npu_chunk_supports(sig, call), _npu_chunk_run, caps.is_npu_chunk_refusal,
-         device=True, ops=(OP_NPU_CHUNK,),
-         needs="sgl-kernel-npu's torch.ops.npu.chunk_gated_delta_rule, bf16 q/k/v, <= 64 heads, "
-               "head dims <= 128, a bf16 state (fp32 only on Ascend 950), no empty sequence"),
+         device=True, ops=(OP_NPU_CHUNK,)),
     Rung("mega", lambda sig, call: _mega_supports(sig, call), without_empty_sequences(_mega_run), caps.is_mega_refusal,
-         device=True, ops=(OP_MEGA,),
-         needs="sgl-kernel-npu's mega kernel, head dim 128, a head plan within the overhead limit, "
-               "a 16-bit state, no 64-token chunk states, inputs and state within fp16's range"),
+         device=True, ops=(OP_MEGA,)),
     Rung("triton", lambda sig, call: _triton_supports(sig, call), without_empty_sequences(_triton_run),
-         caps.is_triton_refusal, device=True, ops=(OP_TRITON,),
-         needs="sgl-kernel-npu's Triton chunk entry, fp16/bf16 inputs and head dims <= 128; when the entry "
-               "runs the mega kernel (GDN_USE_MEGA_GDN=1), the mega kernel's contract"),
+         caps.is_triton_refusal, device=True, ops=(OP_TRITON,)),
     Rung("torch", lambda sig, call: None, _torch_run),
 ], rejection=rejection_line("prefill"), log=logger)
 

@@ -175,7 +175,7 @@ def test_probe_runs_once_per_signature_and_never_inside_a_capture():
 
 def test_forcing_the_kernel_on_a_key_first_build_names_the_reason():
     with _device("key_first"):
-        with pytest.raises(ForcedRungUnavailable, match="probed value-first"):
+        with pytest.raises(ForcedRungUnavailable, match="the probe found it key-first"):
             decode.run_decode(_call(_inputs(2), [1, 3]), backend="triton_decode")
 
 
