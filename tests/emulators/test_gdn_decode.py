@@ -11,15 +11,13 @@ import torch
 from sglang_ascend_hybrid.emulators.gdn_decode import make_triton_decode_emulator
 from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 from sglang_ascend_hybrid.ops.gdn.decode.naive import naive_gated_decode
+from tests.support import gdn_inputs
 
 Hk, K, Hv, V, SLOTS = 2, 16, 4, 16, 6
 
 
 def _inputs(tokens, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
-    return dict(q=r(1, tokens, Hk, K), k=r(1, tokens, Hk, K), v=r(1, tokens, Hv, V), a=r(tokens, Hv),
-                b=r(tokens, Hv), A_log=0.3 * r(Hv), dt_bias=0.5 * r(Hv), pool=r(SLOTS, Hv, V, K) / K ** 0.5)
+    return gdn_inputs.sglang_gating(tokens, hv=Hv, hk=Hk, k_dim=K, v_dim=V, slots=SLOTS, seed=seed)
 
 
 def _run(entry, x, indices, cu):

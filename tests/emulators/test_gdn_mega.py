@@ -5,24 +5,17 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from sglang_ascend_hybrid.emulators import gdn_mega
 from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 from sglang_ascend_hybrid.ops.gdn import contract as caps
-from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
-from tests.ops.gdn.gdn_inputs import bf16_packed
 from tests.ops.gdn.prefill.test_gdn_prefill_ladder import _inputs
+from tests.support import gdn_inputs
 
 
 def _mega_args(hv=16, hk=8, T=40, D=128, seed=1):
-    gen = torch.Generator().manual_seed(seed)
-    q = l2norm(torch.randn(1, T, hk, D, generator=gen)).half()
-    k = l2norm(torch.randn(1, T, hk, D, generator=gen)).half()
-    v = torch.randn(1, T, hv, D, generator=gen).half()
-    g = F.logsigmoid(torch.randn(1, T, hv, generator=gen) + 2)
-    beta = torch.rand(1, T, hv, generator=gen).half()
-    return q, k, v, g, beta
+    x = gdn_inputs.packed([T], seed=seed, hv=hv, hk=hk, k_dim=D, dtype=torch.half, with_state=False)
+    return x.q, x.k, x.v, x.g, x.beta
 
 
 @pytest.mark.parametrize("variant", caps.MEGA_VARIANTS, ids=lambda v: v.name)
@@ -84,7 +77,8 @@ def test_mega_emulator_keeps_the_real_contract():
 def test_the_mega_emulator_refuses_any_empty_sequence(lens):
     """chunk_h stores an empty sequence's entering state into the next sequence's first h row, or past
     h's end for a trailing one: undefined either way."""
-    q, k, v, g, beta, cu, h0 = bf16_packed(lens, 4, hv=16, hk=8, d=128)
+    q, k, v, g, beta, cu, h0 = gdn_inputs.packed(lens, seed=4, hv=16, hk=8, k_dim=128, dtype=torch.bfloat16,
+                                                 state_dtype=torch.bfloat16).prefill()
     mega = gdn_mega.make_mega_emulator()
     with pytest.raises(EmulatorContractViolation, match=r"sequence\(s\) \[\d\] of cu_seqlens .* are empty"):
         mega(q, k, v, g.float(), beta, None, h0.transpose(-1, -2).contiguous(), True, cu)

@@ -22,22 +22,13 @@ from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_CHUNK
 from sglang_ascend_hybrid.ops.gdn.naive import naive_recurrent_gated_delta_rule
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
+from tests.support import gdn_inputs
 
 TEXTS = caps.NPU_CHUNK_TEXTS
 
 
 def _args(T=70, lens=(30, 40), nk=2, nv=4, dk=32, dv=16, state_dtype=torch.bfloat16, seed=0, state_scale=0.1):
-    gen = torch.Generator().manual_seed(seed)
-    q = l2norm(torch.randn(T, nk, dk, generator=gen)).bfloat16()
-    k = l2norm(torch.randn(T, nk, dk, generator=gen)).bfloat16()
-    v = torch.randn(T, nv, dv, generator=gen).bfloat16()
-    beta = torch.rand(T, nv, generator=gen).bfloat16()
-    g = F.logsigmoid(torch.randn(T, nv, generator=gen) + 2)
-    B = len(lens)
-    state = (torch.randn(B, nv, dv, dk, generator=gen) * state_scale).to(state_dtype)
-    chunk_state = torch.empty(caps.npu_chunk_min_chunk_states(T, B), nv, dv, dk, dtype=state_dtype)
-    return (q, k, v), dict(beta=beta, initial_state=state, actual_seq_lengths=torch.tensor(lens, dtype=torch.int32),
-                           scale=dk ** -0.5, chunk_state=chunk_state, g=g)
+    return _chunk_args(T, lens, nk, nv, dk, dv, state_dtype=state_dtype, seed=seed, state_scale=state_scale)
 
 
 def _first_text(op, qkv, kw):
@@ -276,18 +267,17 @@ TEXTS = caps.NPU_CHUNK_TEXTS
 
 
 def _chunk_args(T=70, lens=(30, 40), nk=2, nv=4, dk=32, dv=16, dtype=torch.bfloat16, state_dtype=torch.bfloat16,
-                seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    q = l2norm(torch.randn(T, nk, dk, generator=gen)).to(dtype)
-    k = l2norm(torch.randn(T, nk, dk, generator=gen)).to(dtype)
-    v = torch.randn(T, nv, dv, generator=gen).to(dtype)
-    beta = torch.rand(T, nv, generator=gen).to(torch.bfloat16)
-    g = F.logsigmoid(torch.randn(T, nv, generator=gen) + 2)
+                seed=0, state_scale=0.1):
+    """The op's arguments: flat q / k / v ``[T, H, D]``, bf16 beta and fp32 g ``[T, Hv]``, the state and a
+    chunk-state scratch of the op's minimum size."""
+    assert T == sum(lens), (T, lens)
+    x = gdn_inputs.packed(lens, seed=seed, hv=nv, hk=nk, k_dim=dk, v_dim=dv, dtype=dtype, beta_dtype=torch.bfloat16,
+                          state_scale=state_scale, state_dtype=state_dtype, flat_qkv=True)
     B = len(lens)
-    state = (torch.randn(B, nv, dv, dk, generator=gen) * 0.1).to(state_dtype)
     chunk_state = torch.empty(caps.npu_chunk_min_chunk_states(T, B), nv, dv, dk, dtype=state_dtype)
-    return (q, k, v), dict(beta=beta, initial_state=state, actual_seq_lengths=torch.tensor(lens, dtype=torch.int32),
-                           scale=dk ** -0.5, chunk_state=chunk_state, g=g)
+    return (x.q, x.k, x.v), dict(beta=x.beta[0], initial_state=x.state,
+                                 actual_seq_lengths=torch.tensor(lens, dtype=torch.int32), scale=dk ** -0.5,
+                                 chunk_state=chunk_state, g=x.g[0])
 
 
 def test_chunk_op_semantics_out_final_and_entering_chunk_states():

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from sglang_ascend_hybrid.emulators import gdn_mega, gdn_sets, gdn_triton_chunk
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 from sglang_ascend_hybrid.ops.gdn import contract as caps
-from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch, l2norm
+from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch
 from tests.ops.gdn.gdn_oracles import fla as _fla
 from tests.ops.gdn.gdn_oracles import make_triton_chunk_emulator
 from tests.ops.gdn.test_gdn_reference_branches import _inputs
+from tests.support import gdn_inputs
 from tests.support.call_counter import Counting
 
 D = 128
@@ -31,16 +31,8 @@ def _env(monkeypatch):
 
 
 def _args(hv=16, hk=8, lens=(150, 20), dtype=torch.bfloat16, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    T = sum(lens)
-    q = l2norm(torch.randn(1, T, hk, D, generator=gen)).to(dtype)
-    k = l2norm(torch.randn(1, T, hk, D, generator=gen)).to(dtype)
-    v = torch.randn(1, T, hv, D, generator=gen).to(dtype)
-    g = F.logsigmoid(torch.randn(1, T, hv, generator=gen) + 3.0)
-    beta = torch.rand(1, T, hv, generator=gen).to(dtype)
-    cu = torch.tensor([0, *lens]).cumsum(0)
-    h0 = torch.randn(len(lens), hv, D, D, generator=gen) * 0.1  # key first, fp32
-    return q, k, v, g, beta, cu, h0
+    # the state read key first, fp32
+    return gdn_inputs.packed(lens, seed=seed, hv=hv, hk=hk, k_dim=D, dtype=dtype, gate_shift=3.0).prefill()
 
 
 def _entry(mega_variant=caps.MEGA_CURRENT, version="2026.6.1"):

@@ -11,12 +11,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-import torch.nn.functional as F
 from fla.ops.gated_delta_rule.naive import naive_recurrent_gated_delta_rule
 
 from sglang_ascend_hybrid.integration import gdn_hooks
 from sglang_ascend_hybrid.ops.gdn import contract
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
+from tests.support import gdn_inputs
 
 K, V = 32, 48  # unequal head dims: a state in the wrong layout cannot even be added to the right one
 
@@ -24,16 +24,9 @@ K, V = 32, 48  # unequal head dims: a state in the wrong layout cannot even be a
 def _inputs(lens, hv=4, hk=2, seed=0, dtype=torch.bfloat16, pool_dtype=torch.float32, slots=6):
     """What TritonGDNKernel.extend receives on NPU: q / k / v [1, T, H, D] (not normalised), g / beta
     [1, T, Hv], the value-first pool [slots, Hv, V, K], the requests' slots and query_start_loc."""
-    gen = torch.Generator().manual_seed(seed)
-    T = sum(lens)
-    q = torch.randn(1, T, hk, K, generator=gen).to(dtype)
-    k = torch.randn(1, T, hk, K, generator=gen).to(dtype)
-    v = torch.randn(1, T, hv, V, generator=gen).to(dtype)
-    g = F.logsigmoid(torch.randn(1, T, hv, generator=gen) + 2.0)
-    beta = torch.rand(1, T, hv, generator=gen).to(dtype)
-    pool = (torch.randn(slots, hv, V, K, generator=gen) * 0.1).to(pool_dtype)
-    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
-    return q, k, v, g, beta, pool, cu
+    x = gdn_inputs.packed(lens, seed=seed, hv=hv, hk=hk, k_dim=K, v_dim=V, dtype=dtype, qk="raw", state_rows=slots,
+                          state_dtype=pool_dtype, cu_dtype=torch.int32)
+    return x.q, x.k, x.v, x.g, x.beta, x.state, x.cu_seqlens
 
 
 def _reference(q, k, v, g, beta, cu, h0_vf):

@@ -18,6 +18,7 @@ from sglang_ascend_hybrid.ops.gdn import prefill
 from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK
 from sglang_ascend_hybrid.ops.gdn.prefill import chunk_stride_probe
 from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch, l2norm
+from tests.support import gdn_inputs
 from tests.support.call_counter import Counting as _Counting
 
 D = 128
@@ -53,16 +54,8 @@ def _backend(mod, cu, track):
 
 def _inputs(lens, hv, hk, seed=0, dtype=torch.bfloat16, pool_dtype=torch.float32):
     """Inputs as the Ascend GDN backend hands them to chunk_gdn (bf16 model, pool of ``pool_dtype``)."""
-    gen = torch.Generator().manual_seed(seed)
-    T = sum(lens)
-    q = torch.randn(T, hk, D, generator=gen).to(dtype)
-    k = torch.randn(T, hk, D, generator=gen).to(dtype)
-    v = torch.randn(T, hv, D, generator=gen).to(dtype)
-    g = F.logsigmoid(torch.randn(1, T, hv, generator=gen) + 2.0)
-    beta = torch.rand(1, T, hv, generator=gen).to(dtype)
-    cu = torch.tensor([0] + lens, dtype=torch.int32).cumsum(0).to(torch.int32)
-    pool = (torch.randn(len(lens) + 2, hv, D, D, generator=gen) * 0.1).to(pool_dtype)
-    return q, k, v, g, beta, cu, pool
+    return gdn_inputs.packed(lens, seed=seed, hv=hv, hk=hk, k_dim=D, dtype=dtype, qk="raw", flat_qkv=True,
+                             state_rows=len(lens) + 2, state_dtype=pool_dtype, cu_dtype=torch.int32).prefill()
 
 
 def _fla_reference(q, k, v, g, beta, cu, h0):

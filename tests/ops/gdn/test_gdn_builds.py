@@ -28,7 +28,7 @@ from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK, OP_TRIT
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.ladder import Ladder, Rung
 from tests.ops.conv.conv_oracle import assert_close_to_oracle, naive_causal_conv1d_fn
-from tests.ops.gdn.gdn_inputs import bf16_packed
+from tests.support import gdn_inputs
 from tests.support.call_counter import Counting
 
 D = 128
@@ -38,7 +38,8 @@ pytestmark = pytest.mark.usefixtures("fresh_gdn")
 
 
 def _inputs(hv=16, hk=8, lens=(70, 5), pool_dtype=torch.bfloat16, seed=0):
-    return bf16_packed(lens, seed, hv=hv, hk=hk, d=D, pool_dtype=pool_dtype, gate_shift=2.0)
+    return gdn_inputs.packed(lens, seed=seed, hv=hv, hk=hk, k_dim=D, dtype=torch.bfloat16,
+                             state_dtype=pool_dtype).prefill()
 
 
 # ----------------------------------------------------------------------------- the seam's table

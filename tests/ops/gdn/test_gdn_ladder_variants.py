@@ -17,7 +17,7 @@ from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, prefill
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK, OP_NPU_RECURRENT
-from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
+from tests.support import gdn_inputs
 from tests.support.call_counter import Counting as _Counting
 
 D = 128
@@ -31,17 +31,8 @@ MEGA = {  # name -> (installed variant, the version string the wheel reports)
 
 
 def _inputs(hv, hk, pool_dtype, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    lens = [3, 4]
-    T = sum(lens)
-    q = l2norm(torch.randn(1, T, hk, D, generator=gen)).bfloat16()
-    k = l2norm(torch.randn(1, T, hk, D, generator=gen)).bfloat16()
-    v = torch.randn(1, T, hv, D, generator=gen).bfloat16()
-    g = F.logsigmoid(torch.randn(1, T, hv, generator=gen) + 2.0)
-    beta = torch.rand(1, T, hv, generator=gen).bfloat16()
-    cu = torch.tensor([0] + lens).cumsum(0)
-    h0 = (torch.randn(2, hv, D, D, generator=gen) * 0.1).to(pool_dtype)
-    return q, k, v, g, beta, cu, h0
+    return gdn_inputs.packed([3, 4], seed=seed, hv=hv, hk=hk, k_dim=D, dtype=torch.bfloat16,
+                             state_dtype=pool_dtype).prefill()
 
 
 def _expected(chip, chunk_present, mega, pool_dtype, pair):

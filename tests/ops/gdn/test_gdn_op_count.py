@@ -19,7 +19,7 @@ import torch
 from benchmarks import harness
 from sglang_ascend_hybrid.ops.gdn import torch_impl as gdn_torch
 from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch
-from tests.ops.gdn.gdn_inputs import random_case
+from tests.support import gdn_inputs
 
 # counts aten ops of the plugin's own torch path: no SGLang code runs (~65 s per release)
 pytestmark = pytest.mark.base_release_only
@@ -32,7 +32,8 @@ PER_GROUP = 150               # fixed ops per group of chunks (measured about 12
 
 
 def _count(lens, d=32, seed=0, **kw):
-    args, call_kw = random_case(lens, seed, hv=HV, hk=HK, d=d, with_state=False)
+    x = gdn_inputs.packed(lens, seed=seed, hv=HV, hk=HK, k_dim=d, with_state=False)
+    args, call_kw = (x.q, x.k, x.v, x.g, x.beta), dict(cu_seqlens=x.cu_seqlens, initial_state=x.state)
     call = lambda: chunk_gdn_torch(*args, cu_seqlens=call_kw["cu_seqlens"], **kw)  # noqa: E731
     call()  # workspaces allocated
     return harness.count_torch_ops(call)[0]

@@ -9,19 +9,13 @@ from fla.ops.gated_delta_rule.naive import naive_recurrent_gated_delta_rule
 
 from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, chunk_with_states, recurrent_gated_delta_rule
 from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch
+from tests.support import gdn_inputs
 
 
 def _inputs(lens, hk, ratio, K, V, dtype, seed, with_state):
-    gen = torch.Generator().manual_seed(seed)
-    T, hv = sum(lens), hk * ratio
-    q = torch.randn(1, T, hk, K, generator=gen)
-    k = torch.randn(1, T, hk, K, generator=gen) / K ** 0.5  # keeps the un-normalised delta rule stable
-    v = torch.randn(1, T, hv, V, generator=gen)
-    g = F.logsigmoid(torch.randn(1, T, hv, generator=gen) + 2.0)
-    beta = torch.rand(1, T, hv, generator=gen)
-    cu = torch.tensor([0] + lens).cumsum(0)
-    h0 = torch.randn(len(lens), hv, V, K, generator=gen) * 0.5 if with_state else None
-    return q.to(dtype), k.to(dtype), v.to(dtype), g, beta.to(dtype), cu, h0
+    # raw q, k scaled by 1/sqrt(K): keeps the un-normalised delta rule stable
+    return gdn_inputs.packed(lens, seed=seed, hv=hk * ratio, hk=hk, k_dim=K, v_dim=V, dtype=dtype, qk="key_scaled",
+                             with_state=with_state, state_scale=0.5).prefill()
 
 
 def _fla(q, k, v, g, beta, cu, h0, scale, l2):

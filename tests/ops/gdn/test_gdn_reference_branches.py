@@ -25,7 +25,7 @@ from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_CHUNK, OP_NPU_RECURRENT
 from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch
 from tests.ops.gdn.gdn_oracles import C, make_triton_chunk_emulator
 from tests.ops.gdn.gdn_oracles import fla as _fla
-from tests.ops.gdn.gdn_oracles import normalize as _normalize
+from tests.support import gdn_inputs
 from tests.support.call_counter import Counting as _Counting
 
 
@@ -33,18 +33,9 @@ def _inputs(lens, hk, ratio, K, V, *, dtype=torch.float32, seed=0, with_state=Tr
             strong_heads=()):
     """Gates ``logsigmoid(randn + decay_offset)``; heads in ``strong_heads`` decay strongly
     (about -2.1 per token: a 64-token chunk reaches about -135)."""
-    gen = torch.Generator().manual_seed(seed)
-    T, hv = sum(lens), hk * ratio
-    q = _normalize(torch.randn(1, T, hk, K, generator=gen))
-    k = _normalize(torch.randn(1, T, hk, K, generator=gen))
-    v = torch.randn(1, T, hv, V, generator=gen)
-    g = F.logsigmoid(torch.randn(1, T, hv, generator=gen) + decay_offset)
-    for h in strong_heads:
-        g[..., h] = F.logsigmoid(torch.randn(1, T, generator=gen) * 0.5 - 2.0)
-    beta = torch.rand(1, T, hv, generator=gen)
-    cu = torch.tensor([0] + lens).cumsum(0)
-    h0 = torch.randn(len(lens), hv, V, K, generator=gen) * 0.5 if with_state else None
-    return q.to(dtype), k.to(dtype), v.to(dtype), g, beta.to(dtype), cu, h0
+    return gdn_inputs.packed(lens, seed=seed, hv=hk * ratio, hk=hk, k_dim=K, v_dim=V, dtype=dtype,
+                             gate_shift=decay_offset, strong_heads=strong_heads, with_state=with_state,
+                             state_scale=0.5).prefill()
 
 
 # ------------------------------------------------------------------ strong decay (exact branch)

@@ -10,11 +10,12 @@ import torch
 from sglang_ascend_hybrid.ops import cpu_workspace
 from sglang_ascend_hybrid.ops.gdn import torch_impl as ref_mod
 from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch
-from tests.ops.gdn.gdn_inputs import random_case
+from tests.support import gdn_inputs
 
 
 def _case(lens, seed, with_state=True):
-    return random_case(lens, seed, hv=4, hk=2, d=16, with_state=with_state)
+    x = gdn_inputs.packed(lens, seed=seed, hv=4, hk=2, k_dim=16, with_state=with_state, state_scale=1.0)
+    return (x.q, x.k, x.v, x.g, x.beta), dict(cu_seqlens=x.cu_seqlens, initial_state=x.state)
 
 
 def _run(case):

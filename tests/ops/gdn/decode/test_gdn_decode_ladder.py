@@ -17,6 +17,7 @@ from sglang_ascend_hybrid.ops.gdn.decode import probe as decode_probe
 from sglang_ascend_hybrid.ops.gdn.decode.naive import naive_gated_decode
 from sglang_ascend_hybrid.ops.gdn.recurrent_rows import beta_logit
 from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable
+from tests.support import gdn_inputs
 from tests.support.op_log import StaticOpLog
 from tests.support.sync_counter import SyncCounter
 
@@ -25,11 +26,8 @@ SLOTS = 8
 
 
 def _inputs(B, Hk=2, K=16, Hv=4, V=16, dtype=torch.bfloat16, pool_dtype=torch.float32, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
-    return dict(q=r(1, B, Hk, K).to(dtype), k=r(1, B, Hk, K).to(dtype), v=r(1, B, Hv, V).to(dtype),
-                a=r(B, Hv).to(dtype), b=r(B, Hv).to(dtype), A_log=0.3 * r(Hv), dt_bias=(0.5 * r(Hv)).to(dtype),
-                pool=(r(SLOTS, Hv, V, K) / K ** 0.5).to(pool_dtype))
+    return gdn_inputs.sglang_gating(B, hv=Hv, hk=Hk, k_dim=K, v_dim=V, slots=SLOTS, seed=seed, dtype=dtype,
+                                    pool_dtype=pool_dtype)
 
 
 def _call(x, indices, qsl=None, entry=ENTRY):

@@ -13,7 +13,7 @@ import torch
 from sglang_ascend_hybrid.ops.gdn import pool_step
 from sglang_ascend_hybrid.ops.gdn.api import recurrent_gated_delta_rule
 from sglang_ascend_hybrid.ops.gdn.naive import naive_recurrent_step
-from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
+from tests.support import gdn_inputs
 from tests.support.sync_counter import SyncCounter
 
 HV, HK, K, V = 4, 2, 16, 8
@@ -21,15 +21,9 @@ ROW_BYTES = HV * V * K * 4
 
 
 def _case(slots, seed=0, pool_dtype=torch.float32, slots_in_pool=8):
-    gen = torch.Generator().manual_seed(seed)
-    B = len(slots)
-    q = torch.randn(B, HK, K, generator=gen)
-    k = l2norm(torch.randn(B, HK, K, generator=gen))
-    v = torch.randn(B, HV, V, generator=gen)
-    g = torch.nn.functional.logsigmoid(torch.randn(B, HV, generator=gen))
-    beta = torch.rand(B, HV, generator=gen)
-    pool = (torch.randn(slots_in_pool, HV, V, K, generator=gen) * 0.5).to(pool_dtype)
-    return q, k, v, g, beta, pool, torch.tensor(slots, dtype=torch.long)
+    x = gdn_inputs.decode_step(len(slots), hv=HV, hk=HK, k_dim=K, v_dim=V, slots=slots_in_pool, seed=seed,
+                               pool_dtype=pool_dtype)
+    return x.q, x.k, x.v, x.g, x.beta, x.state, torch.tensor(slots, dtype=torch.long)
 
 
 def _expected(q, k, v, g, beta, pool, slots, scale):

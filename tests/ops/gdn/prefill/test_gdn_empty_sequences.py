@@ -16,12 +16,17 @@ from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
 from sglang_ascend_hybrid.ops.gdn import prefill
 from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states
 from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_TRITON
-from tests.ops.gdn.gdn_inputs import bf16_packed
+from tests.support import gdn_inputs
 from tests.support.call_counter import Counting
 
 pytestmark = pytest.mark.usefixtures("fresh_gdn")
 
 C = 64
+
+
+def _bf16(lens, seed, *, hv, hk, d, pool_dtype=torch.bfloat16):
+    return gdn_inputs.packed(lens, seed=seed, hv=hv, hk=hk, k_dim=d, dtype=torch.bfloat16,
+                             state_dtype=pool_dtype).prefill()
 
 
 @pytest.fixture(autouse=True)
@@ -80,14 +85,14 @@ def test_empty_sequence_before_tokens(bounds, want):
 
 @pytest.mark.parametrize("lens", [(1, 0, 130), (0, 5), (5, 0, 77)])
 def test_the_triton_path_refuses_an_empty_sequence_before_tokens(lens):
-    q, k, v, g, beta, cu, h0 = bf16_packed(lens, 0, hv=4, hk=2, d=32)
+    q, k, v, g, beta, cu, h0 = _bf16(lens, 0, hv=4, hk=2, d=32)
     entry = make_triton_chunk_emulator(mega=None, version="2026.6.1")
     with pytest.raises(EmulatorContractViolation, match=r"prepare_chunk_indices.*unwritten"):
         entry(q, k, v, g, beta, initial_state=h0.float().transpose(-1, -2).contiguous(), cu_seqlens=cu)
 
 
 def test_a_trailing_empty_sequence_is_served_and_keeps_its_initial_state():
-    q, k, v, g, beta, cu, h0 = bf16_packed((5, 77, 0), 0, hv=4, hk=2, d=32)
+    q, k, v, g, beta, cu, h0 = _bf16((5, 77, 0), 0, hv=4, hk=2, d=32)
     kf = h0.float().transpose(-1, -2).contiguous()
     o, final, h = make_triton_chunk_emulator(mega=None, version="2026.6.1")(q, k, v, g, beta, initial_state=kf,
                                                                            cu_seqlens=cu)
@@ -102,7 +107,7 @@ def test_the_mega_mode_of_the_entry_is_not_the_triton_rule(monkeypatch):
     ``chunk_gated_delta_rule_fwd``): the Triton rule does not apply there, the mega kernel's own does
     (chunk_h: an empty sequence anywhere is undefined)."""
     monkeypatch.setenv("GDN_USE_MEGA_GDN", "1")
-    q, k, v, g, beta, cu, h0 = bf16_packed((5, 0, 77), 0, hv=16, hk=8, d=128)
+    q, k, v, g, beta, cu, h0 = _bf16((5, 0, 77), 0, hv=16, hk=8, d=128)
     mega = Counting(gdn_mega.make_mega_emulator())
     entry = make_triton_chunk_emulator(mega=mega, version="2026.6.1")
     with pytest.raises(EmulatorContractViolation, match="run_mega_chunk_gdn: sequence"):
@@ -133,7 +138,7 @@ def _ladder(ops, args, backend, **kw):
 def test_triton_rung_with_an_empty_sequence_matches_torch_and_the_fp64_oracle(with_state):
     """lens (5, 0, 77), cu_seqlens [0, 5, 5, 82], the Triton rung forced: the entry sees [0, 5, 82]
     (it would raise on the original), and o / final / h equal the torch rung's and the oracle's."""
-    q, k, v, g, beta, cu, h0 = bf16_packed((5, 0, 77), 1, hv=4, hk=2, d=32)
+    q, k, v, g, beta, cu, h0 = _bf16((5, 0, 77), 1, hv=4, hk=2, d=32)
     h0 = h0 if with_state else None
     assert cu.tolist() == [0, 5, 5, 82]
     args = (q, k, v, g, beta, cu, h0)
@@ -161,7 +166,7 @@ def test_triton_rung_with_an_empty_sequence_matches_torch_and_the_fp64_oracle(wi
 def test_the_sequences_named_for_exact_chunk_states_are_renumbered():
     """An fp32 pool's named chunk states are recomputed on the non-empty sequences' numbering:
     sequence 2 of (5, 0, 150) is sequence 1 of the call the entry sees."""
-    q, k, v, g, beta, cu, h0 = bf16_packed((5, 0, 150), 2, hv=4, hk=2, d=32, pool_dtype=torch.float32)
+    q, k, v, g, beta, cu, h0 = _bf16((5, 0, 150), 2, hv=4, hk=2, d=32, pool_dtype=torch.float32)
     ops, _, triton = _machine()
     o, final, h = _ladder(ops, (q, k, v, g, beta, cu, h0), "triton", chunk_states=True, exact_chunks=((2, 2),))
     assert triton.calls >= 2  # the full call and the recomputation of the named state
@@ -175,7 +180,7 @@ def test_the_sequences_named_for_exact_chunk_states_are_renumbered():
 
 @pytest.mark.parametrize("backend", ["triton", "mega"])
 def test_only_empty_sequences_call_no_kernel(backend):
-    q, k, v, g, beta, cu, h0 = bf16_packed((0, 0), 0, hv=16, hk=8, d=128)
+    q, k, v, g, beta, cu, h0 = _bf16((0, 0), 0, hv=16, hk=8, d=128)
     ops, mega, triton = _machine()
     o, final, h = _ladder(ops, (q, k, v, g, beta, cu, h0), backend)
     assert triton.calls == 0 and mega.calls == 0
@@ -185,7 +190,7 @@ def test_only_empty_sequences_call_no_kernel(backend):
 
 
 def test_only_empty_sequences_with_chunk_states_give_no_chunk_state():
-    q, k, v, g, beta, cu, h0 = bf16_packed((0, 0), 0, hv=4, hk=2, d=32)
+    q, k, v, g, beta, cu, h0 = _bf16((0, 0), 0, hv=4, hk=2, d=32)
     ops, mega, triton = _machine()
     o, final, h = _ladder(ops, (q, k, v, g, beta, cu, None), "triton", chunk_states=True)
     assert triton.calls == 0 and mega.calls == 0
@@ -197,7 +202,7 @@ def test_the_mega_rung_never_sees_an_empty_sequence():
     """The mega kernel's chunk_h writes an empty sequence's initial state into another sequence's h row
     (past h's end when it is the last) and leaves a cross-core flag unmatched (SKN f425bdf1
     csrc/mega_chunk_gdn/op_kernel/chunk_h.cpp ~519-560): the rung hands it the non-empty ones."""
-    q, k, v, g, beta, cu, h0 = bf16_packed((5, 0, 77, 0), 3, hv=16, hk=8, d=128)
+    q, k, v, g, beta, cu, h0 = _bf16((5, 0, 77, 0), 3, hv=16, hk=8, d=128)
     ops, mega, _ = _machine()
     seen = []
     real = ops[OP_MEGA]
@@ -211,14 +216,14 @@ def test_the_mega_rung_never_sees_an_empty_sequence():
 
 
 def test_a_call_without_empty_sequences_is_handed_over_as_it_is():
-    call = prefill.ChunkCall(*bf16_packed((5, 7), 0, hv=4, hk=2, d=32)[:6], None, 0.5)
+    call = prefill.ChunkCall(*_bf16((5, 7), 0, hv=4, hk=2, d=32)[:6], None, 0.5)
     seen = []
     prefill.without_empty_sequences(lambda c: seen.append(c) or (None, None, None))(call)
     assert seen == [call]
 
 
 def test_the_torch_path_keeps_chunk_states_of_a_call_with_only_empty_sequences():
-    q, k, v, g, beta, cu, h0 = bf16_packed((0, 0), 0, hv=4, hk=2, d=32)
+    q, k, v, g, beta, cu, h0 = _bf16((0, 0), 0, hv=4, hk=2, d=32)
     o, final, h = chunk_with_states(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0, backend="torch",
                                     chunk_states=True)
     assert o.shape == (1, 0, 4, 32) and h.shape == (0, 4, 32, 32) and torch.equal(final, h0.float())

@@ -12,7 +12,6 @@ import logging
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from sglang_ascend_hybrid.emulators import gdn_mega, gdn_sets, gdn_triton_chunk
 from sglang_ascend_hybrid.ops import seam
@@ -20,8 +19,8 @@ from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, prefill
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states
 from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_TRITON
-from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable
+from tests.support import gdn_inputs
 from tests.support.call_counter import Counting
 
 D = 128
@@ -51,17 +50,8 @@ def fp64_oracle(q, k, v, g, beta, cu, h0, scale):
 
 
 def _inputs(v_scale=1.0, state_scale=0.1, g_shift=2.0, lens=(12, 7), seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    T = sum(lens)
-    q = l2norm(torch.randn(1, T, HK, D, generator=gen)).bfloat16()
-    k = l2norm(torch.randn(1, T, HK, D, generator=gen)).bfloat16()
-    v = (torch.randn(1, T, HV, D, generator=gen) * v_scale).bfloat16()
-    g = F.logsigmoid(torch.randn(1, T, HV, generator=gen) + g_shift) if g_shift is not None \
-        else torch.full((1, T, HV), 0.5)
-    beta = torch.rand(1, T, HV, generator=gen).bfloat16()
-    cu = torch.tensor([0, *lens]).cumsum(0)
-    h0 = (torch.randn(len(lens), HV, D, D, generator=gen) * state_scale).bfloat16()
-    return q, k, v, g, beta, cu, h0
+    return gdn_inputs.packed(lens, seed=seed, hv=HV, hk=HK, k_dim=D, dtype=torch.bfloat16, v_scale=v_scale,
+                             gate_shift=g_shift, state_scale=state_scale, state_dtype=torch.bfloat16).prefill()
 
 
 def _close_to_oracle(o, final, args, tol=2e-2):

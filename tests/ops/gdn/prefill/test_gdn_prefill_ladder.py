@@ -6,7 +6,6 @@ import logging
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from sglang_ascend_hybrid.emulators import gdn_mega, gdn_npu_chunk
 from sglang_ascend_hybrid.ops import seam
@@ -14,7 +13,8 @@ from sglang_ascend_hybrid.ops.gdn import chunk_gated_delta_rule, prefill
 from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK
 from sglang_ascend_hybrid.ops.gdn.prefill.plan_exec import execute_plan
 from sglang_ascend_hybrid.ops.gdn.prefill.planner import plan_for
-from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch, l2norm
+from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch
+from tests.support import gdn_inputs
 from tests.support.call_counter import Counting as _Counting
 
 D = 128
@@ -23,18 +23,8 @@ D = 128
 def _inputs(lens, hv, hk, dtype=torch.float16, seed=0, with_state=True, state_dtype=None):
     """Inputs in ``dtype``; the initial state in ``state_dtype`` (default: the input dtype, a
     16-bit pool that the 16-bit kernels may serve without lowering its precision)."""
-    gen = torch.Generator().manual_seed(seed)
-    T = sum(lens)
-    q = l2norm(torch.randn(1, T, hk, D, generator=gen)).to(dtype)
-    k = l2norm(torch.randn(1, T, hk, D, generator=gen)).to(dtype)
-    v = torch.randn(1, T, hv, D, generator=gen).to(dtype)
-    g = F.logsigmoid(torch.randn(1, T, hv, generator=gen) + 2.0)
-    beta = torch.rand(1, T, hv, generator=gen).to(dtype)
-    cu = torch.tensor([0] + lens).cumsum(0)
-    h0 = torch.randn(len(lens), hv, D, D, generator=gen) * 0.1 if with_state else None
-    if h0 is not None:
-        h0 = h0.to(state_dtype or dtype)
-    return q, k, v, g, beta, cu, h0
+    return gdn_inputs.packed(lens, seed=seed, hv=hv, hk=hk, k_dim=D, dtype=dtype, with_state=with_state,
+                             state_dtype=state_dtype or dtype).prefill()
 
 
 def _torch_result(q, k, v, g, beta, cu, h0):

@@ -23,7 +23,7 @@ from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states
 from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_TRITON
 from sglang_ascend_hybrid.ops.gdn.prefill import entries
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
-from tests.ops.gdn.gdn_inputs import bf16_packed
+from tests.support import gdn_inputs
 from tests.support.call_counter import Counting
 
 D = 128
@@ -34,7 +34,8 @@ pytestmark = [pytest.mark.usefixtures("fresh_gdn"), pytest.mark.base_release_onl
 
 
 def _inputs(hv=16, hk=8, lens=(150, 20), pool_dtype=torch.bfloat16, seed=0):
-    return bf16_packed(lens, seed, hv=hv, hk=hk, d=D, pool_dtype=pool_dtype, gate_shift=3.0)
+    return gdn_inputs.packed(lens, seed=seed, hv=hv, hk=hk, k_dim=D, dtype=torch.bfloat16, gate_shift=3.0,
+                             state_dtype=pool_dtype).prefill()
 
 
 def _machine(mega_variant=caps.MEGA_CURRENT, version="2026.6.1"):
