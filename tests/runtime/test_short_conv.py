@@ -16,14 +16,16 @@ from tests.runtime import tier
 pytestmark = [pytest.mark.runtime, pytest.mark.xdist_group("runtime-short-conv")]
 
 
-# the older releases run LFM2 in fp32 (with its speculative run in test_speculative.py), for CI time
-@pytest.mark.parametrize("dtype", ["float32", pytest.param("bfloat16", marks=pytest.mark.base_release_only)])
+# the older releases run LFM2 fp32 with speculative decoding only (test_speculative.py), for CI time
+@pytest.mark.base_release_only
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_lfm2_matches_transformers(dtype):
     r = tier.run("lfm2", dtype)
     tier.assert_served_whole(r)
     tier.assert_matches_transformers(r)
 
 
+@pytest.mark.base_release_only
 def test_lfm2_fp32_runs_the_plugin_and_the_ascend_stack():
     served = tier.run("lfm2", "float32").served
     assert "sglang-ascend-hybrid: --attention-backend ascend_hybrid runs on SGLang's Ascend stack" in served.log
