@@ -27,7 +27,7 @@ from tests.runtime import tier
 
 # one Engine per configuration: the tests of a family share a worker (scripts/test.sh: --dist loadgroup)
 # these runs are the base release's, for CI time: every older release runs Qwen3.5 (fp32, the config's
-# fp32 pool) plain and with NEXTN in test_speculative.py
+# fp32 pool) with NEXTN in test_speculative.py
 pytestmark = [pytest.mark.runtime, pytest.mark.xdist_group("runtime-gdn"), pytest.mark.base_release_only]
 
 BF16_POOL = {"mamba_ssm_dtype": "bfloat16"}
