@@ -411,3 +411,171 @@ def test_discover_keeps_entries_after_a_skipped_or_duplicate_one(monkeypatch):
     monkeypatch.setenv("SGLANG_PLUGINS", "a, b")
     found = registry.discover()
     assert [(ep.name, ep.value) for ep in found] == [("a", "pkg.mod:factory"), ("b", "pkg.mod:factory")]
+
+
+# ------------------------------------------------------------------ apply_launch_defaults on a record
+
+
+def _short_conv_record(**fields):
+    rec = _record(SHORT_CONV_ARCH, **fields)
+    rec._raw_input = {}
+    return rec
+
+
+def test_apply_launch_defaults_declares_on_the_record_and_records_each_adjustment_once(monkeypatch, caplog):
+    monkeypatch.setattr(extra_buffer, "arch_supports_extra_buffer", lambda cfg, hf: False)
+    monkeypatch.setattr(extra_buffer, "platform_supports_extra_buffer", lambda: True)
+    rec = _short_conv_record()
+    with caplog.at_level("INFO", logger=resolution.logger.name):
+        d = resolution.apply_launch_defaults(rec)
+        assert d.declare == {"disable_radix_cache": True} and d.adjustments
+        assert rec._resolved_overrides == [(resolution.SOURCE, {"disable_radix_cache": True})]
+        assert getattr(rec, resolution._ADJUSTMENTS_ATTR) == d.adjustments
+        again = resolution.apply_launch_defaults(rec)  # SGLang may resolve one record twice
+    # the view now has the radix cache off: nothing more to declare, the record's list unchanged
+    assert again.declare == {} and len(rec._resolved_overrides) == 1
+    assert getattr(rec, resolution._ADJUSTMENTS_ATTR) == d.adjustments
+    # a record that already carries the adjustment (a resolution retried from its raw input): kept once,
+    # and nothing new to say
+    retried = _short_conv_record()
+    setattr(retried, resolution._ADJUSTMENTS_ATTR, list(d.adjustments))
+    with caplog.at_level("INFO", logger=resolution.logger.name):
+        resolution.apply_launch_defaults(retried)
+    assert getattr(retried, resolution._ADJUSTMENTS_ATTR) == d.adjustments
+    assert retried._resolved_overrides == [(resolution.SOURCE, {"disable_radix_cache": True})]
+    said = [r.getMessage() for r in caplog.records if r.name == resolution.logger.name]
+    assert said == [d.info]
+
+
+def test_apply_launch_defaults_without_a_declaration_says_the_prefix_line_once_per_record(monkeypatch, caplog):
+    monkeypatch.setattr(extra_buffer, "arch_supports_extra_buffer", lambda cfg, hf: True)
+    monkeypatch.setattr(extra_buffer, "platform_supports_extra_buffer", lambda: True)
+    rec, other = _short_conv_record(), _short_conv_record()
+    with caplog.at_level("INFO", logger=resolution.logger.name):
+        d = resolution.apply_launch_defaults(rec)
+        resolution.apply_launch_defaults(rec)
+        resolution.apply_launch_defaults(other)
+    assert d.declare == {} and d.info and "extra_buffer" in d.info
+    assert rec._resolved_overrides == [] and not hasattr(rec, resolution._ADJUSTMENTS_ATTR)
+    assert getattr(rec, resolution._PREFIX_INFO_ATTR) is True
+    said = [r.getMessage() for r in caplog.records if r.name == resolution.logger.name]
+    assert said == [d.info, d.info]  # once for each record
+
+
+def test_apply_launch_defaults_leaves_other_launches_alone_and_raises_on_conflicts(monkeypatch):
+    monkeypatch.setattr(extra_buffer, "arch_supports_extra_buffer", lambda cfg, hf: False)
+    monkeypatch.setattr(extra_buffer, "platform_supports_extra_buffer", lambda: True)
+    off_npu = _short_conv_record(device="cuda")
+    assert resolution.apply_launch_defaults(off_npu) == decision.Decision()
+    assert off_npu._resolved_overrides == []
+    conflict = _short_conv_record(mamba_radix_cache_strategy="no_buffer")
+    conflict._raw_input = {"mamba_radix_cache_strategy": "no_buffer"}
+    with pytest.raises(decision.LaunchConfigError, match="--mamba-radix-cache-strategy no_buffer"):
+        resolution.apply_launch_defaults(conflict)
+    assert conflict._resolved_overrides == [] and not hasattr(conflict, resolution._ADJUSTMENTS_ATTR)
+
+
+def test_facts_read_the_flags_the_user_set_and_hand_the_view_to_sglangs_check(monkeypatch):
+    views = []
+    monkeypatch.setattr(extra_buffer, "arch_supports_extra_buffer", lambda cfg, hf: views.append(cfg) or True)
+    monkeypatch.setattr(extra_buffer, "platform_supports_extra_buffer", lambda: True)
+    rec = _record(GDN_ARCH, disable_radix_cache=True, mamba_radix_cache_strategy="extra_buffer",
+                  enable_hierarchical_cache=True)
+    rec._raw_input = {"disable_radix_cache": True, "mamba_radix_cache_strategy": "extra_buffer",
+                      "enable_hierarchical_cache": True}
+    facts = resolution._facts_from_server_args(rec)
+    assert views and views[0].device == "npu"  # the resolving view, not None
+    assert facts.disable_radix_cache is True and facts.strategy == "extra_buffer"
+    assert facts.strategy_explicit is True and facts.hierarchical_cache_explicit is True
+    assert facts.extra_buffer_supported is True and facts.extra_buffer_reason == ""
+    # hierarchical cache on by someone else's declaration, not the user's flag: not explicit
+    declared = _record(GDN_ARCH, declared=[("sglang", {"enable_hierarchical_cache": True})])
+    declared._raw_input = {"enable_hierarchical_cache": False}
+    assert resolution._facts_from_server_args(declared).hierarchical_cache_explicit is False
+    # the user's flag that a declaration turned off: not on
+    turned_off = _record(GDN_ARCH, enable_hierarchical_cache=True,
+                         declared=[("sglang", {"enable_hierarchical_cache": False})])
+    turned_off._raw_input = {"enable_hierarchical_cache": True}
+    assert resolution._facts_from_server_args(turned_off).hierarchical_cache_explicit is False
+
+
+def test_facts_say_why_extra_buffer_is_off_on_this_platform(monkeypatch):
+    monkeypatch.setattr(extra_buffer, "arch_supports_extra_buffer", lambda cfg, hf: True)
+    monkeypatch.setattr(extra_buffer, "platform_supports_extra_buffer", lambda: False)
+    rec = _record(GDN_ARCH)
+    rec._raw_input = {}
+    facts = resolution._facts_from_server_args(rec)
+    assert facts.extra_buffer_supported is False and facts.extra_buffer_reason == " on this platform"
+
+
+def test_explicit_without_a_snapshot_or_the_field_is_not_explicit():
+    assert resolution._explicit(NS(), "mamba_radix_cache_strategy") is False
+    assert resolution._explicit(NS(), "linear_attn_backend") is False
+
+
+def test_extra_buffer_check_before_0_5_21_gets_an_empty_name_without_architectures(monkeypatch):
+    from sglang.srt.arg_groups import overrides
+
+    seen = []
+
+    def by_arch(view, model_arch):
+        seen.append(model_arch)
+        return False
+
+    monkeypatch.setattr(overrides, "supports_mamba_cache_extra_buffer", by_arch)
+    assert extra_buffer.arch_supports_extra_buffer(object(), NS()) is False
+    assert extra_buffer.arch_supports_extra_buffer(object(), NS(architectures=[])) is False
+    assert seen == ["", ""]
+
+
+def test_the_extra_buffer_gate_asks_sglang_with_every_argument_first(monkeypatch):
+    from sglang.srt.arg_groups.overrides import supports_mamba_cache_extra_buffer  # noqa: F401 (release has it)
+
+    from sglang_ascend_hybrid.integration.launch import registration
+    from sglang_ascend_hybrid.model_families import PLUGIN_SNAPSHOT_ARCHS
+
+    monkeypatch.setattr(registration, "launch_hooks_registered", lambda: True)
+    asked = []
+
+    def original(view, model, *args, **kwargs):
+        asked.append((view, model, args, kwargs))
+        return model == "YesArch"
+
+    view = NS(device="npu")
+    assert extra_buffer.supports_extra_buffer_around(original, view, "YesArch", 1, flag=2) is True
+    assert asked == [(view, "YesArch", (1,), {"flag": 2})]
+    snap = sorted(PLUGIN_SNAPSHOT_ARCHS)[0]
+    assert extra_buffer.supports_extra_buffer_around(original, view, NS(architectures=[snap])) is True
+    assert extra_buffer.supports_extra_buffer_around(original, view, NS()) is False  # no architectures
+    assert extra_buffer.supports_extra_buffer_around(original, NS(device="cuda"), snap) is False
+
+
+# ------------------------------------------------------------------ the decision planned from a config
+
+
+def _qwen3_5_config():
+    from sglang_ascend_hybrid.model_families import FAMILIES
+
+    arch = next(a for f in FAMILIES if f.radix_snapshots == "sglang" for a in f.architectures)
+    return {"architectures": [arch]}
+
+
+def test_planned_decision_follows_the_installed_releases_extra_buffer_list(monkeypatch):
+    from sglang_ascend_hybrid.integration.launch import planned
+
+    config = _qwen3_5_config()
+    monkeypatch.setattr(planned, "upstream_extra_buffer_archs", lambda: frozenset())  # a release without it
+    assert planned.planned_decision(config).declare == {"disable_radix_cache": True}
+    # off, so nobody writes snapshots, whoever would have
+    assert planned.planned_prefix_cache(config) == {"on": False, "strategy": None, "snapshots": None}
+    monkeypatch.setattr(planned, "upstream_extra_buffer_archs", lambda: None)  # SGLang not installed
+    assert planned.planned_decision(config).declare == {}
+    assert planned.planned_prefix_cache(config) == {"on": True, "strategy": "extra_buffer", "snapshots": "sglang"}
+
+
+@pytest.mark.parametrize("tp", [0, -2])
+def test_planned_decision_refuses_a_tp_size_below_one(tp):
+    from sglang_ascend_hybrid.integration.launch import planned
+
+    with pytest.raises(ValueError, match=rf"^tp_size must be >= 1, got {tp}$"):
+        planned.planned_decision(_qwen3_5_config(), tp)
