@@ -188,7 +188,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
 }
 
 DO_NOT_MUTATE = [r"^\s*(log_once|logger\.\w+|_logged|_skipped|_log_refusal)\("]
-ALSO_COPY = ["README.md", "PATCHES.md", "CONTRIBUTING.md", "docs", "pyproject.toml", "constraints.txt", "requirements", "scripts",
+ALSO_COPY = ["README.md", "PATCHES.md", "CONTRIBUTING.md", "docs", "pyproject.toml", "constraints.txt", "requirements",
+             "scripts",
              "examples", "benchmarks"]
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}
 ENV = dict(TORCH_DEVICE_BACKEND_AUTOLOAD="0", HF_HUB_OFFLINE="1", TRITON_INTERPRET="1", OMP_NUM_THREADS="1")

@@ -579,3 +579,55 @@ def test_planned_decision_refuses_a_tp_size_below_one(tp):
 
     with pytest.raises(ValueError, match=rf"^tp_size must be >= 1, got {tp}$"):
         planned.planned_decision(_qwen3_5_config(), tp)
+
+
+# ------------------------------------------------------------------ decide(): each explicit conflict, in-process
+
+
+def _no_snapshot_arch():
+    from sglang_ascend_hybrid.integration.launch.decision import SUPPORTED_ARCHS, snapshot_writer
+
+    return sorted(a for a in SUPPORTED_ARCHS if not snapshot_writer(a))[0]
+
+
+@pytest.mark.parametrize("supported", [True, False])
+def test_an_explicit_unaligned_page_size_says_the_fix_the_extra_buffer_answer_allows(supported):
+    d = decision.decide(decision.LaunchFacts(arch=SHORT_CONV_ARCH, page_size=1, page_size_explicit=True,
+                                             extra_buffer_supported=supported))
+    assert d.error.startswith(f"sglang-ascend-hybrid: --page-size 1 cannot work for {SHORT_CONV_ARCH} on NPU")
+    tail = "; the plugin then disables the radix cache for this model, or pass --disable-radix-cache."
+    assert d.error.endswith("Fix: drop --page-size (NPU default 128)" + ("." if supported else tail))
+    assert d.declare == {}
+
+
+def test_extra_buffer_without_a_snapshot_writer_in_the_table_names_sglang_as_the_writer():
+    d = decision.decide(decision.LaunchFacts(arch=_no_snapshot_arch(), extra_buffer_supported=True))
+    assert d.info.endswith("(state snapshots at tracked boundaries written by SGLang)")
+
+
+def test_an_explicit_no_buffer_without_extra_buffer_says_to_disable_the_radix_cache():
+    d = decision.decide(decision.LaunchFacts(arch=SHORT_CONV_ARCH, strategy="no_buffer", strategy_explicit=True))
+    assert d.error.endswith("Fix: drop --mamba-radix-cache-strategy (the plugin then disables the radix cache) or "
+                            "replace it with --disable-radix-cache.")
+
+
+@pytest.mark.parametrize("strategy", ["extra_buffer", "extra_buffer_lazy"])
+def test_an_explicit_extra_buffer_strategy_the_model_cannot_use_is_refused(strategy):
+    d = decision.decide(decision.LaunchFacts(arch=SHORT_CONV_ARCH, strategy=strategy, strategy_explicit=True,
+                                             extra_buffer_reason=" on this platform"))
+    assert d.error.startswith(f"sglang-ascend-hybrid: --mamba-radix-cache-strategy {strategy} is not supported "
+                              f"for {SHORT_CONV_ARCH} on this platform, and no_buffer cannot work")
+    assert d.declare == {}
+    # the same strategy when SGLang picked it (not the user's flag): the radix cache goes off instead
+    d = decision.decide(decision.LaunchFacts(arch=SHORT_CONV_ARCH, strategy=strategy))
+    assert d.error is None and d.declare == {"disable_radix_cache": True}
+
+
+def test_planned_decision_passes_each_flag_to_the_decision():
+    from sglang_ascend_hybrid.integration.launch import planned
+
+    config = {"architectures": [_no_snapshot_arch()]}
+    assert planned.planned_decision(config).declare == {"disable_radix_cache": True}
+    assert planned.planned_decision(config, disable_radix_cache=True) == decision.Decision()
+    with pytest.raises(decision.LaunchConfigError, match="--enable-hierarchical-cache needs the radix cache"):
+        planned.planned_decision(config, enable_hierarchical_cache=True)
