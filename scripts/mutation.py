@@ -182,7 +182,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     # model knowledge, the environment registry, the reader of installed source
     "families": (["sglang_ascend_hybrid/model_families.py", "sglang_ascend_hybrid/envs.py",
                   "sglang_ascend_hybrid/installed_source.py"],
-                 ["tests/test_model_families.py", "tests/test_envs.py", "tests/patches/test_definitions_cache.py",
+                 ["tests/test_model_families.py", "tests/test_model_families_fields.py", "tests/test_envs.py",
+                  "tests/test_installed_source.py", "tests/patches/test_definitions_cache.py",
                   "tests/tools/test_plan_layer_kinds.py", "tests/tools/test_plan_prefill_kernels.py",
                   "tests/integration/test_launch_resolution.py", "tests/test_plugin_registration.py"]),
 }

@@ -218,3 +218,11 @@ def test_emulated_device_breakage_names_equal_its_table():
     from sglang_ascend_hybrid.testing.emulated_npu import breakages
 
     assert set(envs.EMULATED_NPU_BREAKAGES) == {"none"} | set(breakages.BREAKAGES)
+
+
+@pytest.mark.parametrize("var", envs.all_vars(), ids=lambda v: v.name)
+def test_an_unset_variable_is_not_set_and_a_value_is(monkeypatch, var):
+    monkeypatch.delenv(var.name, raising=False)
+    assert not var.is_set()
+    monkeypatch.setenv(var.name, " 1 ")
+    assert var.is_set()
