@@ -186,3 +186,52 @@ def test_a_broken_decode_device_rung_is_reported(monkeypatch, capsys, gdn_decode
     assert len(failed) == 1 and f"({label})" in failed[0], out
     assert sum(row.rstrip().endswith("PASS") for row in rows) == 1, out
     assert "FAILED: gdn decode" in out
+
+
+def test_every_rung_a_device_check_forces_is_a_valid_setting(monkeypatch):
+    from sglang_ascend_hybrid import envs
+
+    by_name = {v.name: v for v in envs.all_vars()}
+    forced = [(k, v) for c in selftest.checks() for k, v in c.npu_env.items()]
+    assert forced
+    for name, value in forced:
+        monkeypatch.setenv(name, value)
+        assert by_name[name].problem() is None and by_name[name].get() == value, (name, value)
+
+
+def test_an_unproven_device_kernel_is_a_skip_row_of_its_own_check(monkeypatch):
+    monkeypatch.setattr(seam, "available", lambda name: True)
+    check = next(c for c in selftest.checks() if c.npu_unproven is not None)
+    check.npu_unproven = lambda: "its probe found it key-first"
+    result = selftest.run_check(check, "npu", True)
+    assert (result.op, result.case, result.skipped, result.ok) == (check.op, check.case, True, True)
+    assert result.note == "its probe found it key-first"
+
+
+@pytest.mark.parametrize("verdict,expected", [
+    (None, "the decode ladder does not run it here: its layout probe found it unreachable"),
+    (SimpleNamespace(usable=False, verdict="key_first"),
+     "the decode ladder does not run it here: its layout probe found it key_first"),
+    (SimpleNamespace(usable=True, verdict="value_first"), None),
+])
+def test_the_triton_decode_check_runs_only_where_the_probe_proves_the_kernel(monkeypatch, verdict, expected):
+    import torch
+
+    from sglang_ascend_hybrid.ops.gdn import decode
+
+    asked = []
+    monkeypatch.setattr(selftest, "_decode_entry", lambda: "the_entry")
+    monkeypatch.setattr(decode, "probe_before_serving", lambda *a: asked.append(a) or verdict)
+    assert selftest._triton_decode_unproven() == expected
+    assert asked == [("the_entry", torch.bfloat16, torch.bfloat16, 128, 128, "npu")]
+
+
+def test_the_table_header_and_the_mode_line(capsys, monkeypatch):
+    r = [selftest.Result("op", "case", 0.0, 1.0, 2.0, True)]
+    assert selftest.format_table(r, "cpu").splitlines()[0] == \
+        "op  case  max abs error  tolerance  emulator wall (ms)  verdict"
+    monkeypatch.setattr(selftest, "run_all", lambda device, quick: r)
+    assert selftest.main(SimpleNamespace(device="cpu", quick=False)) == 0
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "sglang-ascend-hybrid selftest: device=cpu (CPU emulators behind the device seam); "
+        "references: pure torch, fp32 on CPU")
