@@ -190,7 +190,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
 }
 
 DO_NOT_MUTATE = [r"^\s*(log_once|logger\.\w+|_logged|_skipped|_log_refusal)\("]
-ALSO_COPY = ["README.md", "PATCHES.md", "CONTRIBUTING.md", "docs", "pyproject.toml", "constraints.txt", "requirements",
+ALSO_COPY = ["README.md", "PATCHES.md", "CONTRIBUTING.md", "docs", "pyproject.toml", "constraints.txt", "constraints",
+             "requirements",
              "scripts",
              "examples", "benchmarks"]
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}
