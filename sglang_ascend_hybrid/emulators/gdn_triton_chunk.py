@@ -141,6 +141,8 @@ def make_triton_chunk_emulator(*, mega: Optional[Callable] = None, version: Opti
                 S = end[0].transpose(-1, -2) + decay * (S - entering)  # the fp32 part the rounding dropped
             final[s] = S
         h = torch.stack(hs).unsqueeze(0) if hs else k.new_zeros(1, 0, Hv, K, V)
+        if cu_seqlens is None:  # fla's chunk_fwd_o / chunk_gated_delta_rule_fwd_h: o [B, T, H, V], h [B, NT, ...]
+            o, h = o.reshape(B, T, Hv, V), h.reshape(B, h.shape[1] // B, *h.shape[2:])
         return o.to(q.dtype), (final if output_final_state else None), h
 
     return chunk_gated_delta_rule_npu
