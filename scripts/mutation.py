@@ -150,7 +150,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "prefix-cache": (["sglang_ascend_hybrid/integration/short_conv_track.py",
                       "sglang_ascend_hybrid/integration/conv_hooks.py"],
                      ["tests/integration/test_short_conv_track.py", "tests/integration/test_conv_hooks.py",
-                      "tests/ops/conv/test_causal_conv1d_dispatch.py"]),
+                      "tests/integration/test_conv_hooks_edges.py", "tests/ops/conv/test_causal_conv1d_dispatch.py"]),
     # the launch defaults: the decision, its plan from a config, extra_buffer support, the resolution hook
     "launch": (["sglang_ascend_hybrid/integration/launch/*"],
                ["tests/integration/test_hooks_in_process.py", "tests/integration/test_gdn_hooks_edges.py",
