@@ -10,3 +10,9 @@ class EmulatorContractViolation(AssertionError):
 class DeviceResultError(RuntimeError):
     """A device op returned a result outside its contract (e.g. an LSE of another shape): the op
     is not the one the contract describes, so this propagates from every rung (never a refusal)."""
+
+
+def bad_input(name: str, value, expected: str, *, op: str = "") -> ValueError:
+    """The error of an op's public input check: the argument, the value it got and what was expected
+    (``"<op>: <name>=<value>: expected <expected>"``, without the op prefix when ``op`` is empty)."""
+    return ValueError(f"{op + ': ' if op else ''}{name}={value}: expected {expected}")

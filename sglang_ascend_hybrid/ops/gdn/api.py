@@ -15,6 +15,7 @@ from typing import Optional
 import torch
 
 from sglang_ascend_hybrid.envs import ENV
+from sglang_ascend_hybrid.ops.errors import bad_input
 from sglang_ascend_hybrid.ops.gdn import decode, prefill
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.host import host_list
@@ -25,7 +26,7 @@ logger = logging.getLogger(__name__)
 
 
 def _fail(name: str, value, expected: str):
-    raise ValueError(f"{name}={value}: expected {expected}")
+    raise bad_input(name, value, expected)
 
 
 def _shape(t) -> str:

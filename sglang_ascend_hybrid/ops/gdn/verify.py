@@ -61,6 +61,7 @@ import torch
 
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops import seam
+from sglang_ascend_hybrid.ops.errors import bad_input
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 from sglang_ascend_hybrid.ops.gdn.pool_step import advance, block_rows
@@ -105,7 +106,7 @@ class VerifyCall:
 
 
 def _fail(name: str, value, expected: str):
-    raise ValueError(f"{name}={value}: expected {expected}")
+    raise bad_input(name, value, expected)
 
 
 def check_verify_inputs(call: VerifyCall) -> None:

@@ -25,6 +25,7 @@ from typing import Optional
 
 import torch
 
+from sglang_ascend_hybrid.ops.errors import bad_input
 from sglang_ascend_hybrid.ops.gdn.recurrent_rows import beta_logit
 from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
@@ -125,7 +126,7 @@ class DecodeCall:
 
 
 def _fail(name: str, value, expected: str):
-    raise ValueError(f"GDN decode: {name}={value}: expected {expected}")
+    raise bad_input(name, value, expected, op="GDN decode")
 
 
 def _desc(t) -> str:

@@ -31,6 +31,7 @@ from typing import Callable, Optional
 import torch
 
 from sglang_ascend_hybrid.envs import ENV
+from sglang_ascend_hybrid.ops.errors import bad_input
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 
 STRATEGIES = ("native", "split", "pad", "split+pad", "none")
@@ -84,7 +85,7 @@ class Plan:
 
 def _check_positive(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name}={value!r}: expected a positive integer")
+        raise bad_input(name, repr(value), "a positive integer")
     return value
 
 
