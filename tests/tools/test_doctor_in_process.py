@@ -140,3 +140,15 @@ def test_report_is_a_switch_on_the_command_line():
     args = cli.build_parser().parse_args(["doctor", "--report", "--tp", "2"])
     assert args.report is True and args.tp == 2
     assert cli.build_parser().parse_args(["doctor"]).report is False
+
+
+def test_plan_help_says_what_it_plans_and_what_config_takes(capsys):
+    from sglang_ascend_hybrid import cli
+
+    parser = cli.build_parser()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--help"])
+    assert "what the plugin will run for a model config, per TP size" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        parser.parse_args(["plan", "--help"])
+    assert "a Hugging Face config.json, or a directory holding one" in " ".join(capsys.readouterr().out.split())
