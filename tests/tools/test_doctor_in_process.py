@@ -148,7 +148,7 @@ def test_plan_help_says_what_it_plans_and_what_config_takes(capsys):
     parser = cli.build_parser()
     with pytest.raises(SystemExit):
         parser.parse_args(["--help"])
-    assert "what the plugin will run for a model config, per TP size" in capsys.readouterr().out
+    assert "what the plugin will run for a model config, per TP size" in " ".join(capsys.readouterr().out.split())
     with pytest.raises(SystemExit):
         parser.parse_args(["plan", "--help"])
     assert "a Hugging Face config.json, or a directory holding one" in " ".join(capsys.readouterr().out.split())
