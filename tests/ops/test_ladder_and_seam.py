@@ -5,6 +5,7 @@ NPU tensors."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 from types import SimpleNamespace
 
@@ -263,6 +264,9 @@ def test_a_refused_rung_is_not_asked_again_and_says_why():
     assert "refused s earlier" in ladder.why_not(ladder.rung("fast"), "s")
 
 
+_RUNS = itertools.count()
+
+
 def test_served_rungs_are_recorded_once_and_told_to_listeners():
     from sglang_ascend_hybrid.ops import ladder as ladder_module
 
@@ -275,8 +279,10 @@ def test_served_rungs_are_recorded_once_and_told_to_listeners():
     ladder_module.on_first_serve(lambda op, rung: heard.append((op, rung)))
     assert ("served_demo_op", "slow") in heard  # pairs that served before the listener came are told at once
     heard.clear()
-    forced = Ladder("served_forced_op", [Rung("only", lambda sig: True, lambda: 1)])
+    # the record is process-wide: a name of its own per run keeps the test repeatable in one process
+    new_op = f"served_forced_op_{next(_RUNS)}"
+    forced = Ladder(new_op, [Rung("only", lambda sig: True, lambda: 1)])
     for _ in range(3):
         assert demo("sig") == 7 and forced("sig", backend="only") == 1
-    assert heard == [("served_forced_op", "only")]  # a new pair once, a known pair never again
+    assert heard == [(new_op, "only")]  # a new pair once, a known pair never again
     ladder_module._served_listeners.clear()
