@@ -80,7 +80,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                    "tests/ops/gdn/test_gdn_edges.py",
                    "tests/ops/gdn/test_gdn_fuzz.py", "tests/ops/gdn/test_gdn_op_count.py",
                    "tests/ops/gdn/test_gdn_workspace.py",
-                   "tests/ops/gdn/prefill/test_gdn_prefill_ladder.py"]),
+                   "tests/ops/gdn/prefill/test_gdn_prefill_ladder.py", "tests/ops/gdn/decode/test_gdn_pool_step.py"]),
     # the decode / verify state paths alone (a quick run after changing them)
     "gdn-state": (["sglang_ascend_hybrid/ops/gdn/pool_step.py", "sglang_ascend_hybrid/ops/gdn/scatter.py",
                    "sglang_ascend_hybrid/ops/gdn/verify.py"],
