@@ -86,3 +86,12 @@ def test_recurrent_vstep_rule():
 def test_recurrent_vstep_values_from_the_host_formula(shape, vstep):
     """vStep of sgl-kernel-npu's recurrent host (f425bdf1), worked by hand for a 192 KiB UB."""
     assert caps.recurrent_vstep(*shape) == vstep
+
+
+def test_a_signature_says_its_state_dtype_only_when_a_state_is_given():
+    from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature
+
+    bare = GdnSignature(4, 2, 128, 128, torch.bfloat16)
+    assert str(bare) == "(NumValueHeads, NumKeyHeads)=(4, 2) K=128 V=128 bfloat16"
+    stated = GdnSignature(4, 2, 128, 64, torch.bfloat16, chunk_states=True, state_dtype=torch.float32)
+    assert str(stated) == "(NumValueHeads, NumKeyHeads)=(4, 2) K=128 V=64 bfloat16 state=float32 +chunk_states"
