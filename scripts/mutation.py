@@ -134,7 +134,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                   "tests/test_plugin_unit.py", "tests/tools/test_doctor_cli.py", "tests/ops/test_index_dtypes.py",
                   "tests/ops/test_env_forced_rung.py", "tests/ops/test_cpu_workspace.py",
                   "tests/ops/gdn/test_gdn_workspace.py", "tests/tools/test_kernel_report.py",
-                  "tests/ops/test_bad_input.py"]),
+                  "tests/ops/test_bad_input.py", "tests/ops/test_ops_core_edges.py"]),
     # the GDN pool's physical layout: the hooks' view handling, the layout module, the commit emulator
     "gdn-layout": (["sglang_ascend_hybrid/ops/gdn/pool_layout.py", "sglang_ascend_hybrid/integration/gdn_hooks.py",
                     "sglang_ascend_hybrid/emulators/mamba_state_update.py"],

@@ -1,0 +1,66 @@
+"""Edges of the ops core: the installed sgl-kernel-npu version read from metadata, the chip named by
+the device name whatever its spacing, a forced rung of "auto" saying nothing, and the CPU workspace's
+size limit taken inclusively."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+
+import pytest
+import torch
+
+from sglang_ascend_hybrid import envs
+from sglang_ascend_hybrid.ops import cpu_workspace, ladder, seam
+
+
+@pytest.fixture
+def fresh_seam():
+    seam.reset_probes()
+    yield
+    seam.reset_probes()
+
+
+def test_the_kernel_version_comes_from_the_installed_distribution(monkeypatch, fresh_seam):
+    asked = []
+
+    def version(dist):
+        asked.append(dist)
+        return "2026.9.0"
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    assert seam.kernel_package_version() == "2026.9.0"
+    assert asked == ["sgl-kernel-npu"]
+    assert seam.kernel_package_version() == "2026.9.0" and asked == ["sgl-kernel-npu"]  # read once
+
+
+def test_no_kernel_distribution_is_none(monkeypatch, fresh_seam):
+    def version(dist):
+        raise importlib.metadata.PackageNotFoundError(dist)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    assert seam.kernel_package_version() is None
+
+
+@pytest.mark.parametrize("name,chip", [("Ascend910B3", "A2"), ("Ascend 910 B3", "A2"), ("Ascend910_9382", "A3"),
+                                       ("Ascend 910_93 82", "A3"), ("Ascend950PR", "950"), ("Ascend310P", None)])
+def test_the_chip_is_named_whatever_the_spacing_of_the_device_name(name, chip):
+    assert seam.classify_chip(name) == chip
+
+
+def test_auto_forces_nothing_and_says_nothing(monkeypatch, caplog):
+    monkeypatch.delenv(envs.ENV.GDN_BACKEND.name, raising=False)
+    with caplog.at_level(logging.INFO, logger=ladder.logger.name):
+        assert ladder.env_forced_rung(envs.ENV.GDN_BACKEND, ("npu_chunk", "torch"), "GDN", "prefill") == "auto"
+    assert not [r for r in caplog.records if r.name == ladder.logger.name]
+
+
+def test_a_temporary_of_exactly_the_limit_is_kept(monkeypatch):
+    monkeypatch.setattr(cpu_workspace, "KEEP_MAX_ELEMENTS", 64)
+    store = cpu_workspace.buffers("cpu")
+    store.pop(("edge_probe_buffer", torch.float32), None)
+    cpu_workspace.kept("edge_probe_buffer", (8, 8), torch.float32, "cpu")
+    assert ("edge_probe_buffer", torch.float32) in store
+    cpu_workspace.kept("edge_probe_buffer_big", (65,), torch.float32, "cpu")
+    assert ("edge_probe_buffer_big", torch.float32) not in store
+    store.pop(("edge_probe_buffer", torch.float32), None)
