@@ -513,7 +513,7 @@ def test_explicit_without_a_snapshot_or_the_field_is_not_explicit():
     assert resolution._explicit(NS(), "linear_attn_backend") is False
 
 
-def test_extra_buffer_check_before_0_5_21_gets_an_empty_name_without_architectures(monkeypatch):
+def test_the_arch_name_form_of_the_extra_buffer_check_gets_an_empty_name_without_architectures(monkeypatch):
     from sglang.srt.arg_groups import overrides
 
     seen = []
