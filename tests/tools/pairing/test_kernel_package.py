@@ -35,6 +35,18 @@ from tests.tools.pairing.helpers import INSTALL_TAIL, decode_kernel_import, fami
     # too deep for Python's parser (RecursionError / MemoryError from ast.parse): unverifiable, not a crash
     ("x = " + "1 + " * 20000 + "1\n{sym} = 1\n", pairing.UNVERIFIABLE),
     ("x = " + "-" * 20000 + "1\n{sym} = 1\n", pairing.UNVERIFIABLE),
+    # names bound in module-level blocks
+    ("first, *{sym} = [1, 2]\n", pairing.OK),  # a starred target binds its name
+    ("[*{sym}] = [1]\n", pairing.OK),
+    # the else of ``if not TYPE_CHECKING:`` runs for type checkers only
+    ("if not TYPE_CHECKING:\n    pass\nelse:\n    {sym} = 1\n", pairing.MISSING_SYMBOL),
+    ("if TYPE_CHECKING:\n    if TYPE_CHECKING:\n        pass\n    else:\n        {sym} = 1\n", pairing.MISSING_SYMBOL),
+    # the blocks of other compound statements run at import
+    ("with open(__file__) as fh:\n    {sym} = 1\n", pairing.OK),
+    ("import sys\nif sys.version_info >= (3,):\n    {sym} = 1\n", pairing.OK),
+    ("for _ in range(1):\n    {sym} = 1\n", pairing.OK),
+    ("while True:\n    {sym} = 1\n    break\n", pairing.OK),
+    ("try:\n    pass\nfinally:\n    {sym} = 1\n", pairing.OK),
 ])
 def test_what_counts_as_defined(tmp_path, body, state):
     imp = decode_kernel_import()
