@@ -15,12 +15,14 @@ DIM = 16
 
 
 class _Recorder:
-    def __init__(self):
-        self.calls = []
+    """A stand-in callable that records its calls and returns ``returns``."""
+
+    def __init__(self, returns="upstream"):
+        self.calls, self.returns = [], returns
 
     def __call__(self, *args, **kwargs):
         self.calls.append((args, kwargs))
-        return "upstream"
+        return self.returns
 
 
 def _case(seed=1):

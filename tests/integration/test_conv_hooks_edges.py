@@ -16,6 +16,7 @@ from sglang_ascend_hybrid.integration import short_conv_track as sct
 from sglang_ascend_hybrid.integration import short_conv_verify
 from sglang_ascend_hybrid.integration.conv_state_layout import cuda_layout_view
 from sglang_ascend_hybrid.ops.conv import api as ops
+from tests.integration.test_conv_hooks import _Recorder
 from tests.integration.test_short_conv_track import _Batch, _meta
 from tests.support.sync_counter import SyncCounter
 
@@ -126,15 +127,6 @@ def test_prefill_hook_snapshots_the_tracked_window_before_the_kernel(no_publishe
 
 # ------------------------------------------------------------------ ZAYA1 cca_extend -> cca_verify in TARGET_VERIFY
 
-class _VerifyRecorder:
-    def __init__(self):
-        self.calls = []
-
-    def __call__(self, *args, **kwargs):
-        self.calls.append((args, kwargs))
-        return "verified"
-
-
 def _cca_inputs():
     conv_qk = torch.nn.Conv1d(4, 4, 3, groups=4, bias=False)
     return dict(qk=torch.randn(4, 4), hidden_states=torch.randn(4, 3), conv_qk=conv_qk,
@@ -154,7 +146,7 @@ _CALL_STYLES = {
 
 @pytest.mark.parametrize("style", sorted(_CALL_STYLES))
 def test_cca_extend_in_verify_passes_every_argument_to_cca_verify(monkeypatch, no_published_steps, style):
-    spy = _VerifyRecorder()
+    spy = _Recorder(returns="verified")
     monkeypatch.setattr(short_conv_verify, "cca_verify", spy)
     a, slots = _cca_inputs(), torch.tensor([1, 3])
     args, kwargs = _CALL_STYLES[style](a, 2)
@@ -166,7 +158,7 @@ def test_cca_extend_in_verify_passes_every_argument_to_cca_verify(monkeypatch, n
 
 
 def test_cca_extend_in_verify_without_padding_passes_none(monkeypatch, no_published_steps):
-    spy = _VerifyRecorder()
+    spy = _Recorder(returns="verified")
     monkeypatch.setattr(short_conv_verify, "cca_verify", spy)
     a = _cca_inputs()
     short_conv_verify.publish(2, torch.tensor([1, 3]))
