@@ -22,6 +22,7 @@ from sglang_ascend_hybrid.ops.conv.naive import naive_causal_conv1d_fn
 from sglang_ascend_hybrid.ops.conv.torch_impl import causal_conv1d_update_torch
 from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable
 from tests.ops.conv.conv_oracle import assert_close_to_oracle, forced_backend, naive_causal_conv1d_update
+from tests.ops.conv.test_causal_conv1d_ladder import _spy
 
 DIM = 24
 
@@ -30,15 +31,6 @@ DIM = 24
 def _no_forced_backend(monkeypatch):
     monkeypatch.delenv("SGLANG_ASCEND_HYBRID_CONV_BACKEND", raising=False)
     monkeypatch.delenv("SGLANG_ASCEND_HYBRID_DEBUG_CHECKS", raising=False)
-
-
-def _spy(table, calls):
-    def wrap(name, fn):
-        def run(*a, **k):
-            calls.append(name)
-            return fn(*a, **k)
-        return run
-    return {n: wrap(n, f) for n, f in table.items()}
 
 
 def _refusing(calls, text=emu.ERR_DTYPE):
