@@ -192,13 +192,17 @@ def watch(monkeypatch):
         del sys.modules[name]
 
 
-def test_a_watched_module_with_another_loader_goes_through_the_delegating_proxy(watch):
-    name = "mutdemo_watch_proxy_t52"
-    loader = OneModuleLoader()
+def _import_watched(watch, name, loader):
+    """Import ``name`` through ``loader`` with a watch on it: ``(module, the modules the watch saw)``."""
     watch.setattr(sys, "meta_path", [*sys.meta_path, OneModuleFinder(name, loader)])
     seen = []
     import_watch.when_imported(name, seen.append)
-    module = importlib.import_module(name)
+    return importlib.import_module(name), seen
+
+
+def test_a_watched_module_with_another_loader_goes_through_the_delegating_proxy(watch):
+    loader = OneModuleLoader()
+    module, seen = _import_watched(watch, "mutdemo_watch_proxy_t52", loader)
     assert seen == [module] and loader.executed == [module] and module.VALUE == 42
     proxy = module.__loader__
     assert isinstance(proxy, import_watch._LoaderProxy) and proxy._loader is loader
@@ -208,12 +212,7 @@ def test_a_watched_module_with_another_loader_goes_through_the_delegating_proxy(
 
 
 def test_the_proxy_hands_over_the_module_its_loader_creates(watch):
-    name = "mutdemo_watch_create_t53"
-    loader = CreatingLoader()
-    watch.setattr(sys, "meta_path", [*sys.meta_path, OneModuleFinder(name, loader)])
-    seen = []
-    import_watch.when_imported(name, seen.append)
-    module = importlib.import_module(name)
+    module, seen = _import_watched(watch, "mutdemo_watch_create_t53", CreatingLoader())
     assert type(module) is CreatingLoader.Made and seen == [module] and module.VALUE == 42
 
 
