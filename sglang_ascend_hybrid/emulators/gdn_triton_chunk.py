@@ -141,7 +141,11 @@ def make_triton_chunk_emulator(*, mega: Optional[Callable] = None, version: Opti
                 S = end[0].transpose(-1, -2) + decay * (S - entering)  # the fp32 part the rounding dropped
             final[s] = S
         h = torch.stack(hs).unsqueeze(0) if hs else k.new_zeros(1, 0, Hv, K, V)
-        if cu_seqlens is None:  # fla's chunk_fwd_o / chunk_gated_delta_rule_fwd_h: o [B, T, H, V], h [B, NT, ...]
+        # without cu_seqlens each batch row is one sequence, and the outputs keep the batch: SKN
+        # ``fla/chunk_o.py`` chunk_fwd_o ``o = torch.empty_like(v)`` ([B, T, H, V]) and ``fla/chunk_delta_h.py``
+        # chunk_gated_delta_rule_fwd_h ``h = k.new_empty(B, NT, H, K, V)`` (read at sgl-kernel-npu 268a1f55 and
+        # 9a873e53, the versions at hand here; not read at f425bdf1, the commit the rest of this module cites)
+        if cu_seqlens is None:
             o, h = o.reshape(B, T, Hv, V), h.reshape(B, h.shape[1] // B, *h.shape[2:])
         return o.to(q.dtype), (final if output_final_state else None), h
 
