@@ -22,18 +22,29 @@ def beta_logit(beta: torch.Tensor) -> torch.Tensor:
 
 
 def recurrent_on_rows(q, k, v, beta_logits, g, pool, slots, live, scale: float) -> torch.Tensor:
-    """``torch.ops.npu.recurrent_gated_delta_rule`` for one token per request on a gathered copy of
-    the pool rows ``slots``, written back for the live requests only after the op succeeded.
+    """``torch.ops.npu.recurrent_gated_delta_rule`` for one token per request on the pool rows ``slots``;
+    only live requests' rows change.
 
     q, k ``[B, Hk, K]`` raw (the op l2-normalises them); v ``[B, Hv, V]``; ``beta_logits`` ``[B, Hv]``
-    (the op applies the sigmoid); g ``[B, Hv]`` fp32.  Returns ``o [B, Hv, V]``."""
+    (the op applies the sigmoid); g ``[B, Hv]`` fp32; ``slots`` ``[B]`` in ``[0, slots)`` (padding
+    clamped there), ``live`` ``[B]`` bool.  Returns ``o [B, Hv, V]`` (padded requests' rows undefined).
+
+    A contiguous pool is handed to the op in place: request b reads row ``slots[b]`` and, with
+    ``actual_seq_lengths[b] = live[b]``, writes it back only when live (the op stores the state of
+    token t only for ``t < actual_seq_lengths[b]``; a padded request's row is read and never written;
+    the op's host checks run before any write).  A pool the op cannot address in place (not
+    contiguous) goes through a gathered copy of the rows, written back for the live requests."""
     B, Hk, K = q.shape
     Hv, V = v.shape[1], v.shape[2]
     mix = torch.cat([q.reshape(B, 1, -1), k.reshape(B, 1, -1), v.reshape(B, 1, -1)], -1)
+    beta = beta_logits.reshape(B, 1, Hv).contiguous()
+    gates = g.reshape(B, 1, Hv).float().contiguous()
+    if pool.is_contiguous():
+        return seam.call(OP_NPU_RECURRENT, mix, pool, beta, scale, live.to(torch.int32),
+                         slots.to(torch.int32).view(B, 1), Hk, Hv, g=gates).reshape(B, Hv, V)
     states = pool.index_select(0, slots)   # the kernel updates in place: a gathered copy
     idx = torch.arange(B, dtype=torch.int32, device=q.device)
     ones = torch.ones(B, dtype=torch.int32, device=q.device)
-    o = seam.call(OP_NPU_RECURRENT, mix.contiguous(), states, beta_logits.reshape(B, 1, Hv).contiguous(), scale,
-                  ones, idx.view(B, 1), Hk, Hv, g=g.reshape(B, 1, Hv).float().contiguous())
+    o = seam.call(OP_NPU_RECURRENT, mix, states, beta, scale, ones, idx.view(B, 1), Hk, Hv, g=gates)
     scatter_live_rows(pool, slots, live, states)
     return o.reshape(B, Hv, V)

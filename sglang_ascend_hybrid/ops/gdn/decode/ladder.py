@@ -8,8 +8,10 @@ hook) and the public op :func:`sglang_ascend_hybrid.ops.gdn.api.recurrent_gated_
                    (:mod:`.contract`), only where the probe (:mod:`.probe`) found it reads and
                    writes the pool value first, and only for SGLang's gating inputs (it computes
                    the gates itself); it keeps fp32 and bf16 pools' precision
-``npu_recurrent``  ``torch.ops.npu.recurrent_gated_delta_rule`` with one token per request, on a
-                   gathered copy of the live rows (bf16 q / k / v and a bf16 pool; it takes beta
+``npu_recurrent``  ``torch.ops.npu.recurrent_gated_delta_rule`` with one token per request, on the
+                   pool in place, padded requests given length 0 so their rows are never written
+                   (a pool it cannot address in place: on a gathered copy of the rows); bf16
+                   q / k / v and a bf16 pool; it takes beta
                    before its sigmoid: SGLang's ``b``, or the logit of a precomputed beta; it always
                    l2-normalises q and k, so not for ``use_qk_l2norm=False``)
 ``torch``          the plugin's decode step (:func:`sglang_ascend_hybrid.ops.gdn.pool_step.step_on_pool`),

@@ -218,7 +218,7 @@ def test_graph_mode_capture_and_replays(layout, pool_dtype):
             decode.run_decode(call())
         assert syncs.total == 0, syncs.counts
         replays = []
-        for live_slots in ([3, 6, 1, 4], [2, 5], [7]):
+        for live_slots in ([3, 6, 1, 4], [2, 0], [7]):   # [2, 0]: padding reads the live slot 0
             n = len(live_slots)
             static_idx.copy_(torch.tensor(live_slots + [0] * (B - n), dtype=torch.int32))
             static_qsl.copy_(torch.tensor(list(range(n + 1)) + [n] * (B - n), dtype=torch.int32))

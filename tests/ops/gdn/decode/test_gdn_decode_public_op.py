@@ -17,9 +17,7 @@ from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 from tests.support.call_counter import Counting as _Counting
 
 
-def test_decode_refusal_leaves_the_state_pool_untouched(caplog):
-    """A kernel that scribbles on the states it was given and then refuses must not
-    reach the pool: the next rung gives exactly the torch result."""
+def _refusal_case():
     gen = torch.Generator().manual_seed(8)
     B, hk, hv, K = 3, 2, 6, 16
     pool = torch.randn(5, hv, K, K, generator=gen).bfloat16()
@@ -29,18 +27,46 @@ def test_decode_refusal_leaves_the_state_pool_untouched(caplog):
     v = torch.randn(1, B, hv, K, generator=gen).bfloat16()
     g = F.logsigmoid(torch.randn(1, B, hv, generator=gen))
     beta = torch.rand(1, B, hv, generator=gen).bfloat16()
-
-    def scribble_then_refuse(mix, states, *a, **kw):
-        states.fill_(1e4)
-        raise RuntimeError("vStep should be bigger than 8, shape is too big")
-
     ref_pool = pool.clone()
     ref = recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=ref_pool, state_indices=idx,
                                      use_qk_l2norm=True, backend="torch")
-    with seam.install_emulators({OP_NPU_RECURRENT: scribble_then_refuse}), caplog.at_level(logging.INFO):
+    return (q, k, v, g, beta, idx), pool, ref, ref_pool
+
+
+def test_decode_refusal_leaves_the_state_pool_untouched(caplog):
+    """The op's host check refuses before it writes anything (its vStep check, in the op's host code):
+    the pool handed to it in place is untouched and the next rung gives exactly the torch result."""
+    (q, k, v, g, beta, idx), pool, ref, ref_pool = _refusal_case()
+    seen = []
+
+    def refuse(mix, states, *a, **kw):
+        seen.append(states.data_ptr())
+        raise RuntimeError("vStep should be bigger than 8, shape is too big")
+
+    with seam.install_emulators({OP_NPU_RECURRENT: refuse}), caplog.at_level(logging.INFO):
         o = recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=pool, state_indices=idx, use_qk_l2norm=True)
+    assert seen == [pool.data_ptr()]  # a contiguous pool goes to the op in place
     assert torch.equal(o, ref) and torch.equal(pool, ref_pool)
     assert any("kernel npu_recurrent refused" in r.getMessage() for r in caplog.records)
+
+
+def test_decode_refusal_on_a_gathered_copy_leaves_the_pool_untouched():
+    """A pool the op cannot address in place (not contiguous) is served on a gathered copy of the rows: a
+    kernel that scribbles on the states it was given and then refuses never reaches the pool."""
+    (q, k, v, g, beta, idx), pool, ref, ref_pool = _refusal_case()
+    wide = torch.zeros(pool.shape[0], 2 * pool.shape[1], *pool.shape[2:], dtype=pool.dtype)
+    strided = wide[:, ::2]   # the same values, not contiguous
+    strided.copy_(pool)
+
+    def scribble_then_refuse(mix, states, *a, **kw):
+        assert states.data_ptr() != strided.data_ptr()
+        states.fill_(1e4)
+        raise RuntimeError("vStep should be bigger than 8, shape is too big")
+
+    with seam.install_emulators({OP_NPU_RECURRENT: scribble_then_refuse}):
+        o = recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=strided, state_indices=idx, use_qk_l2norm=True)
+    assert torch.equal(o, ref) and torch.equal(strided, ref_pool)
+    assert torch.equal(wide[:, 1::2], torch.zeros_like(ref_pool))  # the bytes between the rows untouched
 
 
 def _bf16_decode_step(seed: int, slots: int, idx: list, hk: int = 2, hv: int = 4, K: int = 32):
