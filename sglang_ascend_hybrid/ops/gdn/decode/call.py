@@ -55,7 +55,7 @@ class DecodeCall:
     scale: Optional[float] = None   # None: K ** -0.5
     qk_l2norm: bool = True          # False (precomputed gates only): q / k are used as given
     _gates: Optional[tuple] = None
-    _rows: Optional[tuple] = None
+    _live: Optional[torch.Tensor] = None
 
     @classmethod
     def with_gates(cls, q, k, v, g, beta, pool, cache_indices, *, scale: Optional[float] = None,
@@ -81,16 +81,20 @@ class DecodeCall:
         Hk, K, Hv, V = self.heads
         return GdnSignature(Hv, Hk, K, V, self.q.dtype, state_dtype=self.pool.dtype)
 
-    def slots_and_live(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(slots clamped to >= 0 as int64, live mask), tensor ops only."""
-        if self._rows is None:
-            idx = self.cache_indices.reshape(-1).long()
-            live = idx >= 0
+    def live(self) -> torch.Tensor:
+        """``[B]`` bool: the slot is ``>= 0`` and the request's ``query_start_loc`` length is not 0 (tensor
+        ops only)."""
+        if self._live is None:
+            live = self.cache_indices.reshape(-1) >= 0
             if self.query_start_loc is not None:
                 qsl = self.query_start_loc.reshape(-1)
-                live = live & ((qsl[1:] - qsl[:-1]) > 0)
-            self._rows = (idx.clamp(min=0), live)
-        return self._rows
+                live = live & (qsl[1:] > qsl[:-1])
+            self._live = live
+        return self._live
+
+    def slots_and_live(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(slots clamped to >= 0 as int64, live mask), tensor ops only."""
+        return self.cache_indices.reshape(-1).long().clamp(min=0), self.live()
 
     def gates(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(g, beta) fp32 ``[B, Hv]``: the precomputed ones, or ``g = -exp(A_log) softplus(a + dt_bias)``,

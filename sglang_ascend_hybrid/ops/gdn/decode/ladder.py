@@ -112,9 +112,9 @@ def _recurrent_supports(sig, call: DecodeCall) -> Optional[str]:
 
 
 def _recurrent_run(call: DecodeCall) -> torch.Tensor:
-    slots, live = call.slots_and_live()
+    slots = call.cache_indices.reshape(-1).clamp(min=0)
     g, _ = call.gates()
-    o = recurrent_on_rows(call.q[0], call.k[0], call.v[0], call.beta_logits(), g, call.pool, slots, live,
+    o = recurrent_on_rows(call.q[0], call.k[0], call.v[0], call.beta_logits(), g, call.pool, slots, call.live(),
                           call.step_scale)
     log_path("decode", "npu_recurrent", call.signature())
     return o
@@ -175,11 +175,9 @@ def run_decode(call: DecodeCall, backend: str = "auto", *, check_values: Optiona
     if ENV.DEBUG_CHECKS.get() if check_values is None else check_values:
         check_decode_values(call)
     o = DECODE(call.signature(), call, backend=backend)
-    _, live = call.slots_and_live()
     B = call.batch
     Hv, V = call.heads[2], call.heads[3]
-    o = torch.where(live.view(B, 1, 1), o.to(call.q.dtype), torch.zeros((), dtype=call.q.dtype, device=o.device))
-    return o.reshape(1, B, Hv, V)
+    return torch.where(call.live().view(B, 1, 1), o.to(call.q.dtype), 0.0).reshape(1, B, Hv, V)
 
 
 def probe_before_serving(entry: Optional[str], q_dtype: torch.dtype, pool_dtype: torch.dtype, head_dim_k: int,
