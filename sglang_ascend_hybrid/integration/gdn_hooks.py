@@ -179,10 +179,11 @@ def ascend_chunk_gdn(original, self, q, k, v, g, beta, initial_state, cu_seqlens
     o, final, h = _serve_extend(getattr(self, "forward_metadata", None), q.reshape(1, T, Hk, K),
                                 k.reshape(1, T, Hk, K), v.reshape(1, T, Hv, V), g.reshape(1, T, Hv),
                                 beta.reshape(1, T, Hv), pool_layout.in_view_order(initial_state, layout), cu_seqlens)
-    if h is None:  # nobody reads it (no radix-cache tracking): upstream's shape, zeros
+    if h is None:  # upstream's shape, never read: SGLang's _track_mamba_state_extend reads h only
+        # under forward_metadata.has_mamba_track_mask, the flag that asked for no chunk states here
         num_chunks = prefill.ChunkCall(q, k, v, g, beta, cu_seqlens, None, 1.0).num_chunks()
         state_dtype = initial_state.dtype if initial_state is not None else k.dtype
-        h = k.new_zeros(num_chunks, Hv, V, K, dtype=state_dtype)
+        h = k.new_empty(num_chunks, Hv, V, K, dtype=state_dtype)
     return o.reshape(T, Hv, V), pool_layout.in_view_order(final, layout), pool_layout.in_view_order(h, layout)
 
 

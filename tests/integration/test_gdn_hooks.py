@@ -133,7 +133,8 @@ def test_bf16_pool_runs_6_2_on_the_npu_chunk_op(ascend_gdn, monkeypatch):
     assert npu_chunk.calls == 1
     ref_o, ref_final = _fla_reference(q, k, v, g, beta, cu, pool[idx].float())
     torch.testing.assert_close(o.float(), ref_o, **TOL)
-    torch.testing.assert_close(final, ref_final, **TOL)
+    assert final.dtype == torch.bfloat16   # the op's state dtype, SGLang stores it in the pool as it is
+    torch.testing.assert_close(final.float(), ref_final, **TOL)
     _, _, ref_h = chunk_gdn_torch(l2norm(q)[None], l2norm(k)[None], v[None], g, beta, cu_seqlens=cu,
                                   initial_state=pool[idx], chunk_states=True)
     assert h.shape == ref_h.shape == (1 + 2, 6, D, D)
@@ -243,7 +244,19 @@ def test_chunk_states_come_back_in_the_pools_dtype(ascend_gdn, monkeypatch, pool
     assert h.dtype == pool_dtype and h.shape == (1 + 2, 6, D, D)  # chunks: 1 of 5 tokens, 2 of 70
     assert torch.equal(h[0], pool[3]) and torch.equal(h[1], pool[1])
     _, _, h_off = _backend(mod, cu, track=False).chunk_gdn(q, k, v, g, beta, pool[idx], cu)
-    assert h_off.dtype == pool_dtype and not h_off.any()  # nobody reads it: zeros of upstream's shape
+    assert h_off.dtype == pool_dtype and h_off.shape == h.shape  # upstream's shape; nobody reads it (below)
+
+
+def test_sglang_reads_no_chunk_states_without_radix_cache_tracking():
+    """Why the hook may hand back an unwritten h when ``has_mamba_track_mask`` is False: SGLang's own
+    ``_track_mamba_state_extend`` (the only reader of h) touches nothing then, on every release."""
+    from sglang.srt.layers.attention.hybrid_linear_attn_backend import MambaAttnBackendBase
+
+    metadata = type("Metadata", (), {"has_mamba_track_mask": False})()
+    assert MambaAttnBackendBase._track_mamba_state_extend(None, None, None, None, metadata) is None
+    metadata.has_mamba_track_mask = True   # negative control: with tracking on it reads the metadata's indices
+    with pytest.raises(AttributeError):
+        MambaAttnBackendBase._track_mamba_state_extend(None, None, None, None, metadata)
 
 
 def test_tracked_chunks_are_the_h_entries_sglang_copies():

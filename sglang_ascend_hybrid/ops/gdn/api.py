@@ -106,7 +106,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, cu_seqlens, initial_state=None, 
     o, final, _ = chunk_with_states(q, k, v, g, beta, cu_seqlens=cu_seqlens, initial_state=initial_state,
                                     scale=scale, use_qk_l2norm=use_qk_l2norm, backend=backend,
                                     _checked=True)
-    return o, (final if output_final_state else None)
+    return o, (final.float() if output_final_state else None)
 
 
 def chunk_with_states(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=None, use_qk_l2norm=False,
@@ -114,7 +114,8 @@ def chunk_with_states(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale
                       _checked=False):
     """Like :func:`chunk_gated_delta_rule`, returning ``(o, final, h)``; ``h`` is the state at
     the start of every 64-token chunk ``[num_chunks, Hv, V, K]`` when ``chunk_states``, each in the
-    initial state's precision.  ``exact_chunks``: the ``(sequence, chunk)`` pairs whose states the
+    initial state's precision; ``final`` and ``h`` in fp32 or in a dtype that keeps that precision
+    (the state dtype the serving kernel kept).  ``exact_chunks``: the ``(sequence, chunk)`` pairs whose states the
     caller reads (radix-cache tracking); only those are then promised the initial state's precision,
     which lets a kernel that rounds its chunk states serve (it recomputes those few).
     ``skip`` names rungs not to try (used by integration hooks)."""

@@ -24,8 +24,9 @@ The mega and triton rungs are handed the call's non-empty sequences only and the
 results are put back (:func:`.call.without_empty_sequences`: both kernels mishandle an empty
 sequence); the npu_chunk op refuses empty sequences itself.
 
-Every rung takes already l2-normalised q / k, never writes its inputs (the
-initial states handed to a kernel are fresh copies) and returns new tensors;
+Every rung takes already l2-normalised q / k, never writes its inputs (the npu_chunk op
+only reads its initial state; the other kernels are handed fresh copies) and returns new
+tensors: final and chunk states in fp32 or in a state dtype that keeps the pool's precision;
 the public ops copy final states into a pool only after a rung succeeded, so a
 refused call leaves the SSM pool untouched.
 """
@@ -104,7 +105,9 @@ def _npu_chunk_run(call: ChunkCall):
     T, Hv, V, K = q.shape[0], v.shape[1], v.shape[2], q.shape[2]
     n = call.num_sequences
     state_dtype = npu_chunk_state_dtype(call.signature().state_dtype, seam.chip_generation())
-    state = (call.initial_state.to(state_dtype, copy=True).contiguous() if call.initial_state is not None
+    # the op reads the initial state and returns the final one apart (SKN-747 host: final_state is its
+    # own output), so the caller's rows go in as they are when their dtype and layout are the op's
+    state = (call.initial_state.to(state_dtype).contiguous() if call.initial_state is not None
              else q.new_zeros(n, Hv, V, K, dtype=state_dtype))
     lens = torch.tensor(call.lengths, dtype=torch.int32, device=q.device)
     num_chunks = call.num_chunks()
@@ -114,8 +117,8 @@ def _npu_chunk_run(call: ChunkCall):
                          actual_seq_lengths=lens, scale=call.scale, chunk_state=h,
                          g=call.g.reshape(T, Hv).float().contiguous())
     log_path("prefill", "npu_chunk", call.signature())
-    h_out = h[:num_chunks].float() if call.chunk_states else None
-    return o.reshape(1, T, Hv, V).to(call.q.dtype), final.float(), h_out
+    # final and h in the op's state dtype, which keeps the pool's precision (no fp32 round trip)
+    return o.reshape(1, T, Hv, V).to(call.q.dtype), final, h[:num_chunks] if call.chunk_states else None
 
 
 def plan_for_layout(value_heads: int, key_heads: int, head_dim_k: int, head_dim_v: int, dtype: torch.dtype,
