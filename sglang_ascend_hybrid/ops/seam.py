@@ -45,7 +45,9 @@ from typing import Callable, Iterator, Mapping, Optional
 logger = logging.getLogger(__name__)
 
 _lock = threading.Lock()
-_emulators: dict[str, Callable] = {}
+# Replaced, never mutated, by install_emulators (under the lock): a serving call reads it without the
+# lock (one dict lookup per seam call on the serving path) and always sees one whole table.
+_emulators: Mapping[str, Callable] = types.MappingProxyType({})
 _probe: dict[str, bool] = {}
 _resolved: dict[str, Callable | None] = {}
 
@@ -128,11 +130,12 @@ def _resolve_real(name: str) -> Callable | None:
 
 def lookup(name: str) -> Callable | None:
     """The callable behind op ``name``: an installed emulator, else the real kernel, else None."""
-    with _lock:
-        if name in _emulators:
-            return _emulators[name]
-        if name in _resolved:
-            return _resolved[name]
+    emulator = _emulators.get(name)
+    if emulator is not None:
+        return emulator
+    resolved = _resolved.get(name, _UNSET)
+    if resolved is not _UNSET:
+        return resolved
     fn = _resolve_real(name)
     with _lock:
         _resolved[name] = fn
@@ -144,8 +147,7 @@ def available(name: str) -> bool:
 
 
 def is_emulated(name: str) -> bool:
-    with _lock:
-        return name in _emulators
+    return name in _emulators
 
 
 def serves(name: str, *tensors) -> bool:
@@ -168,22 +170,21 @@ def call(name: str, *args, **kwargs):
 @contextlib.contextmanager
 def install_emulators(ops: Mapping[str, Callable]) -> Iterator[None]:
     """Put ``ops`` (name -> CPU emulator) behind the seam for the duration of the block."""
+    global _emulators
     with _lock:
-        saved = dict(_emulators)
-        _emulators.update(ops)
+        saved = _emulators
+        _emulators = types.MappingProxyType({**saved, **ops})
     try:
         yield
     finally:
         with _lock:
-            _emulators.clear()
-            _emulators.update(saved)
+            _emulators = saved
 
 
 def installed_emulators() -> Mapping[str, Callable]:
     """What :func:`install_emulators` has put behind the seam now (name -> emulator): a read-only
     snapshot, so a caller can wrap each one and install the wrappers over them (graph-capture tests)."""
-    with _lock:
-        return types.MappingProxyType(dict(_emulators))
+    return _emulators
 
 
 @contextlib.contextmanager
