@@ -61,6 +61,7 @@ from sglang_ascend_hybrid.ops.conv.contract import (
 )
 from sglang_ascend_hybrid.ops.conv.inputs import activation_is_silu
 from sglang_ascend_hybrid.ops.conv.torch_impl import causal_conv1d_fn_torch, update_rows_torch, verify_rows_torch
+from sglang_ascend_hybrid.ops.conv.weights import taps_major
 from sglang_ascend_hybrid.ops.ladder import Absent, Ladder, Rung, env_forced_rung
 
 logger = logging.getLogger(__name__)
@@ -220,7 +221,7 @@ def _fn_aclnn_ok(c: FnCall) -> Optional[str]:
 def _fn_aclnn(c: FnCall) -> torch.Tensor:
     key = c.aclnn_key()
     out = seam.call(
-        OP_ACLNN, c.x.t().contiguous(), c.weight.t().contiguous(), c.conv_states.transpose(1, 2),
+        OP_ACLNN, c.x.t().contiguous(), taps_major(c.weight), c.conv_states.transpose(1, 2),
         bias=c.bias.to(c.x.dtype) if c.bias is not None else None,
         query_start_loc=c.query_start_loc, cache_indices=c.cache_indices,
         has_initial_state=c.has_initial_state, activation_mode=int(activation_is_silu(c.activation)),
@@ -261,10 +262,12 @@ class UpdateCall:
     def width(self) -> int:
         return int(self.weight.shape[1])
 
-    def tokens_major(self) -> torch.Tensor:
-        """x as a private contiguous ``[B, L, dim]`` copy (never a view of the caller's x)."""
-        x3 = self.x.unsqueeze(-1) if self.x.dim() == 2 else self.x
-        return x3.transpose(1, 2).clone(memory_format=torch.contiguous_format)
+    def tokens_major(self, private: bool = True) -> torch.Tensor:
+        """x as a contiguous ``[B, L, dim]`` tensor: a private copy (never a view of the caller's x, for
+        a kernel that overwrites its x), or with ``private=False`` x itself where its memory already
+        has that layout (one token per request: ``[B, dim]`` is ``[B, 1, dim]``)."""
+        x3 = (self.x.unsqueeze(-1) if self.x.dim() == 2 else self.x).transpose(1, 2)
+        return x3.clone(memory_format=torch.contiguous_format) if private else x3.contiguous()
 
     def aclnn_key(self) -> tuple:
         """``CausalConv1dTilingKey`` of :func:`_update_aclnn`'s call (batch mode, run mode 1)."""
@@ -306,7 +309,7 @@ def _update_aclnn_ok(c: UpdateCall) -> Optional[str]:
 def _update_aclnn(c: UpdateCall) -> torch.Tensor:
     key = c.aclnn_key()
     out = seam.call(
-        OP_ACLNN, c.tokens_major(), c.weight.t().contiguous(), c.conv_state.transpose(1, 2),
+        OP_ACLNN, c.tokens_major(private=False), taps_major(c.weight), c.conv_state.transpose(1, 2),
         bias=c.bias.to(c.x.dtype) if c.bias is not None else None,
         cache_indices=c.conv_state_indices, activation_mode=int(activation_is_silu(c.activation)),
         pad_slot_id=c.pad_slot_id, run_mode=1)
@@ -412,7 +415,7 @@ def _verify_aclnn(c: VerifyCall) -> torch.Tensor:
     key = c.aclnn_key()
     qsl = torch.arange(c.batch + 1, dtype=torch.int32, device=c.x.device) * c.draft_token_num
     out = seam.call(
-        OP_ACLNN, c.x.contiguous(), c.weight.t().contiguous(), c.conv_window,
+        OP_ACLNN, c.x.contiguous(), taps_major(c.weight), c.conv_window,
         bias=c.bias.to(c.x.dtype) if c.bias is not None else None, query_start_loc=qsl,
         cache_indices=c.cache_indices, num_accepted_tokens=c.accepted(),
         activation_mode=int(activation_is_silu(c.activation)), pad_slot_id=c.pad_slot_id, run_mode=1)
