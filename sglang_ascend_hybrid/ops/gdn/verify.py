@@ -71,6 +71,7 @@ from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.host import host_list
 from sglang_ascend_hybrid.ops.index_dtype import is_index_dtype
 from sglang_ascend_hybrid.ops.ladder import Absent, Ladder, Rung
+from sglang_ascend_hybrid.ops.step_cache import StepValue
 
 logger = logging.getLogger(__name__)
 
@@ -314,12 +315,21 @@ def _padding_row(idx: torch.Tensor, rows: int) -> torch.Tensor:
     return free.amax() - 1            # a max, not an argmin: no tie to break, the same row on every device
 
 
+def _step_indices(call: VerifyCall, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ssm_state_indices as int32 with padding sent to the padding row, [B, S] not padding)``: the
+    same for every layer of a step (kept across them, :mod:`~sglang_ascend_hybrid.ops.step_cache`)."""
+    idx = call.ssm_state_indices.to(torch.int32)
+    padding = idx < 0
+    return torch.where(padding, _padding_row(idx, rows), idx).contiguous(), ~padding   # padding -> a free row
+
+
+_STEP_INDICES = StepValue("gdn verify indices")
+
+
 def _npu_run(call: VerifyCall) -> torch.Tensor:
     B, S, _, _ = call.shape
     rows = call.intermediate_state.shape[0]
-    idx = call.ssm_state_indices.to(torch.int32)
-    padding = idx < 0
-    idx = torch.where(padding, _padding_row(idx, rows), idx).contiguous()   # padding -> a row no request names
+    idx, named = _STEP_INDICES.get((call.ssm_state_indices,), (rows,), lambda: _step_indices(call, rows))
     cache = call.cache_indices.to(torch.int32).clamp(min=0).contiguous()
     nat = None if call.num_accepted_tokens is None else call.num_accepted_tokens.to(torch.int32).contiguous()
     out = seam.call(OP_NPU_RECURRENT, call.mix_qkv.contiguous(), call.recurrent_state,
@@ -330,9 +340,9 @@ def _npu_run(call: VerifyCall) -> torch.Tensor:
     log_once(logger, ("gdn-verify-path", "npu", call.signature()),
              "sglang-ascend-hybrid: GDN verify %s runs on torch.ops.npu.recurrent_gated_delta_rule",
              call.signature())
-    in_len = torch.arange(S, device=out.device).view(1, S) < call.actual_seq_lengths.long().view(B, 1)
-    live = in_len & ~padding.to(out.device)
-    return torch.where(live.view(B, S, 1, 1), out, torch.zeros_like(out))  # rows the op leaves unwritten, padding
+    in_len = torch.arange(S, device=out.device).view(1, S) < call.actual_seq_lengths.view(B, 1)
+    live = in_len & named.to(out.device)
+    return torch.where(live.view(B, S, 1, 1), out, 0.0)  # rows the op leaves unwritten, padding
 
 
 def _torch_run(call: VerifyCall) -> torch.Tensor:

@@ -31,6 +31,7 @@ from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.host import host_list
 from sglang_ascend_hybrid.ops.index_dtype import index_dtype_problem
+from sglang_ascend_hybrid.ops.step_cache import StepValue
 
 SOFTPLUS_BETA = 1.0       # what SGLang's TritonGDNKernel.decode passes
 SOFTPLUS_THRESHOLD = 20.0
@@ -83,13 +84,11 @@ class DecodeCall:
 
     def live(self) -> torch.Tensor:
         """``[B]`` bool: the slot is ``>= 0`` and the request's ``query_start_loc`` length is not 0 (tensor
-        ops only)."""
+        ops only; the same for every layer of a step: kept across them, :mod:`...ops.step_cache`)."""
         if self._live is None:
-            live = self.cache_indices.reshape(-1) >= 0
-            if self.query_start_loc is not None:
-                qsl = self.query_start_loc.reshape(-1)
-                live = live & (qsl[1:] > qsl[:-1])
-            self._live = live
+            tensors = (self.cache_indices,) if self.query_start_loc is None else (
+                self.cache_indices, self.query_start_loc)
+            self._live = _STEP_LIVE.get(tensors, (), lambda: _live(*tensors))
         return self._live
 
     def slots_and_live(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -124,6 +123,17 @@ class DecodeCall:
         if not self.qk_l2norm:
             return self.q[0], self.k[0]
         return l2norm(self.q[0].float()), l2norm(self.k[0].float())
+
+
+def _live(cache_indices: torch.Tensor, query_start_loc: Optional[torch.Tensor] = None) -> torch.Tensor:
+    live = cache_indices.reshape(-1) >= 0
+    if query_start_loc is not None:
+        qsl = query_start_loc.reshape(-1)
+        live = live & (qsl[1:] > qsl[:-1])
+    return live
+
+
+_STEP_LIVE = StepValue("gdn decode live requests")
 
 
 # ---------------------------------------------------------------- input checks

@@ -304,3 +304,30 @@ def test_the_hook_obeys_the_gdn_backend_variable_for_decode_rungs_only(forced, r
     assert o.shape == (1, 2, x["v"].shape[2], x["v"].shape[3])
     assert f"runs on the {rung} kernel" in caplog.text
     assert ("is not a GDN decode kernel" in caplog.text) == (forced == "mega")
+
+
+@pytest.mark.parametrize("layout,pool_dtype", [("value_first", torch.float32), ("key_first", torch.bfloat16)])
+def test_eager_steps_on_buffers_refilled_in_place_see_each_steps_padding(layout, pool_dtype):
+    """Without a capture the live mask is kept across a step's layers (``ops.step_cache``): two layers of
+    a step share it, and the next step, on the same buffers refilled in place, gets its own padding."""
+    B = 4
+    x = _inputs(B, pool_dtype=pool_dtype, seed=2)
+    idx = torch.tensor([3, 6, 1, 4], dtype=torch.int32)
+    qsl = torch.arange(B + 1, dtype=torch.int32)
+    call = lambda: decode.DecodeCall(x["q"], x["k"], x["v"], x["a"], x["b"], x["A_log"],  # noqa: E731
+                                     x["dt_bias"], x["pool"], idx, qsl, entry=ENTRY)
+    with _device(layout):
+        decode.probe_before_serving(ENTRY, torch.bfloat16, pool_dtype, 16, 16, "cpu")
+        for live_slots in ([3, 6, 1, 4], [2, 5], [7], [1, 2, 3]):
+            n = len(live_slots)
+            idx.copy_(torch.tensor(live_slots + [0] * (B - n), dtype=torch.int32))
+            qsl.copy_(torch.tensor(list(range(n + 1)) + [n] * (B - n), dtype=torch.int32))
+            for _ in range(2):   # two layers of the step
+                before = x["pool"].clone()
+                o = decode.run_decode(call())
+                o_ref, new = _oracle(x, before, live_slots + [0] * (B - n), [True] * n + [False] * (B - n))
+                for i in range(n):
+                    assert float((o[0, i].double() - o_ref[i]).abs().max()) <= 2e-2 * float(o_ref[i].abs().max())
+                assert torch.equal(o[0, n:], torch.zeros_like(o[0, n:]))
+                others = [s for s in range(SLOTS) if s not in live_slots]
+                assert torch.equal(x["pool"][others], before[others])

@@ -154,3 +154,22 @@ def test_value_checks_name_a_padding_initial_row_of_a_request_that_writes():
     c = _padded([[-1, 1], [2, 3], [4, 5]], rows=6)
     with pytest.raises(ValueError, match=r"^ssm_state_indices=.*request 0 starts from padding"):
         gv.recurrent_verify(_call(c, c["pool"].clone(), c["inter"].clone()))
+
+
+def test_steps_on_one_index_buffer_refilled_in_place_get_their_own_padding():
+    """The padded indices are kept across a step's layers (``ops.step_cache``); the next step refills the
+    same index buffer in place and must get its own padding (outputs 0 where it pads, the oracle elsewhere)."""
+    first = _padded([[0, 1], [-1, -1], [4, 5]], rows=8, seed=3)
+    buffer = first["idx"]
+    for idx_rows in ([[0, 1], [-1, -1], [4, 5]], [[-1, -1], [2, 3], [4, 5]], [[0, 1], [2, 3], [-1, -1]]):
+        c = _padded(idx_rows, rows=8, seed=3)
+        buffer.copy_(c["idx"])
+        c["idx"] = buffer                                  # the same tensor object every step
+        for _ in range(2):                                 # two layers of the step
+            out, _, inter = _run(c, "npu_recurrent")
+            ref_out, _, ref_inter = _oracle(c)
+            live_tok = (c["idx"] >= 0).view(*c["idx"].shape, 1, 1).expand_as(out)
+            assert torch.equal(out[~live_tok], torch.zeros_like(out[~live_tok]))
+            assert _max_rel(out[live_tok].view(-1), ref_out[live_tok].view(-1)) < 2e-2
+            live = _live_rows(c)
+            assert _max_rel(inter[live], ref_inter[live]) < 2e-2

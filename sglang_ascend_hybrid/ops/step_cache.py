@@ -1,0 +1,63 @@
+"""Values a serving call derives from one step's index tensors, kept for the step's other layers.
+
+Within one forward step SGLang hands every layer the same metadata tensors (slot indices, sequence
+offsets), and a rung derives the same small tensors from them in every layer (the GDN verify rung's
+padding-row indices and live mask, the decode ladder's live mask).  :class:`StepValue` keeps the last
+derived value with the identity of the tensors it came from, and gives it back while they are the
+same Python objects (or views of the same base object: a layer may reshape the step's tensor), on
+the same storage, shape and strides, at the same in-place version; anything else derives it again
+(a new tensor at a freed one's address is another object, so never a match).  Never inside a graph
+capture: there the derivation is captured with each layer (a graph replays it with no host cost),
+and nothing derived during a capture is kept.
+
+What the key cannot see: a kernel writing an index tensor through its data pointer (no version bump).
+SGLang builds these tensors per step with torch ops (new tensors, or ``copy_`` into graph buffers,
+which bumps the version), so a later step never matches an earlier one's key.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Callable, TypeVar
+
+import torch
+
+from sglang_ascend_hybrid.ops import seam
+
+T = TypeVar("T")
+
+
+def _identity(t: torch.Tensor) -> tuple:
+    return (t.data_ptr(), t._version, t.dtype, tuple(t.shape), t.stride())
+
+
+def _owner(t: torch.Tensor) -> torch.Tensor:
+    """The tensor object that owns ``t``'s memory: its base when ``t`` is a view (a layer reshapes the
+    step's tensor into a new view object each time; the base and its version counter are shared)."""
+    return t if t._base is None else t._base
+
+
+class StepValue:
+    """One kept value per call site (a module-level instance), derived by ``make`` from ``tensors``."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self._local = threading.local()   # per thread: TP ranks in threads never share an entry
+
+    def get(self, tensors: tuple, extra: tuple, make: Callable[[], T]) -> T:
+        """The value ``make()`` gives for ``tensors`` (and the plain values ``extra``), kept while they
+        are unchanged (see the module docstring)."""
+        if seam.capturing():
+            return make()
+        key = (extra, tuple(_identity(t) for t in tensors))
+        kept = getattr(self._local, "entry", None)
+        if kept is not None and kept[0] == key and all(r() is _owner(t) for r, t in zip(kept[1], tensors)):
+            return kept[2]
+        value = make()
+        self._local.entry = (key, tuple(weakref.ref(_owner(t)) for t in tensors), value)
+        return value
+
+    def forget(self) -> None:
+        """Drop this thread's kept value (the next call derives it again)."""
+        self._local.entry = None
