@@ -80,6 +80,7 @@ from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states, resolve_backend
 from sglang_ascend_hybrid.ops.gdn.decode import contract as decode_contract
 from sglang_ascend_hybrid.ops.gdn.prefill import entries
 from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature
+from sglang_ascend_hybrid.ops.host import host_list
 
 logger = logging.getLogger(__name__)
 
@@ -107,6 +108,24 @@ def _log_refusal(sig, kernel: str, exc: BaseException, taken: str) -> None:
 _TRACKED_ATTR = "_sglang_ascend_hybrid_tracked_chunks"
 
 
+_OFFSETS_ATTR = "_sglang_ascend_hybrid_host_offsets"
+
+
+def step_offsets(metadata, cu_seqlens) -> list:
+    """``cu_seqlens`` on the host, read once per step: kept on the step's metadata (SGLang builds one
+    per forward step) for as long as the step's offsets are the same tensor at the same version
+    (every layer of the step); without metadata that takes attributes, read per call."""
+    cached = getattr(metadata, _OFFSETS_ATTR, None)
+    if cached is not None and cached[0] is cu_seqlens and cached[1] == cu_seqlens._version:
+        return cached[2]
+    bounds = [int(b) for b in host_list(cu_seqlens)]
+    try:
+        setattr(metadata, _OFFSETS_ATTR, (cu_seqlens, cu_seqlens._version, bounds))
+    except (AttributeError, TypeError):
+        pass
+    return bounds
+
+
 def tracked_chunks(metadata, cu_seqlens):
     """The ``(sequence, chunk)`` pairs of ``h`` SGLang's ``_track_mamba_state_extend`` copies into
     track slots this step: ``h[forward_metadata.track_ssm_h_src]``, ``h`` being the per-sequence
@@ -120,7 +139,7 @@ def tracked_chunks(metadata, cu_seqlens):
     cached = getattr(metadata, _TRACKED_ATTR, None)
     if cached is not None and cached[0] is src:
         return cached[1]
-    bounds = cu_seqlens.tolist()
+    bounds = step_offsets(metadata, cu_seqlens)
     offsets = prefill.chunk_offsets(b - a for a, b in zip(bounds, bounds[1:]))
     pairs = []
     for j in src.tolist():
@@ -150,7 +169,8 @@ def _serve_extend(metadata, q, k, v, g, beta, initial_state, cu_seqlens):
                  "uses the Triton chunk kernel (torch if it refuses)")
     o, final, h = chunk_with_states(
         q, k, v, g.float(), beta, cu_seqlens=cu_seqlens, initial_state=initial_state, use_qk_l2norm=True,
-        chunk_states=need_h, exact_chunks=tracked_chunks(metadata, cu_seqlens) if need_h else None, skip=skip)
+        chunk_states=need_h, exact_chunks=tracked_chunks(metadata, cu_seqlens) if need_h else None, skip=skip,
+        host_offsets=step_offsets(metadata, cu_seqlens))
     # the per-chunk states in the pool's dtype: SGLang's _track_mamba_state_extend copies h[...] into
     # track slots, and a radix-cache hit resumes from them; rounding an fp32 pool's snapshot through
     # the activation dtype would make a hit differ from a fresh prefill of the same prefix
@@ -181,7 +201,8 @@ def ascend_chunk_gdn(original, self, q, k, v, g, beta, initial_state, cu_seqlens
                                 beta.reshape(1, T, Hv), pool_layout.in_view_order(initial_state, layout), cu_seqlens)
     if h is None:  # upstream's shape, never read: SGLang's _track_mamba_state_extend reads h only
         # under forward_metadata.has_mamba_track_mask, the flag that asked for no chunk states here
-        num_chunks = prefill.ChunkCall(q, k, v, g, beta, cu_seqlens, None, 1.0).num_chunks()
+        bounds = step_offsets(getattr(self, "forward_metadata", None), cu_seqlens)
+        num_chunks = prefill.chunk_offsets(b - a for a, b in zip(bounds, bounds[1:]))[-1]
         state_dtype = initial_state.dtype if initial_state is not None else k.dtype
         h = k.new_empty(num_chunks, Hv, V, K, dtype=state_dtype)
     return o.reshape(T, Hv, V), pool_layout.in_view_order(final, layout), pool_layout.in_view_order(h, layout)

@@ -20,6 +20,7 @@ from sglang_ascend_hybrid.ops.gdn.prefill import chunk_stride_probe
 from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch, l2norm
 from tests.support import gdn_inputs
 from tests.support.call_counter import Counting as _Counting
+from tests.support.sync_counter import SyncCounter
 
 D = 128
 
@@ -302,3 +303,31 @@ def test_fp32_pool_tracking_on_the_triton_path_keeps_the_tracked_states_exact(as
     assert h.dtype == torch.float32
     assert torch.equal(h[2], fresh[0]) and torch.equal(h[5], fresh[1])
     assert not torch.equal(h[2], h[2].bfloat16().float())  # not a rounded state
+
+
+@pytest.mark.parametrize("track", [False, True])
+def test_one_host_read_of_the_offsets_per_step(ascend_gdn, monkeypatch, track):
+    """Every GDN layer of a prefill step gets the same ``cu_seqlens``: the hook reads it on the host once
+    for the step (checks, the op's lengths, h's chunk count, the tracked chunks), not per layer, and
+    reads it again for a new step's offsets (a new tensor, or the same one written in place)."""
+    mod = ascend_gdn
+    q, k, v, g, beta, cu, pool = _inputs([5, 70], 6, 2, seed=6, pool_dtype=torch.bfloat16)
+    monkeypatch.setattr(mod.AscendGDNAttnBackend, "chunk_gdn", _hooked(mod))
+    backend = _backend(mod, cu, track=track)
+    if track:
+        backend.forward_metadata.track_ssm_h_src = torch.tensor([1])
+    idx = torch.tensor([0, 2])
+    with seam.install_device_facts(chip="A3"), \
+            seam.install_emulators({OP_NPU_CHUNK: gdn_npu_chunk.make_npu_chunk_emulator(chip="A3")}):
+        with SyncCounter(device_of_interest="cpu") as reads:
+            outs = [backend.chunk_gdn(q, k, v, g, beta, pool[idx], cu) for _layer in range(3)]
+        assert reads.total == 1, reads.counts
+        assert all(torch.equal(o[0], outs[0][0]) for o in outs)
+        cu.copy_(torch.tensor([0, 70, 75], dtype=cu.dtype))        # the next step, written in place
+        backend.actual_seq_lengths = torch.diff(cu).to(torch.int32)
+        with SyncCounter(device_of_interest="cpu") as reads:
+            o, _, h = backend.chunk_gdn(q, k, v, g, beta, pool[idx], cu)
+        assert reads.total == 1, reads.counts
+    assert h.shape[0] == 2 + 1                                    # chunks of 70 and 5 tokens
+    ref_o, _ = _fla_reference(q, k, v, g, beta, cu, pool[idx].float())
+    torch.testing.assert_close(o.float(), ref_o, **TOL)

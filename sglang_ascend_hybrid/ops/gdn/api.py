@@ -73,18 +73,24 @@ def _check_heads(q, k, v, g, beta, q_layout: str, **others):
     return T, Hk, K, Hv, V
 
 
-def _check_prefill(q, k, v, g, beta, cu_seqlens, initial_state):
+def _check_prefill(q, k, v, g, beta, cu_seqlens, initial_state, host_offsets=None) -> list:
+    """The prefill checks; returns the per-sequence lengths (``host_offsets``: cu_seqlens as the caller
+    already read it on the host, instead of reading it again)."""
     T, Hk, K, Hv, V = _check_heads(q, k, v, g, beta, "[1, T, Hk, K] (packed, batch 1)",
                                    cu_seqlens=cu_seqlens)
     if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2 or not is_index_dtype(cu_seqlens.dtype):
         _fail("cu_seqlens", f"{_shape(cu_seqlens)} {cu_seqlens.dtype}", "an integer tensor [N + 1], N >= 1")
-    bounds = host_list(cu_seqlens)
+    bounds = host_list(cu_seqlens) if host_offsets is None else [int(b) for b in host_offsets]
+    if len(bounds) != cu_seqlens.numel():
+        _fail("host_offsets", bounds if len(bounds) <= 16 else f"{bounds[:8]}...",
+              f"cu_seqlens read on the host: {cu_seqlens.numel()} offsets")
     if bounds[0] != 0 or bounds[-1] != T or any(b < a for a, b in zip(bounds, bounds[1:])):
         _fail("cu_seqlens", bounds if len(bounds) <= 16 else f"{bounds[:8]}...",
               f"non-decreasing offsets from 0 to T={T}")
     n = len(bounds) - 1
     if initial_state is not None and tuple(initial_state.shape) != (n, Hv, V, K):
         _fail("initial_state", _shape(initial_state), f"[N, Hv, V, K] = [{n}, {Hv}, {V}, {K}] (value-first)")
+    return [b - a for a, b in zip(bounds, bounds[1:])]
 
 
 def chunk_gated_delta_rule(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale: Optional[float] = None,
@@ -101,26 +107,28 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, cu_seqlens, initial_state=None, 
     Returns ``(o [1, T, Hv, V] in q.dtype, final_state [N, Hv, V, K] fp32 or None)``.
     ``initial_state`` is never written.
     """
-    _check_prefill(q, k, v, g, beta, cu_seqlens, initial_state)
+    lengths = _check_prefill(q, k, v, g, beta, cu_seqlens, initial_state)
     backend = resolve_backend(backend, prefill.prefill_rungs(), "prefill")
     o, final, _ = chunk_with_states(q, k, v, g, beta, cu_seqlens=cu_seqlens, initial_state=initial_state,
                                     scale=scale, use_qk_l2norm=use_qk_l2norm, backend=backend,
-                                    _checked=True)
+                                    _checked_lengths=lengths)
     return o, (final.float() if output_final_state else None)
 
 
 def chunk_with_states(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=None, use_qk_l2norm=False,
                       chunk_states: bool = False, exact_chunks=None, backend: str = "auto", skip: tuple = (),
-                      _checked=False):
+                      host_offsets: Optional[list] = None, _checked_lengths: Optional[list] = None):
     """Like :func:`chunk_gated_delta_rule`, returning ``(o, final, h)``; ``h`` is the state at
     the start of every 64-token chunk ``[num_chunks, Hv, V, K]`` when ``chunk_states``, each in the
     initial state's precision; ``final`` and ``h`` in fp32 or in a dtype that keeps that precision
     (the state dtype the serving kernel kept).  ``exact_chunks``: the ``(sequence, chunk)`` pairs whose states the
     caller reads (radix-cache tracking); only those are then promised the initial state's precision,
     which lets a kernel that rounds its chunk states serve (it recomputes those few).
-    ``skip`` names rungs not to try (used by integration hooks)."""
-    if not _checked:
-        _check_prefill(q, k, v, g, beta, cu_seqlens, initial_state)
+    ``skip`` names rungs not to try (used by integration hooks); ``host_offsets``: ``cu_seqlens`` as
+    the caller already read it on the host (checked against it, not read again)."""
+    lengths = _checked_lengths   # given by a caller that ran the checks (they read the offsets on the host)
+    if lengths is None:
+        lengths = _check_prefill(q, k, v, g, beta, cu_seqlens, initial_state, host_offsets)
         backend = resolve_backend(backend, prefill.prefill_rungs(), "prefill")
     if exact_chunks is not None and not chunk_states:
         _fail("exact_chunks", exact_chunks, "None unless chunk_states=True (they name chunk states)")
@@ -128,7 +136,8 @@ def chunk_with_states(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale
         scale = q.shape[-1] ** -0.5
     if use_qk_l2norm:
         q, k = l2norm(q), l2norm(k)
-    call = prefill.ChunkCall(q, k, v, g, beta, cu_seqlens, initial_state, float(scale), chunk_states)
+    call = prefill.ChunkCall(q, k, v, g, beta, cu_seqlens, initial_state, float(scale), chunk_states,
+                             _lengths=lengths)
     if exact_chunks is not None:
         call.exact_chunks = _check_exact_chunks(exact_chunks, call.lengths)
     return prefill.run_prefill(call, backend, skip=skip)

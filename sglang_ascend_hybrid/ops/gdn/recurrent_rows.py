@@ -42,6 +42,7 @@ def recurrent_on_rows(q, k, v, beta_logits, g, pool, slots, live, scale: float) 
     if pool.is_contiguous():
         return seam.call(OP_NPU_RECURRENT, mix, pool, beta, scale, live.to(torch.int32),
                          slots.to(torch.int32).view(B, 1), Hk, Hv, g=gates).reshape(B, Hv, V)
+    slots = slots.long()
     states = pool.index_select(0, slots)   # the kernel updates in place: a gathered copy
     idx = torch.arange(B, dtype=torch.int32, device=q.device)
     ones = torch.ones(B, dtype=torch.int32, device=q.device)

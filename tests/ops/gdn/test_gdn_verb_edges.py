@@ -34,6 +34,7 @@ from tests.ops.gdn.decode.test_gdn_decode_ladder import _call as _decode_call
 from tests.ops.gdn.decode.test_gdn_decode_ladder import _inputs as _decode_inputs
 from tests.ops.gdn.verify.test_gdn_verify import DK, DV, NK, NV, _case, _max_rel, _oracle
 from tests.ops.gdn.verify.test_gdn_verify import _call as _verify_call
+from tests.support import gdn_inputs
 
 
 class _Stop(Exception):
@@ -367,3 +368,20 @@ def test_a_cpu_decode_step_takes_as_many_requests_per_block_as_fp32_states_fit(m
                                torch.rand(B, Hv, generator=gen), pool, torch.arange(B), torch.ones(B, dtype=torch.bool),
                                scale=K ** -0.5)
     assert blocks == [3] * math.ceil(B / 3) and torch.isfinite(o).all()
+
+
+def test_host_offsets_stand_for_cu_seqlens_and_are_checked_like_it():
+    """``chunk_with_states(host_offsets=...)``: the caller's host copy of cu_seqlens is used instead of
+    reading it again, and is checked like it (its length, its values against T)."""
+    from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states
+
+    x = gdn_inputs.packed([3, 5], seed=11, hv=2, hk=2, k_dim=8).prefill()
+    q, k, v, g, beta, cu, h0 = x
+    ref = chunk_with_states(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0, backend="torch")
+    got = chunk_with_states(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0, backend="torch",
+                            host_offsets=[0, 3, 8])
+    assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
+    with pytest.raises(ValueError, match=r"host_offsets=\[0, 8\]: expected cu_seqlens read on the host: 3 offsets"):
+        chunk_with_states(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0, host_offsets=[0, 8])
+    with pytest.raises(ValueError, match=r"cu_seqlens=\[0, 3, 9\]: expected non-decreasing offsets from 0 to T=8"):
+        chunk_with_states(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0, host_offsets=[0, 3, 9])
