@@ -128,7 +128,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                   "sglang_ascend_hybrid/logutil.py",
                   "sglang_ascend_hybrid/ops/host.py", "sglang_ascend_hybrid/ops/__init__.py",
                   "sglang_ascend_hybrid/ops/index_dtype.py", "sglang_ascend_hybrid/ops/errors.py",
-                  "sglang_ascend_hybrid/ops/step_cache.py"],
+                  "sglang_ascend_hybrid/ops/step_cache.py", "sglang_ascend_hybrid/ops/signature.py"],
                  ["tests/ops/test_ladder_and_seam.py", "tests/ops/conv/test_causal_conv1d_ladder.py",
                   "tests/ops/gdn/prefill/test_gdn_prefill_ladder.py",
                   "tests/ops/gdn/decode/test_gdn_decode_public_op.py", "tests/ops/gdn/test_gdn_ladder_variants.py",

@@ -1,7 +1,8 @@
 """Kernel ladder: try the fastest kernel that can serve a call, fall back visibly.
 
 A :class:`Ladder` holds rungs from fastest to always-available.  For a call
-with a hashable *signature* (shape facts such as the head pair and dtype) it
+with a *signature* (its family's :class:`~sglang_ascend_hybrid.ops.signature.Signature`:
+shape facts such as the head pair and dtypes; its text is what every line below shows) it
 skips rungs whose capability predicate says no, runs the first that says yes,
 and if that kernel refuses the input at call time it marks ``(rung, signature)``
 unsupported and retries the next rung with the original inputs:
@@ -44,10 +45,11 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops.errors import DeviceResultError, EmulatorContractViolation
+from sglang_ascend_hybrid.ops.signature import Signature
 
 logger = logging.getLogger(__name__)
 
@@ -159,7 +161,7 @@ class Rung:
 _DECLINED = Absent("its capability check declined the call")
 
 
-def _reason(r: Rung, signature: Hashable, *args, **kwargs) -> Optional[str]:
+def _reason(r: Rung, signature: Signature, *args, **kwargs) -> Optional[str]:
     """``r``'s predicate's answer as None (it can serve) or a non-empty reason."""
     answer = r.supports(signature, *args, **kwargs)
     if answer is None or answer is True:
@@ -173,7 +175,7 @@ class Ladder:
     ``log`` is the logger it goes to (the family's module logger)."""
 
     def __init__(self, op: str, rungs: Sequence[Rung], *,
-                 rejection: Optional[Callable[[str, Hashable, str], str]] = None,
+                 rejection: Optional[Callable[[str, Signature, str], str]] = None,
                  log: Optional[logging.Logger] = None):
         if not rungs:
             raise ValueError(f"ladder {op!r} needs at least one rung")
@@ -181,7 +183,7 @@ class Ladder:
         self.rungs = tuple(rungs)
         self.rejection = rejection
         self.log = log or logger
-        self._refused: set[tuple[str, Hashable]] = set()
+        self._refused: set[tuple[str, Signature]] = set()
         self._lock = threading.Lock()
 
     @property
@@ -194,11 +196,11 @@ class Ladder:
                 return r
         raise ValueError(f"{self.op}: backend={name!r} is not a rung; expected 'auto' or one of {self.names}")
 
-    def refused(self, rung: str, signature: Hashable) -> bool:
+    def refused(self, rung: str, signature: Signature) -> bool:
         with self._lock:
             return (rung, signature) in self._refused
 
-    def mark_refused(self, rung: str, signature: Hashable) -> None:
+    def mark_refused(self, rung: str, signature: Signature) -> None:
         with self._lock:
             self._refused.add((rung, signature))
 
@@ -207,7 +209,7 @@ class Ladder:
         with self._lock:
             self._refused.clear()
 
-    def why_not(self, r: Rung, signature: Hashable, *args, **kwargs) -> Optional[str]:
+    def why_not(self, r: Rung, signature: Signature, *args, **kwargs) -> Optional[str]:
         """None when ``r`` may serve the call, else the reason it cannot (its predicate's, said once)."""
         if self.refused(r.name, signature):
             return Absent(f"it refused {signature} earlier in this process")
@@ -217,27 +219,27 @@ class Ladder:
                      self.rejection(r.name, signature, reason))
         return reason
 
-    def _serves(self, r: Rung, signature: Hashable, *args, **kwargs) -> bool:
+    def _serves(self, r: Rung, signature: Signature, *args, **kwargs) -> bool:
         return self.why_not(r, signature, *args, **kwargs) is None
 
-    def candidates(self, signature: Hashable, *args, **kwargs) -> list[Rung]:
+    def candidates(self, signature: Signature, *args, **kwargs) -> list[Rung]:
         """Every rung that may serve the call (asks every predicate)."""
         return [r for r in self.rungs if self._serves(r, signature, *args, **kwargs)]
 
-    def _next(self, after: int, signature: Hashable, *args, **kwargs) -> str:
+    def _next(self, after: int, signature: Signature, *args, **kwargs) -> str:
         for r in self.rungs[after + 1:]:
             if self._serves(r, signature, *args, **kwargs):
                 return r.name
         return "nothing"
 
-    def choose(self, signature: Hashable, *args, **kwargs) -> Rung:
+    def choose(self, signature: Signature, *args, **kwargs) -> Rung:
         """The rung the next call with this signature will try first (no call made)."""
         for r in self.rungs:
             if self._serves(r, signature, *args, **kwargs):
                 return r
-        raise RuntimeError(f"{self.op}: no rung can serve {signature!r}")
+        raise RuntimeError(f"{self.op}: no rung can serve {signature}")
 
-    def forced(self, name: str, signature: Hashable, *args, **kwargs) -> Rung:
+    def forced(self, name: str, signature: Signature, *args, **kwargs) -> Rung:
         """The rung ``name`` when it can serve the call, else :class:`ForcedRungUnavailable`."""
         r = self.rung(name)
         reason = _reason(r, signature, *args, **kwargs)
@@ -249,7 +251,7 @@ class Ladder:
                 f"use 'auto' to let the ladder {self.names} choose")
         return r
 
-    def __call__(self, signature: Hashable, *args, backend: str = "auto", **kwargs) -> Any:
+    def __call__(self, signature: Signature, *args, backend: str = "auto", **kwargs) -> Any:
         if backend != "auto":
             r = self.forced(backend, signature, *args, **kwargs)
             try:
@@ -292,7 +294,7 @@ class Ladder:
                 continue
             _note_served(self.op, r.name)
             return result
-        raise RuntimeError(f"{self.op}: every rung refused {signature!r}")
+        raise RuntimeError(f"{self.op}: every rung refused {signature}")
 
 
 def env_forced_rung(var, names: Sequence[str], family: str, op: str) -> str:

@@ -14,6 +14,7 @@ import torch
 
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.ladder import Absent, ForcedRungUnavailable, Ladder, Rung, is_fatal_device_error
+from tests.support.word_signature import SIG, WordSignature
 
 
 def _ladder(first_fails=None):
@@ -39,32 +40,32 @@ def _ladder(first_fails=None):
 
 def test_keyword_arguments_reach_predicates_and_rungs():
     ladder, seen = _ladder()
-    assert ladder("sig", 2.0, scale=3.0) == 6.0
-    assert ladder("sig", 2.0, scale=-1.0) == -1.5  # the predicate saw the keyword: slow rung
-    assert ladder.choose("sig", 2.0, scale=-1.0).name == "slow"
-    assert ladder("sig", 2.0, scale=3.0, backend="slow") == 6.5
+    assert ladder(SIG, 2.0, scale=3.0) == 6.0
+    assert ladder(SIG, 2.0, scale=-1.0) == -1.5  # the predicate saw the keyword: slow rung
+    assert ladder.choose(SIG, 2.0, scale=-1.0).name == "slow"
+    assert ladder(SIG, 2.0, scale=3.0, backend="slow") == 6.5
     assert seen == [("fast", 3.0), ("slow", -1.0), ("slow", 3.0)]
 
 
 def test_refusal_falls_to_the_next_rung_with_the_keywords():
     ladder, seen = _ladder(first_fails=RuntimeError("kernel refuses this shape"))
-    assert ladder("sig", 2.0, scale=3.0) == 6.5
+    assert ladder(SIG, 2.0, scale=3.0) == 6.5
     assert seen == [("fast", 3.0), ("slow", 3.0)]
-    assert ladder.refused("fast", "sig") and not ladder.refused("fast", "other")
+    assert ladder.refused("fast", SIG) and not ladder.refused("fast", WordSignature("other"))
     ladder.forget_refusals()
-    assert not ladder.refused("fast", "sig")
+    assert not ladder.refused("fast", SIG)
 
 
 def test_forced_rung_that_cannot_serve_names_the_op_and_what_it_needs():
     ladder, _ = _ladder()
     with pytest.raises(ForcedRungUnavailable, match=r"^demo_op: the forced kernel 'fast' is unavailable for sig "
                                                     r"\(it calls demo_kernel\); use 'auto'"):
-        ladder("sig", 2.0, scale=-1.0, backend="fast")
+        ladder(SIG, 2.0, scale=-1.0, backend="fast")
     bare = Ladder("bare_op", [Rung("only", lambda sig: False, lambda: None)])
     with pytest.raises(ForcedRungUnavailable, match=r"unavailable for sig; use 'auto'"):
-        bare("sig", backend="only")
-    with pytest.raises(RuntimeError, match=r"^bare_op: no rung can serve 'sig'$"):
-        bare.choose("sig")
+        bare(SIG, backend="only")
+    with pytest.raises(RuntimeError, match=r"^bare_op: no rung can serve sig$"):
+        bare.choose(SIG)
     with pytest.raises(ValueError, match=r"^ladder 'empty' needs at least one rung$"):
         Ladder("empty", [])
 
@@ -73,8 +74,8 @@ def test_every_rung_refusing_is_an_error_naming_the_op():
     refusing = Ladder("all_refuse", [
         Rung("a", lambda sig: True, lambda: (_ for _ in ()).throw(RuntimeError("a refuses")),
              is_refusal=lambda exc: True, device=True)])
-    with pytest.raises(RuntimeError, match=r"^all_refuse: every rung refused 'sig'$"):
-        refusing("sig")
+    with pytest.raises(RuntimeError, match=r"^all_refuse: every rung refused sig$"):
+        refusing(SIG)
 
 
 @pytest.mark.parametrize("exc,fatal", [
@@ -218,7 +219,7 @@ def test_capturing_without_torch_npu_is_false(monkeypatch):
 def _reasoned_ladder(log, answers):
     """A two-rung ladder whose device rung answers from ``answers`` (None, a reason or an Absent)."""
     return Ladder("reasoned_op", [
-        Rung("fast", lambda sig: answers[sig], lambda: "fast", device=True,
+        Rung("fast", lambda sig: answers[sig.word], lambda: "fast", device=True,
              ops=("pkg.mod:fast_entry", "fast_op")),
         Rung("torch", lambda sig: None, lambda: "torch"),
     ], rejection=lambda rung, sig, reason: f"demo {sig} cannot use the {rung} kernel: {reason}", log=log)
@@ -228,25 +229,25 @@ def test_a_predicate_reason_is_said_once_per_rung_and_signature(caplog):
     log = logging.getLogger("tests.reasoned_ladder")
     ladder = _reasoned_ladder(log, {"wide": "it takes at most 8 heads", "ok": None})
     with caplog.at_level(logging.INFO, logger=log.name):
-        assert [ladder("wide") for _ in range(3)] == ["torch"] * 3
-        assert ladder("ok") == "fast"
+        assert [ladder(WordSignature("wide")) for _ in range(3)] == ["torch"] * 3
+        assert ladder(WordSignature("ok")) == "fast"
     said = [r for r in caplog.records if r.name == log.name]
     assert [r.getMessage() for r in said] == ["demo wide cannot use the fast kernel: it takes at most 8 heads"]
     assert said[0].levelno == logging.INFO
-    assert ladder.why_not(ladder.rung("fast"), "wide") == "it takes at most 8 heads"
-    assert ladder.why_not(ladder.rung("fast"), "ok") is None
+    assert ladder.why_not(ladder.rung("fast"), WordSignature("wide")) == "it takes at most 8 heads"
+    assert ladder.why_not(ladder.rung("fast"), WordSignature("ok")) is None
 
 
 def test_an_absent_kernel_is_not_logged_but_named_when_forced(caplog):
     log = logging.getLogger("tests.reasoned_ladder_absent")
     ladder = _reasoned_ladder(log, {"cpu": Absent("fast_op is not installed for cpu tensors")})
     with caplog.at_level(logging.INFO, logger=log.name):
-        assert ladder("cpu") == "torch"
+        assert ladder(WordSignature("cpu")) == "torch"
     assert not [r for r in caplog.records if r.name == log.name]
     with pytest.raises(ForcedRungUnavailable, match=r"^reasoned_op: the forced kernel 'fast' is unavailable for cpu: "
                                                     r"fast_op is not installed for cpu tensors \(it calls "
                                                     r"pkg.mod:fast_entry, fast_op\); use 'auto'"):
-        ladder("cpu", backend="fast")
+        ladder(WordSignature("cpu"), backend="fast")
 
 
 def test_a_refused_rung_is_not_asked_again_and_says_why():
@@ -259,9 +260,9 @@ def test_a_refused_rung_is_not_asked_again_and_says_why():
         Rung("fast", lambda sig: asked.append(sig), fast, device=True, is_refusal=lambda exc: True),
         Rung("torch", lambda sig: None, lambda: "torch"),
     ])
-    assert ladder("s") == "torch" and ladder("s") == "torch"
-    assert asked == ["s"]
-    assert "refused s earlier" in ladder.why_not(ladder.rung("fast"), "s")
+    assert ladder(WordSignature("s")) == "torch" and ladder(WordSignature("s")) == "torch"
+    assert asked == [WordSignature("s")]
+    assert "refused s earlier" in ladder.why_not(ladder.rung("fast"), WordSignature("s"))
 
 
 _RUNS = itertools.count()
@@ -273,7 +274,7 @@ def test_served_rungs_are_recorded_once_and_told_to_listeners():
     heard: list = []
     refusing = Rung("fast", lambda sig: True, lambda: (_ for _ in ()).throw(RuntimeError("no")), device=True)
     demo = Ladder("served_demo_op", [refusing, Rung("slow", lambda sig: True, lambda: 7)])
-    assert demo("sig") == 7
+    assert demo(SIG) == 7
     assert ("served_demo_op", "slow") in ladder_module.served()
     assert ("served_demo_op", "fast") not in ladder_module.served()  # it refused: it did not serve
     ladder_module.on_first_serve(lambda op, rung: heard.append((op, rung)))
@@ -283,6 +284,6 @@ def test_served_rungs_are_recorded_once_and_told_to_listeners():
     new_op = f"served_forced_op_{next(_RUNS)}"
     forced = Ladder(new_op, [Rung("only", lambda sig: True, lambda: 1)])
     for _ in range(3):
-        assert demo("sig") == 7 and forced("sig", backend="only") == 1
+        assert demo(SIG) == 7 and forced(SIG, backend="only") == 1
     assert heard == [(new_op, "only")]  # a new pair once, a known pair never again
     ladder_module._served_listeners.clear()

@@ -9,6 +9,7 @@ import logging
 import pytest
 
 from sglang_ascend_hybrid.ops.ladder import DeclinedCall, ForcedRungUnavailable, Ladder, Rung
+from tests.support.word_signature import SIG
 
 
 def _ladder(seen, declines=lambda x: x < 0):
@@ -28,11 +29,11 @@ def test_a_declined_call_goes_to_the_next_rung_and_the_rung_stays_available(capl
     seen = []
     ladder = _ladder(seen)
     with caplog.at_level(logging.INFO):
-        assert ladder("sig", -1) == -3
-        assert ladder("sig", -2) == -6
-        assert ladder("sig", 5) == 10  # not remembered: the fast rung serves the next call
+        assert ladder(SIG, -1) == -3
+        assert ladder(SIG, -2) == -6
+        assert ladder(SIG, 5) == 10  # not remembered: the fast rung serves the next call
     assert seen == ["fast", "torch", "fast", "torch", "fast"]
-    assert not ladder.refused("fast", "sig")
+    assert not ladder.refused("fast", SIG)
     lines = [r for r in caplog.records if "declined" in r.getMessage()]
     assert len(lines) == 1 and lines[0].levelno == logging.INFO
     assert "demo_declined kernel fast declined a call on sig (x=-1 is out of the fast kernel's range); " \
@@ -42,11 +43,11 @@ def test_a_declined_call_goes_to_the_next_rung_and_the_rung_stays_available(capl
 def test_a_forced_rung_that_declines_names_the_op_the_rung_and_why():
     ladder = _ladder([])
     with pytest.raises(ForcedRungUnavailable) as err:
-        ladder("sig", -1, backend="fast")
+        ladder(SIG, -1, backend="fast")
     assert str(err.value) == ("demo_declined: the forced kernel 'fast' declined this call for sig (x=-1 is out of "
                               "the fast kernel's range); use 'auto' to let the ladder ('fast', 'torch') choose")
     assert isinstance(err.value.__cause__, DeclinedCall)
-    assert ladder("sig", 4, backend="fast") == 8
+    assert ladder(SIG, 4, backend="fast") == 8
 
 
 def test_declined_is_never_a_refusal_nor_an_unexpected_failure():
@@ -60,5 +61,5 @@ def test_the_next_rung_is_asked_only_when_needed():
         Rung("a", lambda sig: asked.append("a") or True, lambda: "a"),
         Rung("b", lambda sig: asked.append("b") or True, lambda: "b"),
     ])
-    assert ladder("sig") == "a" and asked == ["a"]
-    assert ladder.choose("sig").name == "a" and asked == ["a", "a"]
+    assert ladder(SIG) == "a" and asked == ["a"]
+    assert ladder.choose(SIG).name == "a" and asked == ["a", "a"]

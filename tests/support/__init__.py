@@ -1,1 +1,2 @@
-"""Test helpers shared by every test folder: call and sync counters, the op log, the older-release subset."""
+"""Test helpers shared by every test folder: call and sync counters, the op log, the older-release subset,
+a one-word ladder signature."""

@@ -1,9 +1,9 @@
 """What every GDN ladder keys its decisions on, and the lines it says about them.
 
-:class:`GdnSignature` is the hashable shape / dtype description of a call that the prefill, decode
-and verify ladders hand their rungs' predicates (and remember refusals by); :func:`rejection_line`
-and :func:`log_path` are the ladders' two log lines.  Shared by :mod:`.prefill`, :mod:`.decode` and
-:mod:`.verify`.
+:class:`GdnSignature` is the :class:`~sglang_ascend_hybrid.ops.signature.Signature` of a call that
+the prefill, decode and verify ladders hand their rungs' predicates (and remember refusals by);
+:func:`rejection_line` and :func:`log_path` are the ladders' two log lines.  Shared by
+:mod:`.prefill`, :mod:`.decode` and :mod:`.verify`.
 """
 
 from __future__ import annotations
@@ -15,17 +15,16 @@ from typing import Optional
 import torch
 
 from sglang_ascend_hybrid.logutil import log_once
+from sglang_ascend_hybrid.ops.signature import Signature, dtype_name
 
 logger = logging.getLogger(__name__)
 
 
-def dtype_name(dtype) -> str:
-    return str(dtype).replace("torch.", "")
-
-
 @dataclass(frozen=True)
-class GdnSignature:
-    """Shape facts a kernel's acceptance depends on (hashable; names the head pair in logs)."""
+class GdnSignature(Signature):
+    """Shape facts a GDN kernel's acceptance depends on.  Its text names the head pair, the head
+    dims, the inputs' dtype, then the state dtype and ``+chunk_states`` when given:
+    ``(NumValueHeads, NumKeyHeads)=(32, 16) K=128 V=128 bfloat16 state=float32 +chunk_states``."""
 
     value_heads: int
     key_heads: int

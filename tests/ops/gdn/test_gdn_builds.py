@@ -30,6 +30,7 @@ from sglang_ascend_hybrid.ops.ladder import Ladder, Rung
 from tests.ops.conv.conv_oracle import assert_close_to_oracle, naive_causal_conv1d_fn
 from tests.support import gdn_inputs
 from tests.support.call_counter import Counting
+from tests.support.word_signature import SIG
 
 D = 128
 
@@ -170,8 +171,8 @@ def test_an_attribute_error_of_a_device_rung_is_an_unexpected_refusal(caplog):
         Rung("torch", lambda sig: True, lambda: seen.append("torch") or "ok"),
     ])
     with caplog.at_level(logging.INFO):
-        assert ladder("sig") == "ok"
-        assert ladder("sig") == "ok"
+        assert ladder(SIG) == "ok"
+        assert ladder(SIG) == "ok"
     assert seen == ["device", "torch", "torch"]  # refused once, then remembered
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "failed unexpectedly" in warnings[0].getMessage()
@@ -187,7 +188,7 @@ def test_a_pure_torch_rung_attribute_error_propagates():
 
     ladder = Ladder("demo_attr_torch", [Rung("torch", lambda sig: True, broken)])
     with pytest.raises(AttributeError, match="a bug in the torch path"):
-        ladder("sig")
+        ladder(SIG)
 
 
 def test_a_hollow_mega_entry_the_table_did_not_know_falls_back_with_one_warning(caplog):

@@ -48,9 +48,10 @@ from sglang_ascend_hybrid.ops.gdn.prefill import chunk_stride_probe, planner
 from sglang_ascend_hybrid.ops.gdn.prefill.call import ChunkCall, chunk_offsets, without_empty_sequences
 from sglang_ascend_hybrid.ops.gdn.prefill.entries import call_triton_entry, resolve_entry
 from sglang_ascend_hybrid.ops.gdn.prefill.plan_exec import execute_plan
-from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature, dtype_name, keeps_precision, log_path, rejection_line
+from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature, keeps_precision, log_path, rejection_line
 from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch
 from sglang_ascend_hybrid.ops.ladder import Absent, DeclinedCall, Ladder, Rung
+from sglang_ascend_hybrid.ops.signature import dtype_name
 
 logger = logging.getLogger(__name__)
 
