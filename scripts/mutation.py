@@ -101,7 +101,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                     "tests/ops/gdn/prefill/test_gdn_chunk_stride_probe.py",
                     "tests/ops/gdn/prefill/test_gdn_triton_mega.py"]),
     "conv": (["sglang_ascend_hybrid/ops/conv/api.py", "sglang_ascend_hybrid/ops/conv/naive.py",
-              "sglang_ascend_hybrid/ops/conv/dispatch.py",
+              "sglang_ascend_hybrid/ops/conv/dispatch.py", "sglang_ascend_hybrid/ops/conv/signature.py",
               "sglang_ascend_hybrid/ops/conv/contract.py", "sglang_ascend_hybrid/ops/conv/inputs.py",
               "sglang_ascend_hybrid/ops/conv/torch_impl.py", "sglang_ascend_hybrid/ops/row_copy.py",
               "sglang_ascend_hybrid/ops/conv/weights.py"],

@@ -24,7 +24,8 @@ import torch
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.integration import short_conv_track
 from sglang_ascend_hybrid.ops.conv import api as conv_ops
-from sglang_ascend_hybrid.ops.conv.dispatch import device_possible, is_window_major
+from sglang_ascend_hybrid.ops.conv.dispatch import device_possible
+from sglang_ascend_hybrid.ops.conv.signature import is_window_major
 
 
 def routes_to_plugin(x, conv_state) -> bool:

@@ -107,8 +107,7 @@ def conv_update_rung(width: int, channels: int, dtype: torch.dtype, device: Opti
     weight = torch.zeros(channels, width, dtype=dtype, device=dev)
     call = conv_dispatch.UpdateCall(x, pool.transpose(1, 2), weight, None, None,
                                      torch.zeros(1, dtype=torch.int32, device=dev), -1)
-    sig = conv_dispatch.conv_signature("update", width, x, weight, call.conv_state)
-    return conv_dispatch.UPDATE_LADDER.choose(sig, call).name
+    return conv_dispatch.UPDATE_LADDER.choose(call.signature(), call).name
 
 
 def conv_verify_rung(width: int, channels: int, dtype: torch.dtype, draft: int = 4,
@@ -122,8 +121,7 @@ def conv_verify_rung(width: int, channels: int, dtype: torch.dtype, draft: int =
     weight = torch.zeros(channels, width, dtype=dtype, device=dev)
     call = conv_dispatch.VerifyCall(x, window, weight, None, None, torch.zeros(1, dtype=torch.int32, device=dev),
                                      -1, draft)
-    sig = conv_dispatch.conv_signature("verify", width, x, weight, window.transpose(1, 2))
-    return conv_dispatch.VERIFY_LADDER.choose(sig, call).name
+    return conv_dispatch.VERIFY_LADDER.choose(call.signature(), call).name
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,6 @@ from sglang_ascend_hybrid.ops.conv.dispatch import (
     FnCall,
     UpdateCall,
     VerifyCall,
-    conv_signature,
     run_ladder,
 )
 from sglang_ascend_hybrid.ops.conv.inputs import (
@@ -94,8 +93,7 @@ def causal_conv1d_fn(
             query_start_loc = torch.arange(b + 1, device=x.device, dtype=torch.int32) * length
         else:
             query_start_loc = torch.tensor([0, x.shape[1]], dtype=torch.int32, device=x.device)
-    width = check_fn_inputs(x, weight, bias, query_start_loc, cache_indices, has_initial_state,
-                            conv_states)
+    check_fn_inputs(x, weight, bias, query_start_loc, cache_indices, has_initial_state, conv_states)
     activation_is_silu(activation)
     batch = query_start_loc.shape[0] - 1
     if conv_states is not None and cache_indices is None and conv_states.shape[0] < batch:
@@ -108,7 +106,7 @@ def causal_conv1d_fn(
     else:
         call = FnCall(x, weight, bias, query_start_loc, cache_indices, has_initial_state, conv_states,
                        activation, pad_slot_id)
-        out = run_ladder(FN_LADDER, conv_signature("fn", width, x, weight, conv_states), call, x)
+        out = run_ladder(FN_LADDER, call)
     if batched is not None:
         b, d, length = batched
         out = out.reshape(d, b, length).transpose(0, 1)
@@ -134,14 +132,14 @@ def causal_conv1d_update(
     if cache_seqlens is not None:
         raise ValueError("cache_seqlens is not None: expected None (circular-buffer conv states "
                          "are not supported; SGLang's Triton kernel ignores it as well)")
-    width = check_update_inputs(x, conv_state, weight, bias, conv_state_indices)
+    check_update_inputs(x, conv_state, weight, bias, conv_state_indices)
     activation_is_silu(activation)
     if _resolve_check(check_values):
         check_slot_values(conv_state_indices, "conv_state_indices", conv_state.shape[0], pad_slot_id)
     if x.shape[0] == 0 or (x.dim() == 3 and x.shape[2] == 0):
         return torch.empty_like(x)
     call = UpdateCall(x, conv_state, weight, bias, activation, conv_state_indices, pad_slot_id)
-    return run_ladder(UPDATE_LADDER, conv_signature("update", width, x, weight, conv_state), call, x)
+    return run_ladder(UPDATE_LADDER, call)
 
 
 def causal_conv1d_verify(
@@ -172,11 +170,11 @@ def causal_conv1d_verify(
     True).  With ``check_values=False`` nothing reads tensor values on the host (graph capture)."""
     if cache_indices is None:
         raise ValueError("cache_indices is None: expected (batch,) slot indices of the draft pool")
-    width = check_verify_inputs(x, conv_window, weight, bias, cache_indices, draft_token_num)
+    check_verify_inputs(x, conv_window, weight, bias, cache_indices, draft_token_num)
     activation_is_silu(activation)
     if _resolve_check(check_values):
         check_slot_values(cache_indices, "cache_indices", conv_window.shape[0], pad_slot_id)
     if cache_indices.shape[0] == 0:
         return torch.empty_like(x)
     call = VerifyCall(x, conv_window, weight, bias, activation, cache_indices, pad_slot_id, draft_token_num)
-    return run_ladder(VERIFY_LADDER, conv_signature("verify", width, x, weight, conv_window.transpose(1, 2)), call, x)
+    return run_ladder(VERIFY_LADDER, call)

@@ -60,29 +60,16 @@ from sglang_ascend_hybrid.ops.conv.contract import (
     is_refusal,
 )
 from sglang_ascend_hybrid.ops.conv.inputs import activation_is_silu
+from sglang_ascend_hybrid.ops.conv.signature import ConvSignature, is_window_major
 from sglang_ascend_hybrid.ops.conv.torch_impl import causal_conv1d_fn_torch, update_rows_torch, verify_rows_torch
 from sglang_ascend_hybrid.ops.conv.weights import taps_major
 from sglang_ascend_hybrid.ops.ladder import Absent, Ladder, Rung, env_forced_rung
+from sglang_ascend_hybrid.ops.signature import dtype_name
 
 logger = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------- layout facts
-
-
-def is_window_major(conv_states: Optional[torch.Tensor]) -> bool:
-    """``[slots, dim, S]`` whose channel axis is the unit-stride one: a transposed
-    view of a ``[slots, S, dim]`` (window-major) pool."""
-    return (conv_states is not None and conv_states.dim() == 3
-            and conv_states.stride(1) == 1 and conv_states.stride(2) >= max(conv_states.shape[1], 2))
-
-
-def layout_tag(conv_states: Optional[torch.Tensor]) -> str:
-    if conv_states is None:
-        return "none"
-    if is_window_major(conv_states):
-        return "window-major" if conv_states.transpose(1, 2).is_contiguous() else "window-major-strided"
-    return "channel-major"
 
 
 def _pool_reason(state: Optional[torch.Tensor], width: int, exact: bool) -> Optional[str]:
@@ -136,7 +123,7 @@ def _tiling_reason(key: tuple, dtype: torch.dtype) -> Optional[str]:
         seen = _TILING_SEEN.get(key)
     if seen is None or seen == dtype:
         return None
-    return (f"its tiling cache holds this shape for {str(seen).replace('torch.', '')} already (the cache key "
+    return (f"its tiling cache holds this shape for {dtype_name(seen)} already (the cache key "
             "omits the dtype)")
 
 
@@ -175,6 +162,9 @@ class FnCall:
     @property
     def width(self) -> int:
         return int(self.weight.shape[1])
+
+    def signature(self) -> ConvSignature:
+        return ConvSignature.of("fn", self.x, self.weight, self.conv_states, dim=self.x.shape[0])
 
     def aclnn_key(self) -> tuple:
         """``CausalConv1dTilingKey`` of the call :func:`_fn_aclnn` makes (varlen, run mode 0)."""
@@ -261,6 +251,9 @@ class UpdateCall:
     @property
     def width(self) -> int:
         return int(self.weight.shape[1])
+
+    def signature(self) -> ConvSignature:
+        return ConvSignature.of("update", self.x, self.weight, self.conv_state, dim=self.x.shape[1])
 
     def tokens_major(self, private: bool = True) -> torch.Tensor:
         """x as a contiguous ``[B, L, dim]`` tensor: a private copy (never a view of the caller's x, for
@@ -388,6 +381,10 @@ class VerifyCall:
     def batch(self) -> int:
         return int(self.cache_indices.shape[0])
 
+    def signature(self) -> ConvSignature:
+        """Keyed by the ``[slots, dim, R]`` view of the draft window, like the other conv ops' states."""
+        return ConvSignature.of("verify", self.x, self.weight, self.conv_window.transpose(1, 2), dim=self.x.shape[1])
+
     def accepted(self) -> torch.Tensor:
         """``num_accepted_tokens``: every request's whole block (the live state is the window's last
         ``W-1`` rows after SGLang's rollback, at row offset ``d - 1``)."""
@@ -452,16 +449,17 @@ VERIFY_LADDER = Ladder("causal_conv1d_verify", [
 
 # Signatures whose torch-path verdict has been asked (the line below is said at most once per
 # signature; asking the ladder on every call would run every rung's predicate twice per call).
-_TORCH_PATH_ASKED: set = set()
+_TORCH_PATH_ASKED: set[ConvSignature] = set()
 
 
-def run_ladder(ladder: Ladder, sig: tuple, call, x: torch.Tensor):
+def run_ladder(ladder: Ladder, call: FnCall | UpdateCall | VerifyCall):
     """Serve ``call`` on ``ladder`` (the forced rung, else the first whose contract admits it).
     The first NPU call of a signature that only the torch path admits is said once, with every NPU
     rung's reason; later calls of that signature do not ask again (a call-time refusal is said by
     the ladder itself)."""
+    sig = call.signature()
     backend = env_forced_rung(ENV.CONV_BACKEND, ladder.names, "conv", ladder.op)
-    if backend == "auto" and sig not in _TORCH_PATH_ASKED and device_possible(x):
+    if backend == "auto" and sig not in _TORCH_PATH_ASKED and device_possible(call.x):
         _TORCH_PATH_ASKED.add(sig)
         if ladder.choose(sig, call).name == "torch":
             def reasons() -> str:  # the predicates' own words, computed only when the line is said
@@ -471,12 +469,3 @@ def run_ladder(ladder: Ladder, sig: tuple, call, x: torch.Tensor):
 
             log_once(logger, ("conv-torch-path", sig), reasons)
     return ladder(sig, call, backend=backend)
-
-
-def conv_signature(kind: str, width: int, x: torch.Tensor, weight: torch.Tensor,
-               state: Optional[torch.Tensor]) -> tuple:
-    def name(t):
-        return "none" if t is None else str(t.dtype).replace("torch.", "")
-
-    return (kind, width, x.shape[0] if kind == "fn" else x.shape[1], name(x), name(weight), name(state),
-            layout_tag(state), None if state is None else int(state.shape[2]))

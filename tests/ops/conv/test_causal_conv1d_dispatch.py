@@ -22,6 +22,7 @@ from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.conv import api as ops
 from sglang_ascend_hybrid.ops.conv import dispatch as conv_dispatch
 from sglang_ascend_hybrid.ops.conv import torch_impl as ref
+from tests.support.word_signature import SIG
 
 DIM = 32
 LENS = [5, 2, 0, 1, 4]
@@ -58,8 +59,7 @@ def test_prefill_device_rungs_match_triton(width, installed, expected_rung):
     before = pool.clone()
     call = conv_dispatch.FnCall(x, weight, bias, qsl, idx, his, cuda_layout_view(pool), "silu", -1)
     with seam.install_emulators(_ops(*installed)):
-        sig = ("fn", width, DIM, "float16", "window-major")
-        assert conv_dispatch.FN_LADDER.choose(sig, call).name == expected_rung
+        assert conv_dispatch.FN_LADDER.choose(call.signature(), call).name == expected_rung
         out = ops.causal_conv1d_fn(x, weight, bias, query_start_loc=qsl, cache_indices=idx,
                                    has_initial_state=his, conv_states=cuda_layout_view(pool),
                                    activation="silu")
@@ -90,7 +90,7 @@ def test_decode_device_rungs_match_triton(width, installed, expected_rung):
         for step in range(3):
             x = torch.randn(4, DIM, generator=gen).half()
             call = conv_dispatch.UpdateCall(x, cuda_layout_view(pool), weight, None, None, idx, -1)
-            assert conv_dispatch.UPDATE_LADDER.choose(("update",), call).name == expected_rung
+            assert conv_dispatch.UPDATE_LADDER.choose(call.signature(), call).name == expected_rung
             out = ops.causal_conv1d_update(x, cuda_layout_view(pool), weight, None, None,
                                            conv_state_indices=idx)
             ref = triton_update(x, cuda_layout_view(ref_pool), weight, None, None, conv_state_indices=idx)
@@ -112,7 +112,7 @@ def test_out_of_limits_goes_to_torch_and_logs_once(caplog, why, dim, width, dtyp
     call = conv_dispatch.UpdateCall(torch.zeros(2, dim, dtype=dtype), cuda_layout_view(pool), weight, None,
                            None, idx, -1)
     with seam.install_emulators(emu.emulators()), caplog.at_level(logging.INFO):
-        assert conv_dispatch.UPDATE_LADDER.choose(("update",), call).name == "torch"
+        assert conv_dispatch.UPDATE_LADDER.choose(call.signature(), call).name == "torch"
         for _ in range(3):
             x = torch.randn(2, dim, generator=gen).to(dtype)
             out = ops.causal_conv1d_update(x, cuda_layout_view(pool), weight, conv_state_indices=idx)
@@ -132,7 +132,7 @@ def test_dim_not_a_multiple_of_16_stays_on_the_npu_kernel():
     call = conv_dispatch.UpdateCall(torch.zeros(2, 24).half(), cuda_layout_view(pool), torch.randn(24, 3).half(),
                            None, None, torch.tensor([1, 3]), -1)
     with seam.install_emulators(emu.emulators(v2_branch=False)):
-        assert conv_dispatch.UPDATE_LADDER.choose(("update",), call).name == "npu_aclnn"
+        assert conv_dispatch.UPDATE_LADDER.choose(call.signature(), call).name == "npu_aclnn"
 
 
 def test_refusal_falls_back_to_next_rung(caplog):
@@ -215,7 +215,7 @@ def test_decode_only_env_backend_leaves_prefill_on_its_ladder(monkeypatch, caplo
 
 def test_unknown_forced_backend_still_refused_by_the_ladder():
     with pytest.raises(ValueError, match="backend='bogus' is not a rung"):
-        conv_dispatch.FN_LADDER(("fn",), None, backend="bogus")
+        conv_dispatch.FN_LADDER(SIG, None, backend="bogus")
 
 
 # --------------------------------------------------------------------------- AROUND hooks

@@ -103,15 +103,15 @@ def test_auto_takes_the_npu_op_at_width_4_and_the_torch_path_at_width_3_with_the
     x, window, weight, bias, idx = _case(3, 4, torch.bfloat16)
     call = dispatch.VerifyCall(x, window, weight, bias, None, idx, -1, 4)
     with seam.install_emulators(emu.emulators()), caplog.at_level(logging.INFO):
-        why = dispatch.VERIFY_LADDER.why_not(dispatch.VERIFY_LADDER.rungs[0], ("sig",), call)
+        why = dispatch.VERIFY_LADDER.why_not(dispatch.VERIFY_LADDER.rungs[0], call.signature(), call)
         assert "takes width 4 only" in str(why)
-        assert dispatch.VERIFY_LADDER.choose(("sig",), call).name == "torch"
+        assert dispatch.VERIFY_LADDER.choose(call.signature(), call).name == "torch"
         causal_conv1d_verify(x, window.clone(), weight, bias, None, idx, 4)
     assert "causal_conv1d_verify" in caplog.text and "using the torch path" in caplog.text
     x4, window4, weight4, bias4, idx4 = _case(4, 4, torch.bfloat16)
     call4 = dispatch.VerifyCall(x4, window4, weight4, bias4, None, idx4, -1, 4)
     with seam.install_emulators(emu.emulators()):
-        assert dispatch.VERIFY_LADDER.choose(("sig4",), call4).name == "npu_aclnn"
+        assert dispatch.VERIFY_LADDER.choose(call4.signature(), call4).name == "npu_aclnn"
         assert "not contiguous" in str(dispatch._verify_aclnn_ok(
             dispatch.VerifyCall(x4, window4.transpose(1, 2).contiguous().transpose(1, 2), weight4, bias4,
                                  None, idx4, -1, 4)))

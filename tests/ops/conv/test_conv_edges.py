@@ -5,6 +5,7 @@ refusal and input-error texts, the accepted activation names, and the fp64 oracl
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from types import SimpleNamespace as NS
@@ -19,6 +20,7 @@ from sglang_ascend_hybrid.ops.conv import api as ops
 from sglang_ascend_hybrid.ops.conv import dispatch
 from sglang_ascend_hybrid.ops.conv.inputs import activation_is_silu
 from sglang_ascend_hybrid.ops.conv.naive import naive_causal_conv1d_fn
+from sglang_ascend_hybrid.ops.conv.signature import ConvSignature
 from sglang_ascend_hybrid.ops.conv.torch_impl import causal_conv1d_update_torch
 from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable
 from tests.ops.conv.conv_oracle import assert_close_to_oracle, forced_backend, naive_causal_conv1d_update
@@ -84,10 +86,53 @@ def test_a_refusal_in_one_dtype_does_not_mark_the_same_shape_in_another_dtype():
 def test_the_signature_names_dtypes_and_layouts():
     x, w = torch.randn(2, DIM).half(), torch.randn(DIM, 3).half()
     pool = torch.randn(4, 2, DIM).half()
-    sig = dispatch.conv_signature("update", 3, x, w, cuda_layout_view(pool))
-    assert sig == ("update", 3, DIM, "float16", "float16", "float16", "window-major", 2)
-    assert dispatch.conv_signature("fn", 3, x.t(), w, None) == ("fn", 3, DIM, "float16", "float16", "none",
-                                                                 "none", None)
+    sig = dispatch.UpdateCall(x, cuda_layout_view(pool), w, None, None, None, -1).signature()
+    assert sig == ConvSignature(kind="update", width=3, dim=DIM, x_dtype="float16", weight_dtype="float16",
+                                state_dtype="float16", layout="window-major", state_len=2)
+    assert str(sig) == f"('update', 3, {DIM}, 'float16', 'float16', 'float16', 'window-major', 2)"
+    fn = dispatch.FnCall(x.t(), w, None, None, None, None, None, None, -1).signature()
+    assert fn == ConvSignature("fn", 3, DIM, "float16", "float16", "none", "none", None)
+    assert str(fn) == f"('fn', 3, {DIM}, 'float16', 'float16', 'none', 'none', None)"
+
+
+def _update_signature(width=3, dim=DIM, x=torch.float16, weight=torch.float16, state=torch.float16, rows=3,
+                      channel_major=False) -> ConvSignature:
+    pool = torch.zeros(4, rows, dim, dtype=state)
+    view = pool.transpose(1, 2).contiguous() if channel_major else cuda_layout_view(pool)
+    return dispatch.UpdateCall(torch.zeros(2, dim, dtype=x), view, torch.zeros(dim, width, dtype=weight), None, None,
+                               None, -1).signature()
+
+
+# one call fact changed at a time -> the one field of the signature that must tell it apart
+_ONE_FACT = {
+    "width": (dict(width=4), "width"),
+    "dim": (dict(dim=DIM + 8), "dim"),
+    "x_dtype": (dict(x=torch.bfloat16), "x_dtype"),
+    "weight_dtype": (dict(weight=torch.bfloat16), "weight_dtype"),
+    "state_dtype": (dict(state=torch.bfloat16), "state_dtype"),
+    "layout": (dict(channel_major=True), "layout"),
+    "state_len": (dict(rows=5), "state_len"),
+}
+
+
+@pytest.mark.parametrize("fact", sorted(_ONE_FACT))
+def test_each_fact_of_a_call_has_its_own_field_in_the_signature_and_its_text(fact):
+    """A refusal is remembered per signature: a fact that no field holds would let a refusal of one
+    shape keep a kernel from another."""
+    changes, field = _ONE_FACT[fact]
+    base, other = _update_signature(), _update_signature(**changes)
+    differs = {f.name for f in dataclasses.fields(ConvSignature) if getattr(base, f.name) != getattr(other, f.name)}
+    assert differs == {field}
+    assert base != other and str(base) != str(other)
+
+
+def test_each_op_has_its_own_kind():
+    x, w = torch.zeros(2, DIM).half(), torch.zeros(DIM, 3).half()
+    window = torch.zeros(4, 3, DIM).half()   # W-1 rows and one draft row
+    kinds = {dispatch.FnCall(x.t(), w, None, None, None, None, cuda_layout_view(window), None, -1).signature().kind,
+             dispatch.UpdateCall(x, cuda_layout_view(window), w, None, None, None, -1).signature().kind,
+             dispatch.VerifyCall(x, window, w, None, None, torch.zeros(1), -1, 2).signature().kind}
+    assert kinds == {"fn", "update", "verify"}
 
 
 def test_forced_rung_messages_name_the_state_layout():
@@ -113,7 +158,7 @@ def test_torch_path_line_says_a_rung_refused_the_signature_earlier(caplog):
     x = torch.randn(2, DIM, generator=gen).half()
     weight = torch.randn(DIM, 3, generator=gen).half()
     view = cuda_layout_view(torch.randn(4, 2, DIM, generator=gen).half())
-    sig = dispatch.conv_signature("update", 3, x, weight, view)
+    sig = dispatch.UpdateCall(x, view, weight, None, None, None, -1).signature()
     dispatch.UPDATE_LADDER.mark_refused("npu_aclnn", sig)
     with seam.install_emulators(emu.emulators(**emu.VARIANTS["conv_op_only"])), caplog.at_level(logging.INFO):
         ops.causal_conv1d_update(x, view, weight, conv_state_indices=torch.tensor([0, 3]))
