@@ -116,7 +116,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "packed": (["sglang_ascend_hybrid/ops/attention/api.py", "sglang_ascend_hybrid/ops/attention/dispatch.py",
                 "sglang_ascend_hybrid/ops/attention/inputs.py", "sglang_ascend_hybrid/ops/attention/torch_impl.py",
                 "sglang_ascend_hybrid/ops/attention/contract.py", "sglang_ascend_hybrid/ops/attention/naive.py",
-                "sglang_ascend_hybrid/ops/attention/cases.py"],
+                "sglang_ascend_hybrid/ops/attention/cases.py", "sglang_ascend_hybrid/ops/attention/signature.py"],
                ["tests/ops/attention/test_packed_attention.py", "tests/ops/attention/test_packed_attention_dispatch.py",
                 "tests/integration/test_packed_attention_hook.py",
                 "tests/ops/attention/test_packed_attention_property.py",

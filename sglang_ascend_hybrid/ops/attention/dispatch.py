@@ -35,9 +35,11 @@ from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.attention import contract
 from sglang_ascend_hybrid.ops.attention.contract import OP_NAME
+from sglang_ascend_hybrid.ops.attention.signature import AttentionSignature
 from sglang_ascend_hybrid.ops.attention.torch_impl import packed_attention_torch
 from sglang_ascend_hybrid.ops.errors import DeviceResultError
 from sglang_ascend_hybrid.ops.ladder import Absent, Ladder, Rung
+from sglang_ascend_hybrid.ops.signature import dtype_name
 
 logger = logging.getLogger(__name__)
 
@@ -192,11 +194,12 @@ class AttentionCall:
     q_bounds: tuple[int, ...]
     k_bounds: tuple[int, ...]
 
-    def signature(self) -> tuple:
+    def signature(self) -> AttentionSignature:
         """Shape facts a refusal is remembered by (never the sequence lengths)."""
         q, k, v = self.q, self.k, self.v
-        return (q.shape[1], k.shape[1], q.shape[2], k.shape[2], v.shape[2], str(q.dtype).replace("torch.", ""),
-                q.device.type)
+        return AttentionSignature(query_heads=q.shape[1], key_value_heads=k.shape[1], head_dim_q=q.shape[2],
+                                  head_dim_k=k.shape[2], head_dim_v=v.shape[2], dtype=dtype_name(q.dtype),
+                                  device=q.device.type)
 
     def refusal(self) -> str | None:
         """Why ``npu_fused_infer_attention_score`` cannot take the call (None: it can)."""

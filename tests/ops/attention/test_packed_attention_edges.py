@@ -6,6 +6,7 @@ their documented defaults and seeds."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 
@@ -19,6 +20,7 @@ from sglang_ascend_hybrid.ops.attention import dispatch
 from sglang_ascend_hybrid.ops.attention.api import fused_infer_attention_varlen
 from sglang_ascend_hybrid.ops.attention.cases import packed_case, random_lengths, random_packed_case
 from sglang_ascend_hybrid.ops.attention.dispatch import AttentionCall
+from sglang_ascend_hybrid.ops.attention.signature import AttentionSignature
 from tests.ops.attention.test_packed_attention_dispatch import Recorder
 
 # Batches with no sequence non-empty on both sides: the fast path (every sequence empty on both
@@ -125,7 +127,9 @@ def test_unexpected_failure_names_the_shape_with_a_bare_dtype(caplog):
     """The signature is what the WARNING shows: the dtype as ``bfloat16``, like every other message."""
     case = _device_case([3, 2], [2, 4])
     call = AttentionCall(case.q, case.k, case.v, case.scale, True, case.q_bounds, case.k_bounds)
-    assert call.signature() == (4, 2, 128, 128, 128, "bfloat16", "cpu")
+    assert call.signature() == AttentionSignature(query_heads=4, key_value_heads=2, head_dim_q=128, head_dim_k=128,
+                                                  head_dim_v=128, dtype="bfloat16", device="cpu")
+    assert str(call.signature()) == "(4, 2, 128, 128, 128, 'bfloat16', 'cpu')"
 
     def failing(*args, **kwargs):
         raise RuntimeError("EZ9999 tiling error")
@@ -135,6 +139,36 @@ def test_unexpected_failure_names_the_shape_with_a_bare_dtype(caplog):
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert "failed unexpectedly on (4, 2, 128, 128, 128, 'bfloat16', 'cpu')" in warnings[0]
+
+
+def _signature(heads=4, kv_heads=2, dq=128, dk=128, dv=128, dtype=torch.bfloat16, device="cpu"):
+    q = torch.zeros(3, heads, dq, dtype=dtype, device=device)
+    k = torch.zeros(3, kv_heads, dk, dtype=dtype, device=device)
+    v = torch.zeros(3, kv_heads, dv, dtype=dtype, device=device)
+    return AttentionCall(q, k, v, 0.1, True, (0, 3), (0, 3)).signature()
+
+
+# one call fact changed at a time -> the one field of the signature that must tell it apart
+_ONE_FACT = {
+    "query_heads": dict(heads=8),
+    "key_value_heads": dict(kv_heads=4),
+    "head_dim_q": dict(dq=64),
+    "head_dim_k": dict(dk=64),
+    "head_dim_v": dict(dv=64),
+    "dtype": dict(dtype=torch.float16),
+    "device": dict(device="meta"),
+}
+
+
+@pytest.mark.parametrize("field", sorted(_ONE_FACT))
+def test_each_fact_of_a_call_has_its_own_field_in_the_signature_and_its_text(field):
+    """A refusal is remembered per signature: a fact that no field holds would let a refusal of one
+    shape keep the op from another."""
+    base, other = _signature(), _signature(**_ONE_FACT[field])
+    differs = {f.name for f in dataclasses.fields(AttentionSignature)
+               if getattr(base, f.name) != getattr(other, f.name)}
+    assert differs == {field}
+    assert base != other and str(base) != str(other)
 
 
 def test_layout_error_names_every_bad_tensor():
