@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import torch
 
+from sglang_ascend_hybrid.ops.signature import dtype_name
+
 INDEX_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
 
 
@@ -18,5 +20,5 @@ def index_dtype_problem(name: str, t: torch.Tensor) -> str | None:
     if is_index_dtype(t.dtype):
         return None
     return (f"{name} has dtype {t.dtype}: expected an integer index dtype "
-            f"({', '.join(str(d).replace('torch.', '') for d in INDEX_DTYPES)}); "
+            f"({', '.join(dtype_name(d) for d in INDEX_DTYPES)}); "
             f"{'a bool mask is not an index' if t.dtype == torch.bool else 'indices are whole numbers'}")

@@ -25,6 +25,8 @@ from typing import Optional
 
 import torch
 
+from sglang_ascend_hybrid.ops.signature import dtype_name
+
 OP_NAME = "npu_fused_infer_attention_score"  # torch_npu, called through the seam
 KERNEL_NOTES = {OP_NAME: ("npu_fused_infer_attention_score", "torch_npu, input_layout TND")}
 MAX_HEADS = 256
@@ -45,7 +47,7 @@ def refusal_reason(num_heads: int, num_kv_heads: int, q_dim: int, k_dim: int, v_
                    num_sequences: int, dtype: Optional[torch.dtype] = None) -> Optional[str]:
     """Why the op cannot take the call (None: it can); ``dtype``: that of q / k / v (None: not asked)."""
     if dtype is not None and not dtype_supported(dtype):
-        return f"q / k / v dtype {str(dtype).replace('torch.', '')}; the op takes float16 or bfloat16"
+        return f"q / k / v dtype {dtype_name(dtype)}; the op takes float16 or bfloat16"
     if not head_dims_supported(q_dim, k_dim, v_dim):
         return (f"head dims (Q, K, V) = ({q_dim}, {k_dim}, {v_dim}); the op takes (128, 128, 128) or "
                 f"(192, 192, 128 / 192)")

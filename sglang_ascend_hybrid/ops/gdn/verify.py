@@ -71,6 +71,7 @@ from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.host import host_list
 from sglang_ascend_hybrid.ops.index_dtype import is_index_dtype
 from sglang_ascend_hybrid.ops.ladder import Absent, Ladder, Rung
+from sglang_ascend_hybrid.ops.signature import dtype_name
 from sglang_ascend_hybrid.ops.step_cache import StepValue
 
 logger = logging.getLogger(__name__)
@@ -300,7 +301,7 @@ def _npu_supports(sig: GdnSignature, call: VerifyCall) -> Optional[str]:
 
 def _rejection(rung: str, sig: GdnSignature, reason: str) -> str:
     return (f"sglang-ascend-hybrid: GDN verify {sig} cannot use torch.ops.npu.recurrent_gated_delta_rule: {reason}; "
-            f"using the torch verify path (fp32 compute, states kept in {str(sig.state_dtype).replace('torch.', '')})")
+            f"using the torch verify path (fp32 compute, states kept in {dtype_name(sig.state_dtype)})")
 
 
 def _padding_row(idx: torch.Tensor, rows: int) -> torch.Tensor:

@@ -31,6 +31,7 @@ from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.host import host_list
 from sglang_ascend_hybrid.ops.index_dtype import index_dtype_problem
+from sglang_ascend_hybrid.ops.signature import dtype_name
 from sglang_ascend_hybrid.ops.step_cache import StepValue
 
 SOFTPLUS_BETA = 1.0       # what SGLang's TritonGDNKernel.decode passes
@@ -144,7 +145,7 @@ def _fail(name: str, value, expected: str):
 
 
 def _desc(t) -> str:
-    return f"shape {tuple(t.shape)} {str(t.dtype).replace('torch.', '')}" if isinstance(t, torch.Tensor) else repr(t)
+    return f"shape {tuple(t.shape)} {dtype_name(t.dtype)}" if isinstance(t, torch.Tensor) else repr(t)
 
 
 def check_decode_inputs(call: DecodeCall) -> None:

@@ -17,6 +17,7 @@ import torch
 from sglang_ascend_hybrid.ops import probes, seam
 from sglang_ascend_hybrid.ops.gdn.decode import contract as dc
 from sglang_ascend_hybrid.ops.gdn.decode.naive import naive_gated_decode
+from sglang_ascend_hybrid.ops.signature import dtype_name
 
 PROBE = probes.register(probes.Probe(
     "gdn-decode-layout", "the SSM state layout the installed Triton GDN decode kernel reads and writes",
@@ -29,8 +30,7 @@ _TOL = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 4e-2}
 
 
 def signature(entry: str, q_dtype: torch.dtype, pool_dtype: torch.dtype, head_dim_k: int, head_dim_v: int) -> str:
-    name = lambda d: str(d).replace("torch.", "")  # noqa: E731
-    return f"{entry} q={name(q_dtype)} pool={name(pool_dtype)} K={head_dim_k} V={head_dim_v}"
+    return f"{entry} q={dtype_name(q_dtype)} pool={dtype_name(pool_dtype)} K={head_dim_k} V={head_dim_v}"
 
 
 def _inputs(K, V):

@@ -18,6 +18,7 @@ import os
 import torch
 
 from sglang_ascend_hybrid.ops import probes
+from sglang_ascend_hybrid.ops.signature import dtype_name
 
 STRIDE_64 = "64-token"
 STRIDE_128 = "128-token"
@@ -39,7 +40,7 @@ def signature(value_heads: int, key_heads: int, head_dim_k: int, head_dim_v: int
     env = os.environ if environ is None else environ
     settings = ",".join(f"{name}={env.get(name, '')}" for name in ENV_READ)
     return (f"(Hv, Hk)=({value_heads}, {key_heads}) K={head_dim_k} V={head_dim_v} "
-            f"{str(dtype).replace('torch.', '')} {settings}")
+            f"{dtype_name(dtype)} {settings}")
 
 
 def measure(value_heads: int, key_heads: int, head_dim_k: int, head_dim_v: int, dtype: torch.dtype, device,
