@@ -1,4 +1,5 @@
-"""Error types the op contracts define (``ops/`` owns them; the emulators raise them)."""
+"""Error types the op contracts define (``ops/`` owns them; the emulators raise them), and the one
+helper for input errors."""
 
 
 class EmulatorContractViolation(AssertionError):
@@ -12,7 +13,24 @@ class DeviceResultError(RuntimeError):
     is not the one the contract describes, so this propagates from every rung (never a refusal)."""
 
 
+def shown(value) -> str:
+    """``value`` as an input error shows it: a str as given (the caller renders it, e.g. ``repr(x)``),
+    a tensor as ``shape (..) dtype`` (never its values), a list / tuple of more than 16 entries as its
+    first 8 and ``...``, anything else with ``str``; at most 200 characters."""
+    if isinstance(value, str):
+        text = value
+    elif hasattr(value, "shape") and hasattr(value, "dtype"):  # a tensor (errors.py imports no torch)
+        text = f"shape {tuple(value.shape)} {str(value.dtype).replace('torch.', '')}"
+    elif isinstance(value, (list, tuple)) and len(value) > 16:
+        text = f"{value[:8]}... ({len(value)} entries)"
+    else:
+        text = str(value)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
 def bad_input(name: str, value, expected: str, *, op: str = "") -> ValueError:
-    """The error of an op's public input check: the argument, the value it got and what was expected
-    (``"<op>: <name>=<value>: expected <expected>"``, without the op prefix when ``op`` is empty)."""
-    return ValueError(f"{op + ': ' if op else ''}{name}={value}: expected {expected}")
+    """The error of a public input check: the argument, the value it got (:func:`shown`) and what was
+    expected, ``"<op>: <name>=<value>: expected <expected>"`` (without the prefix when ``op`` is
+    empty).  Always a ``ValueError``, a wrong type included (a list where a tensor goes): callers
+    catch one type for every bad input, as SGLang's own checks of these ops do."""
+    return ValueError(f"{op + ': ' if op else ''}{name}={shown(value)}: expected {expected}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from sglang_ascend_hybrid.ops.errors import bad_input
 from sglang_ascend_hybrid.ops.signature import dtype_name
 
 INDEX_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
@@ -15,10 +16,12 @@ def is_index_dtype(dtype: torch.dtype) -> bool:
     return dtype in INDEX_DTYPES
 
 
-def index_dtype_problem(name: str, t: torch.Tensor) -> str | None:
-    """None when ``t`` has an index dtype, else one line naming the argument and its dtype."""
-    if is_index_dtype(t.dtype):
-        return None
-    return (f"{name} has dtype {t.dtype}: expected an integer index dtype "
-            f"({', '.join(dtype_name(d) for d in INDEX_DTYPES)}); "
-            f"{'a bool mask is not an index' if t.dtype == torch.bool else 'indices are whole numbers'}")
+INDEX_EXPECTED = f"an integer index dtype ({', '.join(dtype_name(d) for d in INDEX_DTYPES)})"
+
+
+def check_index_dtype(name: str, t: torch.Tensor, *, op: str = "") -> None:
+    """Raise :func:`~sglang_ascend_hybrid.ops.errors.bad_input` naming ``<name>.dtype`` unless ``t`` has
+    an index dtype."""
+    if not is_index_dtype(t.dtype):
+        why = "a bool mask is not an index" if t.dtype == torch.bool else "indices are whole numbers"
+        raise bad_input(f"{name}.dtype", t.dtype, f"{INDEX_EXPECTED}; {why}", op=op)

@@ -12,7 +12,7 @@ from sglang_ascend_hybrid.ops.attention import api as pa
 from sglang_ascend_hybrid.ops.conv import api as conv
 from sglang_ascend_hybrid.ops.gdn import api, decode
 from sglang_ascend_hybrid.ops.gdn import verify as gv
-from sglang_ascend_hybrid.ops.index_dtype import INDEX_DTYPES, index_dtype_problem, is_index_dtype
+from sglang_ascend_hybrid.ops.index_dtype import INDEX_DTYPES, check_index_dtype, is_index_dtype
 
 HK, K, HV, V = 2, 16, 4, 16
 
@@ -143,12 +143,13 @@ def test_the_rule():
     assert all(is_index_dtype(d) for d in INDEX_DTYPES)
     for d in (torch.bool, torch.float32, torch.bfloat16, torch.complex64):
         assert not is_index_dtype(d)
-    problem = index_dtype_problem("slots", torch.tensor([True]))
-    assert problem.startswith("slots has dtype torch.bool") and "bool mask is not an index" in problem
-    assert index_dtype_problem("slots", torch.tensor([1])) is None
+    check_index_dtype("slots", torch.tensor([1]))
 
 
-def test_index_dtype_message_names_the_accepted_dtypes_and_why():
-    text = index_dtype_problem("slots", torch.tensor([1.0]))
-    assert "(int8, uint8, int16, int32, int64)" in text and text.endswith("indices are whole numbers")
-    assert index_dtype_problem("slots", torch.tensor([True])).endswith("a bool mask is not an index")
+@pytest.mark.parametrize("value,why", [(1.0, "indices are whole numbers"), (True, "a bool mask is not an index")])
+def test_index_dtype_message_names_the_accepted_dtypes_and_why(value, why):
+    t = torch.tensor([value])
+    with pytest.raises(ValueError) as err:
+        check_index_dtype("slots", t, op="demo")
+    assert str(err.value) == (f"demo: slots.dtype={t.dtype}: expected an integer index dtype "
+                              f"(int8, uint8, int16, int32, int64); {why}")

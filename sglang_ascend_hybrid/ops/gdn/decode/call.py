@@ -30,7 +30,7 @@ from sglang_ascend_hybrid.ops.gdn.recurrent_rows import beta_logit
 from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.host import host_list
-from sglang_ascend_hybrid.ops.index_dtype import index_dtype_problem
+from sglang_ascend_hybrid.ops.index_dtype import check_index_dtype
 from sglang_ascend_hybrid.ops.signature import dtype_name
 from sglang_ascend_hybrid.ops.step_cache import StepValue
 
@@ -189,9 +189,7 @@ def check_decode_inputs(call: DecodeCall) -> None:
     for name, t, n in (("cache_indices", call.cache_indices, B), ("query_start_loc", call.query_start_loc, B + 1)):
         if t is None:
             continue
-        problem = index_dtype_problem(name, t)
-        if problem:
-            raise ValueError(f"GDN decode: {problem}")
+        check_index_dtype(name, t, op="GDN decode")
         if t.dim() != 1 or t.numel() != n:
             _fail(name, _desc(t), f"[{n}] ({'one slot per request' if n == B else 'B + 1 offsets'}, B = {B})")
 

@@ -58,10 +58,14 @@ def _bad(x, what):
         "cache_indices length": (dict(cache_indices=idx[:2]),
                                  r"cache_indices=shape \(2,\) int32: expected \[3\] \(one slot per request"),
         "cache_indices 2-d": (dict(cache_indices=idx.view(3, 1)), r"cache_indices=shape \(3, 1\)"),
-        "cache_indices float": (dict(cache_indices=idx.float()), r"cache_indices has dtype torch\.float32"),
+        "cache_indices float": (dict(cache_indices=idx.float()),
+                                r"cache_indices\.dtype=torch\.float32: expected an integer index dtype .*; indices are "
+                                r"whole numbers$"),
         "query_start_loc length": (dict(query_start_loc=qsl[:3]),
                                    r"query_start_loc=shape \(3,\) int32: expected \[4\] \(B \+ 1 offsets"),
-        "query_start_loc bool": (dict(query_start_loc=qsl.bool()), r"query_start_loc has dtype torch\.bool"),
+        "query_start_loc bool": (dict(query_start_loc=qsl.bool()),
+                                 r"query_start_loc\.dtype=torch\.bool: expected an integer index dtype .*; a bool mask "
+                                 r"is not an index$"),
         "q 3-d": (dict(q=x["q"][0]), r"q=shape \(3, 2, 16\) bfloat16: expected \[1, B, Hk, K\]"),
         "q batch 2": (dict(q=x["q"].expand(2, -1, -1, -1)), r"q=shape \(2, 3, 2, 16\)"),
         "k shape": (dict(k=x["k"][:, :2]), r"k=shape \(1, 2, 2, 16\) bfloat16: expected the shape of q"),
