@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sglang_ascend_hybrid.ops.errors import bad_input
 from sglang_ascend_hybrid.ops.ladder import Ladder
 
 
@@ -25,7 +26,7 @@ def rung(ladder: str, name: str):
     for lad in ladders():
         if lad.op == ladder:
             return lad.rung(name)
-    raise ValueError(f"ladder={ladder!r}: expected one of {[lad.op for lad in ladders()]}")
+    raise bad_input("ladder", repr(ladder), f"one of {[lad.op for lad in ladders()]}")
 
 
 def _notes() -> dict[str, tuple[str, str]]:

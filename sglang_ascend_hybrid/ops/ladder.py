@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 from sglang_ascend_hybrid.logutil import log_once
-from sglang_ascend_hybrid.ops.errors import DeviceResultError, EmulatorContractViolation
+from sglang_ascend_hybrid.ops.errors import DeviceResultError, EmulatorContractViolation, bad_input
 from sglang_ascend_hybrid.ops.signature import Signature
 
 logger = logging.getLogger(__name__)
@@ -178,7 +178,7 @@ class Ladder:
                  rejection: Optional[Callable[[str, Signature, str], str]] = None,
                  log: Optional[logging.Logger] = None):
         if not rungs:
-            raise ValueError(f"ladder {op!r} needs at least one rung")
+            raise bad_input("rungs", list(rungs), "at least one rung", op=f"Ladder {op!r}")
         self.op = op
         self.rungs = tuple(rungs)
         self.rejection = rejection
@@ -194,7 +194,7 @@ class Ladder:
         for r in self.rungs:
             if r.name == name:
                 return r
-        raise ValueError(f"{self.op}: backend={name!r} is not a rung; expected 'auto' or one of {self.names}")
+        raise bad_input("backend", repr(name), f"'auto' or one of the rungs {self.names}", op=self.op)
 
     def refused(self, rung: str, signature: Signature) -> bool:
         with self._lock:

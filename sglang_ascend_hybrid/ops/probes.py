@@ -20,6 +20,7 @@ from typing import Callable, Optional
 
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops import seam
+from sglang_ascend_hybrid.ops.errors import bad_input
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ def verdict(name: str, signature: str, body: Callable[[], Verdict], *, before_se
     own body).  ``before_serving``: the caller knows no capture is in progress (backend
     construction)."""
     if name not in REGISTRY:
-        raise ValueError(f"probe={name!r}: expected one of {sorted(REGISTRY)}")
+        raise bad_input("probe", repr(name), f"one of {sorted(REGISTRY)}")
     found = seam.verdict_of(name, signature)
     if found is not None:
         return found

@@ -42,6 +42,8 @@ import threading
 import types
 from typing import Callable, Iterator, Mapping, Optional
 
+from sglang_ascend_hybrid.ops.errors import bad_input
+
 logger = logging.getLogger(__name__)
 
 _lock = threading.Lock()
@@ -281,7 +283,7 @@ def kernel_package_version() -> Optional[str]:
 def install_device_facts(*, chip=_UNSET, sgl_kernel_npu_version=_UNSET) -> Iterator[None]:
     """CPU stand-in for the device facts (tests, ``selftest --device cpu``)."""
     if chip is not _UNSET and chip is not None and chip not in CHIPS:
-        raise ValueError(f"chip={chip!r}: expected one of {CHIPS} or None")
+        raise bad_input("chip", repr(chip), f"one of {CHIPS} or None", op="install_device_facts")
     with _lock:
         saved = dict(_facts)
         if chip is not _UNSET:

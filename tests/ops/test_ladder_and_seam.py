@@ -66,7 +66,7 @@ def test_forced_rung_that_cannot_serve_names_the_op_and_what_it_needs():
         bare(SIG, backend="only")
     with pytest.raises(RuntimeError, match=r"^bare_op: no rung can serve sig$"):
         bare.choose(SIG)
-    with pytest.raises(ValueError, match=r"^ladder 'empty' needs at least one rung$"):
+    with pytest.raises(ValueError, match=r"^Ladder 'empty': rungs=\[\]: expected at least one rung$"):
         Ladder("empty", [])
 
 

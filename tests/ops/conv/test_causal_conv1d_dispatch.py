@@ -5,6 +5,7 @@ AROUND hooks' routing."""
 from __future__ import annotations
 
 import logging
+import re
 
 import pytest
 import torch
@@ -214,7 +215,8 @@ def test_decode_only_env_backend_leaves_prefill_on_its_ladder(monkeypatch, caplo
 
 
 def test_unknown_forced_backend_still_refused_by_the_ladder():
-    with pytest.raises(ValueError, match="backend='bogus' is not a rung"):
+    with pytest.raises(ValueError, match=re.escape("causal_conv1d_fn: backend='bogus': expected 'auto' or one of the "
+                                                   f"rungs {conv_dispatch.FN_LADDER.names}")):
         conv_dispatch.FN_LADDER(SIG, None, backend="bogus")
 
 
