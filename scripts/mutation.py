@@ -114,7 +114,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
               "tests/integration/test_conv_hooks.py", "tests/emulators/test_causal_conv1d.py",
               "tests/integration/test_short_conv_backend.py", "tests/ops/test_index_dtypes.py",
               "tests/ops/conv/test_causal_conv1d_verify.py", "tests/ops/conv/test_conv_edges.py",
-              "tests/ops/test_signature.py"]),
+              "tests/ops/test_signature.py", "tests/ops/conv/test_conv_input_errors.py"]),
     "packed": (["sglang_ascend_hybrid/ops/attention/api.py", "sglang_ascend_hybrid/ops/attention/dispatch.py",
                 "sglang_ascend_hybrid/ops/attention/inputs.py", "sglang_ascend_hybrid/ops/attention/torch_impl.py",
                 "sglang_ascend_hybrid/ops/attention/contract.py", "sglang_ascend_hybrid/ops/attention/naive.py",

@@ -26,6 +26,7 @@ from sglang_ascend_hybrid.integration import short_conv_track
 from sglang_ascend_hybrid.ops.conv import api as conv_ops
 from sglang_ascend_hybrid.ops.conv.dispatch import device_possible
 from sglang_ascend_hybrid.ops.conv.signature import is_window_major
+from sglang_ascend_hybrid.ops.errors import bad_input
 
 
 def routes_to_plugin(x, conv_state) -> bool:
@@ -41,8 +42,8 @@ def check_host_seq_lens(seq_lens_cpu, x) -> None:
         return
     lens = [int(v) for v in seq_lens_cpu]
     if any(v < 0 for v in lens) or sum(lens) > x.shape[1]:
-        raise ValueError(f"seq_lens_cpu={lens}: expected non-negative lengths summing to at most "
-                         f"the {x.shape[1]} tokens of x")
+        raise bad_input("seq_lens_cpu", lens, f"non-negative lengths summing to at most the {x.shape[1]} tokens of x",
+                        op="causal_conv1d_fn")
 
 
 def causal_conv1d_fn_around(original, *args, **kwargs):

@@ -4,6 +4,8 @@ same way as positional ones; the host check of ``seq_lens_cpu`` accepts its edge
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -111,7 +113,8 @@ def test_seq_lens_check_accepts_empty_sequences_and_a_full_batch(lens):
 def test_seq_lens_check_rejects_negative_and_too_many(lens, needle):
     x, weight, qsl = _case()
     pool = torch.zeros(2, 2, DIM)
-    with pytest.raises(ValueError, match=needle + r": expected non-negative lengths summing to at most the 5 "):
+    with pytest.raises(ValueError, match="^causal_conv1d_fn: " + needle + r": expected non-negative lengths summing to "
+                                         r"at most the 5 "):
         hooks.causal_conv1d_fn_around(None, x, weight, None, query_start_loc=qsl, cache_indices=torch.arange(2),
                                     conv_states=cuda_layout_view(pool), activation=None, seq_lens_cpu=lens)
 
@@ -120,7 +123,7 @@ def test_seq_lens_check_only_reads_2d_inputs():
     """A 3-D x is not the packed [dim, tokens] layout the check is about: no verdict on it."""
     hooks.check_host_seq_lens([100], torch.zeros(1, DIM, 5))
     hooks.check_host_seq_lens([100], "not a tensor")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^causal_conv1d_fn: seq_lens_cpu=\[100\]: expected "):
         hooks.check_host_seq_lens([100], torch.zeros(DIM, 5))
 
 
@@ -131,17 +134,17 @@ def _fn(x, weight, qsl, **kw):
 
 
 @pytest.mark.parametrize("change,needle", [
-    (dict(x=torch.zeros(2, DIM, 5)), r"x has shape \(2, 16, 5\): expected \(dim, total_tokens\)"),
-    (dict(qsl=torch.tensor([0.0, 5.0])), r"query_start_loc has dtype torch.float32: expected an integer dtype"),
+    (dict(x=torch.zeros(2, DIM, 5)), "x=shape (2, 16, 5) float32: expected shape (dim, total_tokens)"),
+    (dict(qsl=torch.tensor([0.0, 5.0])), "query_start_loc.dtype=torch.float32: expected an integer index dtype"),
     (dict(has_initial_state=torch.tensor([True, False])),
-     r"has_initial_state is given but conv_states is None: expected conv_states to read the initial states from"),
+     "conv_states=None: expected the states to read the initial states from (has_initial_state is given)"),
 ])
 def test_prefill_input_errors_say_what_was_expected(change, needle):
     x, weight, qsl = _case()
     args = dict(x=x, qsl=qsl)
     args.update({k: v for k, v in change.items() if k in args})
     extra = {k: v for k, v in change.items() if k not in args}
-    with pytest.raises(ValueError, match=needle):
+    with pytest.raises(ValueError, match="^causal_conv1d_fn: " + re.escape(needle)):
         _fn(args["x"], weight, args["qsl"], **extra)
 
 
@@ -153,7 +156,7 @@ def test_an_empty_sequence_may_share_a_slot_with_a_live_one():
     out = _fn(x, weight, qsl, cache_indices=torch.tensor([1, 1]), conv_states=cuda_layout_view(pool))
     assert out.shape == x.shape
     torch.testing.assert_close(pool[1], x[:, 3:].t())
-    with pytest.raises(ValueError, match="cache_indices"):
+    with pytest.raises(ValueError, match=re.escape("causal_conv1d_fn: cache_indices=[1, 1]: expected distinct slots")):
         _fn(x, weight, torch.tensor([0, 2, 5], dtype=torch.int32), cache_indices=torch.tensor([1, 1]),
             conv_states=cuda_layout_view(torch.zeros(2, 2, DIM)))
 
@@ -172,26 +175,28 @@ def test_without_cache_indices_sequence_b_uses_slot_b():
 # ------------------------------------------------------------------ every refusal text, exactly
 
 def _exact(text):
-    import re
     return "^" + re.escape(text) + "$"
 
 
 def test_refusal_texts_say_what_was_expected():
     x, weight, qsl = _case()
-    with pytest.raises(ValueError, match=_exact("block_table is not None: expected None (chunk block tables are "
-                                                "not supported by the Ascend short-conv path)")):
+    with pytest.raises(ValueError, match=_exact("causal_conv1d_fn: block_table=shape (1,) float32: expected None "
+                                                "(chunk block tables are not supported by the Ascend short-conv "
+                                                "path)")):
         ops.causal_conv1d_fn(x, weight, None, qsl, block_table=torch.zeros(1))
-    with pytest.raises(ValueError, match=_exact("x has shape (): expected (dim, T) or (batch, dim, seqlen) when "
-                                                "query_start_loc is None")):
+    with pytest.raises(ValueError, match=_exact("causal_conv1d_fn: x=[1.0, 2.0]: expected shape (dim, T) or "
+                                                "(batch, dim, seqlen) when query_start_loc is None")):
         ops.causal_conv1d_fn([1.0, 2.0], weight)
-    with pytest.raises(ValueError, match=_exact(f"conv_states has shape (): expected (slots, dim={DIM}, "
-                                                f"state_len>=2)")):
-        ops.causal_conv1d_fn(x, weight, None, qsl, conv_states="not a tensor")
-    with pytest.raises(ValueError, match=_exact("weight has width 1: expected width >= 2")):
+    with pytest.raises(ValueError, match=_exact(f"causal_conv1d_fn: conv_states=[0.0]: expected shape (slots, "
+                                                f"dim={DIM}, state_len>=2)")):
+        ops.causal_conv1d_fn(x, weight, None, qsl, conv_states=[0.0])
+    with pytest.raises(ValueError, match=_exact(f"causal_conv1d_fn: weight=shape ({DIM}, 1) float32: expected a "
+                                                f"filter width >= 2 (shape ({DIM}, width))")):
         ops.causal_conv1d_fn(x, weight[:, :1].contiguous(), None, qsl)
     state = torch.zeros(1, DIM, 2)
-    with pytest.raises(ValueError, match=_exact("x has shape (): expected (batch, dim) or (batch, dim, seqlen)")):
-        ops.causal_conv1d_update("not a tensor", state, weight)
-    with pytest.raises(ValueError, match=_exact("conv_state has 1 slots: expected >= batch (2) when "
-                                                "conv_state_indices is None")):
+    with pytest.raises(ValueError, match=_exact("causal_conv1d_update: x=None: expected shape (batch, dim) or "
+                                                "(batch, dim, seqlen)")):
+        ops.causal_conv1d_update(None, state, weight)
+    with pytest.raises(ValueError, match=_exact(f"causal_conv1d_update: conv_state=shape (1, {DIM}, 2) float32: "
+                                                "expected at least batch (2) slots when conv_state_indices is None")):
         ops.causal_conv1d_update(torch.randn(2, DIM), state, weight)

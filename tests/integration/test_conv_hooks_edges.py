@@ -96,7 +96,9 @@ def test_hooks_check_slot_values_only_under_debug_checks(monkeypatch, call):
     monkeypatch.delenv(DEBUG, raising=False)
     call()
     monkeypatch.setenv(DEBUG, "1")
-    with pytest.raises(ValueError, match=r"uses slot 1 for more than one sequence"):
+    with pytest.raises(ValueError, match=r"^causal_conv1d_(fn|update): (cache|conv_state)_indices=\[[0-9, ]*\]: "
+                                         r"expected distinct slots \(or pad_slot_id -1\); slot 1 is given to more "
+                                         r"than one"):
         call()
 
 

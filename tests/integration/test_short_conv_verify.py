@@ -400,5 +400,7 @@ def test_lfm2_hook_reads_no_value_on_the_host_unless_debug_checks_are_on(monkeyp
         scv.shortconv_target_verify_around(_must_not_call, conv, x, meta, draft, "LFM2")
     assert counter.total == 0, counter.counts
     monkeypatch.setenv("SGLANG_ASCEND_HYBRID_DEBUG_CHECKS", "1")
-    with pytest.raises(ValueError, match="cache_indices uses slot 1 for more than one sequence"):
+    with pytest.raises(ValueError, match=re.escape("causal_conv1d_verify: cache_indices=[1, 1]: expected distinct "
+                                                   "slots (or pad_slot_id -1); slot 1 is given to more than one "
+                                                   "sequence")):
         scv.shortconv_target_verify_around(_must_not_call, conv, x, meta, draft, "LFM2")

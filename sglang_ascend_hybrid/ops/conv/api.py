@@ -40,7 +40,10 @@ from sglang_ascend_hybrid.ops.conv.dispatch import (
     run_ladder,
 )
 from sglang_ascend_hybrid.ops.conv.inputs import (
+    FN,
     PAD_SLOT_ID,
+    UPDATE,
+    VERIFY,
     activation_is_silu,
     check_fn_inputs,
     check_fn_values,
@@ -48,6 +51,7 @@ from sglang_ascend_hybrid.ops.conv.inputs import (
     check_update_inputs,
     check_verify_inputs,
 )
+from sglang_ascend_hybrid.ops.errors import bad_input
 
 # --------------------------------------------------------------------------- public ops
 
@@ -75,17 +79,15 @@ def causal_conv1d_fn(
     ``check_values`` (None: True) checks offsets and slot indices on the host first.
     ``seq_lens_cpu`` / ``validate_data`` keyword arguments are accepted and unused."""
     if kwargs.get("block_table") is not None:
-        raise ValueError("block_table is not None: expected None (chunk block tables are "
-                         "not supported by the Ascend short-conv path)")
+        raise bad_input("block_table", kwargs["block_table"], "None (chunk block tables are not supported by "
+                        "the Ascend short-conv path)", op=FN)
     unknown = set(kwargs) - {"seq_lens_cpu", "validate_data", "block_table"}
     if unknown:
-        raise ValueError(f"unexpected keyword arguments {sorted(unknown)}: expected "
-                         "seq_lens_cpu / validate_data only")
+        raise bad_input("**kwargs", sorted(unknown), "seq_lens_cpu / validate_data / block_table only", op=FN)
     batched = None
     if query_start_loc is None:
         if not isinstance(x, torch.Tensor) or x.dim() not in (2, 3):
-            raise ValueError(f"x has shape {tuple(getattr(x, 'shape', ()))}: expected (dim, T) "
-                             "or (batch, dim, seqlen) when query_start_loc is None")
+            raise bad_input("x", x, "shape (dim, T) or (batch, dim, seqlen) when query_start_loc is None", op=FN)
         if x.dim() == 3:
             batched = x.shape
             b, d, length = x.shape
@@ -94,11 +96,11 @@ def causal_conv1d_fn(
         else:
             query_start_loc = torch.tensor([0, x.shape[1]], dtype=torch.int32, device=x.device)
     check_fn_inputs(x, weight, bias, query_start_loc, cache_indices, has_initial_state, conv_states)
-    activation_is_silu(activation)
+    activation_is_silu(activation, FN)
     batch = query_start_loc.shape[0] - 1
     if conv_states is not None and cache_indices is None and conv_states.shape[0] < batch:
-        raise ValueError(f"conv_states has {conv_states.shape[0]} slots: expected >= batch "
-                         f"({batch}) when cache_indices is None")
+        raise bad_input("conv_states", conv_states, f"at least batch ({batch}) slots when cache_indices is None",
+                        op=FN)
     if _resolve_check(check_values):
         check_fn_values(query_start_loc, cache_indices, conv_states, x.shape[1], pad_slot_id)
     if batch == 0 or x.shape[1] == 0:   # nothing to compute, no state to touch (shapes only)
@@ -130,12 +132,12 @@ def causal_conv1d_update(
     (None: True) checks the slot indices on the host first; with False nothing reads tensor
     values on the host (graph capture)."""
     if cache_seqlens is not None:
-        raise ValueError("cache_seqlens is not None: expected None (circular-buffer conv states "
-                         "are not supported; SGLang's Triton kernel ignores it as well)")
+        raise bad_input("cache_seqlens", cache_seqlens, "None (circular-buffer conv states are not supported; "
+                        "SGLang's Triton kernel ignores it as well)", op=UPDATE)
     check_update_inputs(x, conv_state, weight, bias, conv_state_indices)
-    activation_is_silu(activation)
+    activation_is_silu(activation, UPDATE)
     if _resolve_check(check_values):
-        check_slot_values(conv_state_indices, "conv_state_indices", conv_state.shape[0], pad_slot_id)
+        check_slot_values(conv_state_indices, "conv_state_indices", conv_state.shape[0], pad_slot_id, op=UPDATE)
     if x.shape[0] == 0 or (x.dim() == 3 and x.shape[2] == 0):
         return torch.empty_like(x)
     call = UpdateCall(x, conv_state, weight, bias, activation, conv_state_indices, pad_slot_id)
@@ -169,11 +171,11 @@ def causal_conv1d_verify(
     Shape / dtype checks always; slot values (range, no slot twice) when ``check_values`` (None:
     True).  With ``check_values=False`` nothing reads tensor values on the host (graph capture)."""
     if cache_indices is None:
-        raise ValueError("cache_indices is None: expected (batch,) slot indices of the draft pool")
+        raise bad_input("cache_indices", None, "a tensor of shape (batch,): the slots of the draft pool", op=VERIFY)
     check_verify_inputs(x, conv_window, weight, bias, cache_indices, draft_token_num)
-    activation_is_silu(activation)
+    activation_is_silu(activation, VERIFY)
     if _resolve_check(check_values):
-        check_slot_values(cache_indices, "cache_indices", conv_window.shape[0], pad_slot_id)
+        check_slot_values(cache_indices, "cache_indices", conv_window.shape[0], pad_slot_id, op=VERIFY)
     if cache_indices.shape[0] == 0:
         return torch.empty_like(x)
     call = VerifyCall(x, conv_window, weight, bias, activation, cache_indices, pad_slot_id, draft_token_num)

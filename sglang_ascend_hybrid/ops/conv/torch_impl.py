@@ -114,16 +114,15 @@ def causal_conv1d_fn_torch(
     the ones before it are the last ``W-1`` tokens of the previous segment, i.e. its new
     state (left-filled from its history when it is shorter).  The states are written with
     one ``index_copy_`` for the sequences that have a slot and a token."""
-    width = check_fn_inputs(x, weight, bias, query_start_loc, cache_indices,
-                            has_initial_state, conv_states)
-    silu = activation_is_silu(activation)
+    op = "causal_conv1d_fn_torch"
+    width = check_fn_inputs(x, weight, bias, query_start_loc, cache_indices, has_initial_state, conv_states, op)
+    silu = activation_is_silu(activation, op)
     dim, total = x.shape
     if conv_states is not None and cache_indices is None:
-        need(conv_states.shape[0] >= query_start_loc.shape[0] - 1,
-              f"conv_states has {conv_states.shape[0]} slots: expected >= batch "
-              f"({query_start_loc.shape[0] - 1}) when cache_indices is None")
+        need(conv_states.shape[0] >= query_start_loc.shape[0] - 1, op, "conv_states", conv_states,
+             f"at least batch ({query_start_loc.shape[0] - 1}) slots when cache_indices is None")
     if check_values:
-        check_fn_values(query_start_loc, cache_indices, conv_states, total, pad_slot_id)
+        check_fn_values(query_start_loc, cache_indices, conv_states, total, pad_slot_id, op)
     if total == 0:   # no token: nothing to compute, every sequence is empty, no state changes
         return torch.empty_like(x)
 
@@ -226,10 +225,11 @@ def causal_conv1d_update_torch(
     index_copy_rows_`).  Pad rows read and write the slot of the first real row with that
     row's values (an identical duplicate write); with no real row at all, every row rewrites
     that slot with its own old state (the roll's shift is then 0)."""
-    width = check_update_inputs(x, conv_state, weight, bias, conv_state_indices)
-    silu = activation_is_silu(activation)
+    op = "causal_conv1d_update_torch"
+    width = check_update_inputs(x, conv_state, weight, bias, conv_state_indices, op)
+    silu = activation_is_silu(activation, op)
     if check_values:
-        check_slot_values(conv_state_indices, "conv_state_indices", conv_state.shape[0], pad_slot_id)
+        check_slot_values(conv_state_indices, "conv_state_indices", conv_state.shape[0], pad_slot_id, op=op)
     return update_rows_torch(x, conv_state, weight, bias, silu, conv_state_indices, pad_slot_id, width)
 
 

@@ -4,6 +4,8 @@ states and on transposed views of a window-major NPU-style pool."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from sglang.kernels.ops.mamba.causal_conv1d_triton import (
@@ -171,10 +173,15 @@ def test_fn_bad_input_raises_and_leaves_pool_unchanged(case):
                   cache_indices=torch.tensor([1, 2]), has_initial_state=torch.tensor([True, False]),
                   conv_states=view, activation=None)
     args = [x, weight, None]
-    expect = {"x_dims": "x has shape", "x_dtype": "x has dtype", "weight_dim": "weight has shape",
-              "state_dim": "conv_states has shape", "slot_range": "cache_indices contains slot 4",
-              "qsl_len": "cache_indices has shape", "activation": "activation='relu'",
-              "qsl_values": "query_start_loc=", "idx_dtype": "cache_indices has dtype"}[case]
+    expect = {"x_dims": "x=shape (1, 1, 16, 5) float32: expected shape (dim, total_tokens)",
+              "x_dtype": "x.dtype=torch.int32: expected a floating-point dtype",
+              "weight_dim": "weight=shape (8, 3) float32: expected shape (16, width)",
+              "state_dim": "conv_states=shape (4, 8, 2) float32: expected shape (slots, dim=16, state_len>=2)",
+              "slot_range": "cache_indices=[1, 4]: expected slots in [0, 4) or pad_slot_id (-1); 4 is neither",
+              "qsl_len": "cache_indices=shape (2,) int64: expected a tensor of shape (1,)",
+              "activation": "activation='relu': expected None, 'silu' or 'swish'",
+              "qsl_values": "query_start_loc=[0, 4, 9]: expected non-decreasing offsets in [0, 5]",
+              "idx_dtype": "cache_indices.dtype=torch.float32: expected an integer index dtype"}[case]
     if case == "x_dims":
         args[0] = x[None, None]
         kwargs["query_start_loc"] = torch.tensor([0, 5])
@@ -194,7 +201,7 @@ def test_fn_bad_input_raises_and_leaves_pool_unchanged(case):
         kwargs["query_start_loc"] = torch.tensor([0, 4, 9], dtype=torch.int32)
     elif case == "idx_dtype":
         kwargs["cache_indices"] = torch.tensor([1.0, 2.0])
-    with pytest.raises(ValueError, match=expect.replace("(", r"\(")):
+    with pytest.raises(ValueError, match="^causal_conv1d_fn: " + re.escape(expect)):
         causal_conv1d_fn(*args, **kwargs)
     assert torch.equal(pool, before)
 
@@ -207,20 +214,20 @@ def test_update_bad_input_raises_and_leaves_pool_unchanged(case):
     kwargs = dict(conv_state_indices=torch.tensor([1, 2]))
     if case == "slot_range":
         kwargs["conv_state_indices"] = torch.tensor([1, -2])
-        match = "conv_state_indices contains slot -2"
+        match = "conv_state_indices=[1, -2]: expected slots in [0, 4) or pad_slot_id (-1); -2 is neither"
     elif case == "x_dims":
         x = torch.randn(16)
-        match = "x has shape"
+        match = "x=shape (16,) float32: expected shape (batch, dim) or (batch, dim, seqlen)"
     elif case == "indices_len":
         kwargs["conv_state_indices"] = torch.tensor([1, 2, 3])
-        match = "conv_state_indices has shape"
+        match = "conv_state_indices=shape (3,) int64: expected a tensor of shape (2,)"
     elif case == "cache_seqlens":
         kwargs["cache_seqlens"] = torch.tensor([1, 2])
-        match = "cache_seqlens is not None"
+        match = "cache_seqlens=shape (2,) int64: expected None (circular-buffer conv states are not supported"
     else:
         weight = torch.randn(16, 5)
-        match = "conv_state has shape"
-    with pytest.raises(ValueError, match=match):
+        match = "conv_state=shape (4, 16, 2) float32: expected shape (slots, dim=16, state_len>=4)"
+    with pytest.raises(ValueError, match="^causal_conv1d_update: " + re.escape(match)):
         causal_conv1d_update(x, view, weight, **kwargs)
     assert torch.equal(pool, before)
 

@@ -282,7 +282,8 @@ def test_npu_v2_prefill_without_cache_indices_on_several_sequences():
 def test_torch_decode_rung_checks_its_bias():
     x = torch.randn(2, 8)
     pool = torch.zeros(3, 2, 8)
-    with pytest.raises(ValueError, match="bias"):
+    with pytest.raises(ValueError, match=re.escape("causal_conv1d_update_torch: bias=shape (5,) float32: "
+                                                   "expected shape (8,)")):
         ref.causal_conv1d_update_torch(x, cuda_layout_view(pool), torch.randn(8, 3), torch.randn(5),
                                        None, torch.tensor([0, 1], dtype=torch.int32))
 

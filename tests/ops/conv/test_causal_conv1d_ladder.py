@@ -7,6 +7,7 @@ hook path does no host sync on any rung."""
 from __future__ import annotations
 
 import logging
+import re
 
 import pytest
 import torch
@@ -284,7 +285,8 @@ def test_direct_call_and_debug_checks_do_read_values_on_the_host(monkeypatch):
         with SyncCounter() as debug:
             conv_hooks.causal_conv1d_update_around(None, *args, **kwargs)
         bad = dict(kwargs, conv_state_indices=torch.tensor([3, 3, 0, 5], dtype=torch.int32))
-        with pytest.raises(ValueError, match="conv_state_indices uses slot 3"):
+        with pytest.raises(ValueError, match=re.escape("causal_conv1d_update: conv_state_indices=[3, 3, 0, 5]: "
+                                                       "expected distinct slots (or pad_slot_id -1); slot 3 is")):
             conv_hooks.causal_conv1d_update_around(None, *args, **bad)
     # two host reads: the range check and the duplicate check
     assert direct.total == debug.total == 2, (dict(direct.counts), dict(debug.counts))
@@ -294,7 +296,8 @@ def test_prefill_hook_checks_sglangs_host_lengths_without_a_sync():
     gen = torch.Generator().manual_seed(15)
     pool = _pool(3, False, torch.float16, gen)
     x = torch.randn(DIM, 3, generator=gen).half()
-    with pytest.raises(ValueError, match="seq_lens_cpu"):
+    with pytest.raises(ValueError, match=re.escape("causal_conv1d_fn: seq_lens_cpu=[2, 5]: expected non-negative "
+                                                   "lengths summing to at most the 3 tokens of x")):
         conv_hooks.causal_conv1d_fn_around(None, x, torch.randn(DIM, 3).half(), None,
                                     torch.tensor([0, 2, 3], dtype=torch.int32), torch.tensor([0, 1]), None,
                                     cuda_layout_view(pool), None, seq_lens_cpu=[2, 5])

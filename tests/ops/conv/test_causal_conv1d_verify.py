@@ -125,23 +125,29 @@ def test_serving_call_reads_no_tensor_value_on_the_host():
 
 
 @pytest.mark.parametrize("mutate,text", [
-    (lambda a: a.update(draft_token_num=0), "draft_token_num=0"),
-    (lambda a: a.update(x=a["x"][:-1]), "x has 11 tokens: expected batch (3) * draft_token_num (4)"),
-    (lambda a: a.update(x=a["x"][:, 0]), "x has shape (12,): expected (batch * draft_token_num, dim)"),
-    (lambda a: a.update(x=None), "x has shape (): expected (batch * draft_token_num, dim)"),
-    (lambda a: a.update(x=a["x"].to(torch.int64)), "x has dtype torch.int64: expected a floating dtype"),
+    (lambda a: a.update(draft_token_num=0), "draft_token_num=0: expected an int >= 1"),
+    (lambda a: a.update(x=a["x"][:-1]),
+     "x=shape (11, 24) float32: expected batch (3) * draft_token_num (4) = 12 tokens"),
+    (lambda a: a.update(x=a["x"][:, 0]), "x=shape (12,) float32: expected shape (batch * draft_token_num, dim)"),
+    (lambda a: a.update(x=None), "x=None: expected shape (batch * draft_token_num, dim)"),
+    (lambda a: a.update(x=a["x"].to(torch.int64)), "x.dtype=torch.int64: expected a floating-point dtype"),
     (lambda a: a.update(conv_window=a["conv_window"][:, 1:]),
-     "conv_window has shape (6, 4, 24): expected (slots, 5, 24) (window major, (W-1) + (draft_token_num-1) rows)"),
-    (lambda a: a.update(conv_window=None), "conv_window has shape (): expected (slots, 5, 24)"),
+     "conv_window=shape (6, 4, 24) float32: expected shape (slots, 5, 24) (window major, (W-1) + (draft_token_num-1) "
+     "rows)"),
+    (lambda a: a.update(conv_window=None), "conv_window=None: expected shape (slots, 5, 24)"),
     (lambda a: a.update(conv_window=a["conv_window"].to(torch.int64)),
-     "conv_window has dtype torch.int64: expected a floating dtype"),
-    (lambda a: a.update(cache_indices=None), "cache_indices is None"),
-    (lambda a: a.update(cache_indices=torch.tensor([[4, 1, 2]])), "cache_indices has shape (1, 3): expected (batch,)"),
-    (lambda a: a.update(cache_indices=[4, 1, 2]), "cache_indices has shape (): expected (batch,)"),
-    (lambda a: a.update(cache_indices=torch.tensor([4.0, 1.0, 2.0])), "cache_indices has dtype torch.float32"),
+     "conv_window.dtype=torch.int64: expected a floating-point dtype"),
+    (lambda a: a.update(cache_indices=None), "cache_indices=None: expected a tensor of shape (batch,)"),
+    (lambda a: a.update(cache_indices=torch.tensor([[4, 1, 2]])),
+     "cache_indices=shape (1, 3) int64: expected a tensor of shape (batch,)"),
+    (lambda a: a.update(cache_indices=[4, 1, 2]), "cache_indices=[4, 1, 2]: expected a tensor of shape (batch,)"),
+    (lambda a: a.update(cache_indices=torch.tensor([4.0, 1.0, 2.0])),
+     "cache_indices.dtype=torch.float32: expected an integer index dtype"),
     (lambda a: a.update(cache_indices=torch.tensor([4, 4, 1], dtype=torch.int32)),
-     "cache_indices uses slot 4 for more than one sequence"),
-    (lambda a: a.update(cache_indices=torch.tensor([4, 9, 1], dtype=torch.int32)), "cache_indices contains slot 9"),
+     "cache_indices=[4, 4, 1]: expected distinct slots (or pad_slot_id -1); slot 4 is given to more than one "
+     "sequence"),
+    (lambda a: a.update(cache_indices=torch.tensor([4, 9, 1], dtype=torch.int32)),
+     "cache_indices=[4, 9, 1]: expected slots in [0, 6) or pad_slot_id (-1); 9 is neither"),
     (lambda a: a.update(activation="relu"), "activation='relu': expected None, 'silu' or 'swish'"),
 ])
 def test_bad_input_names_the_argument_and_leaves_the_pool(mutate, text):
@@ -149,7 +155,7 @@ def test_bad_input_names_the_argument_and_leaves_the_pool(mutate, text):
     args = dict(x=x, conv_window=window.clone(), weight=weight, bias=bias, cache_indices=idx, draft_token_num=4)
     mutate(args)
     before = None if args["conv_window"] is None else args["conv_window"].clone()
-    with pytest.raises(ValueError, match=re.escape(text)):
+    with pytest.raises(ValueError, match="^causal_conv1d_verify: " + re.escape(text)):
         causal_conv1d_verify(**args)
     assert before is None or torch.equal(args["conv_window"], before)
 
@@ -235,7 +241,8 @@ def test_device_verify_rungs_serve_only_npu_tensors(monkeypatch):
 
 def test_bad_bias_names_the_argument():
     x, window, weight, bias, idx = _case(3, 4, torch.float32)
-    with pytest.raises(ValueError, match=re.escape("bias has shape (23,): expected (24,)")):
+    with pytest.raises(ValueError, match=re.escape("causal_conv1d_verify: bias=shape (23,) float32: "
+                                                   "expected shape (24,)")):
         causal_conv1d_verify(x, window, weight, bias[:-1], None, idx, 4)
 
 

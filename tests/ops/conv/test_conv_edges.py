@@ -327,14 +327,16 @@ def test_swish_is_silu():
 
 def test_update_checks_the_activation_even_for_an_empty_batch():
     state = torch.randn(4, DIM, 2)
-    with pytest.raises(ValueError, match=re.escape("activation='gelu': expected None, 'silu' or 'swish'")):
+    with pytest.raises(ValueError, match=re.escape("causal_conv1d_update: activation='gelu': expected None, "
+                                                   "'silu' or 'swish'")):
         ops.causal_conv1d_update(torch.randn(0, DIM), state, torch.randn(DIM, 3), None, "gelu")
 
 
 def test_a_conv_state_that_is_not_3d_names_its_shape():
     x = torch.randn(DIM, 4)
     with pytest.raises(ValueError, match=re.escape(
-            f"conv_states has shape (5, {DIM}): expected (slots, dim={DIM}, state_len>=2)")):
+            f"causal_conv1d_fn: conv_states=shape (5, {DIM}) float32: expected shape (slots, dim={DIM}, "
+            "state_len>=2)")):
         ops.causal_conv1d_fn(x, torch.randn(DIM, 3), query_start_loc=_qsl([4]),
                              cache_indices=torch.tensor([0]), conv_states=torch.randn(5, DIM))
 
@@ -343,7 +345,8 @@ def test_a_uint8_slot_255_is_not_pad_slot_minus_1():
     """Slot indices are compared as int64: uint8 255 is slot 255 (out of range), not pad -1."""
     state = torch.randn(4, DIM, 2)
     with pytest.raises(ValueError, match=re.escape(
-            "conv_state_indices contains slot 255: expected pad_slot_id (-1) or a slot in [0, 4)")):
+            "causal_conv1d_update: conv_state_indices=[1, 255]: expected slots in [0, 4) or pad_slot_id (-1); "
+            "255 is neither")):
         ops.causal_conv1d_update(torch.randn(2, DIM), state, torch.randn(DIM, 3),
                                  conv_state_indices=torch.tensor([1, 255], dtype=torch.uint8))
 
@@ -354,7 +357,8 @@ def test_torch_update_checks_slot_values_by_default():
     state = torch.randn(4, DIM, 2, generator=gen)
     before = state.clone()
     with pytest.raises(ValueError, match=re.escape(
-            "conv_state_indices contains slot 7: expected pad_slot_id (-1) or a slot in [0, 4)")):
+            "causal_conv1d_update_torch: conv_state_indices=[1, 7]: expected slots in [0, 4) or pad_slot_id (-1); "
+            "7 is neither")):
         causal_conv1d_update_torch(x, state, weight, conv_state_indices=torch.tensor([1, 7]))
     assert torch.equal(state, before)
     idx = torch.tensor([3, 1])
