@@ -125,7 +125,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                 "tests/ops/attention/test_packed_attention_malformed.py",
                 "tests/ops/attention/test_packed_attention_fp32.py", "tests/ops/test_index_dtypes.py",
                 "tests/emulators/test_fused_infer_attention.py", "tests/ops/attention/test_packed_attention_edges.py",
-                "tests/ops/test_signature.py"]),
+                "tests/ops/test_signature.py", "tests/ops/attention/test_attention_input_errors.py"]),
     "ops_core": (["sglang_ascend_hybrid/ops/seam.py", "sglang_ascend_hybrid/ops/ladder.py",
                   "sglang_ascend_hybrid/ops/catalog.py", "sglang_ascend_hybrid/ops/cpu_workspace.py",
                   "sglang_ascend_hybrid/logutil.py",

@@ -100,9 +100,6 @@ def _packed(idx_dtype):
     return (lambda: pa.fused_infer_attention_varlen(q, q.clone(), q.clone(), cu, torch.tensor([0, 1, 3]))), []
 
 
-# the packed-attention op keeps SGLang's own error text, which names the dtypes it takes
-UPSTREAM_TEXT = {"fused_infer_attention_varlen cu_seqlens_q"}
-
 CASES = {
     "recurrent_gated_delta_rule state_indices": (_recurrent, "state_indices"),
     "chunk_gated_delta_rule cu_seqlens": (_chunk, "cu_seqlens"),
@@ -123,10 +120,8 @@ def test_bool_index_tensor_is_refused_with_the_argument_named_and_nothing_writte
     build, name = CASES[case]
     run, written = build(torch.bool)
     before = [t.clone() for t in written]
-    with pytest.raises(ValueError, match=name) as err:
+    with pytest.raises(ValueError, match=rf"\b{name}(\.dtype)?=[^:]*torch\.bool: expected .*int"):
         run()
-    if case not in UPSTREAM_TEXT:
-        assert "bool" in str(err.value)
     for t, b in zip(written, before):
         assert torch.equal(t, b)
 

@@ -12,8 +12,8 @@ and LSE entry is defined, also for batches with no work at all.
 Dispatch: the ladder in :mod:`.dispatch`.  The patch that puts it in SGLang's place, and
 the startup checks of that patch: :mod:`sglang_ascend_hybrid.integration.packed_attention`.
 
-Input checks (every path, before any work; ``ValueError`` naming the argument,
-its value and what was expected; upstream's message first where upstream has one):
+Input checks (every path, before any work; ``ops.errors.bad_input``'s ``ValueError``
+``"fused_infer_attention_varlen: <argument>=<value>: expected <what>"``):
 q / k / v are ``[T, N, D]`` floating-point tensors of one dtype on one device with
 ``N, D >= 1``, matching K/V token and head counts, matching Q/K head dims and
 query heads a multiple of key/value heads; each ``cu_seqlens_*`` is a 1D int32 /
@@ -29,7 +29,7 @@ are one-sided, the compaction index, the kernel's ``actual_seq_lengths``) is
 made from the host copy.  If the two disagree the result is attention over the
 boundaries the host copy describes (checked as above), not over the device
 tensor's.  With ``SGLANG_ASCEND_HYBRID_DEBUG_CHECKS=1`` the device tensor is read
-(one ``.tolist()`` per side) and a disagreement raises ``ValueError`` naming both.
+(one ``.tolist()`` per side) and a disagreement raises ``ValueError`` naming both values.
 Without a host copy each ``cu_seqlens_*`` is read with one ``.tolist()``, as
 upstream does.  No other device-to-host transfer happens.
 """
@@ -43,7 +43,8 @@ import torch
 
 from sglang_ascend_hybrid.ops.attention.contract import OP_NAME  # noqa: F401  (the seam name callers use)
 from sglang_ascend_hybrid.ops.attention.dispatch import AttentionCall, attend
-from sglang_ascend_hybrid.ops.attention.inputs import check_tensors, packed_boundaries
+from sglang_ascend_hybrid.ops.attention.inputs import OP, check_tensors, packed_boundaries
+from sglang_ascend_hybrid.ops.errors import bad_input
 
 
 def fused_infer_attention_varlen(
@@ -67,12 +68,12 @@ def fused_infer_attention_varlen(
     q_bounds = packed_boundaries(cu_seqlens_q, cu_seqlens_q_host, q.shape[0], "cu_seqlens_q")
     k_bounds = packed_boundaries(cu_seqlens_k, cu_seqlens_k_host, k.shape[0], "cu_seqlens_k")
     if len(q_bounds) != len(k_bounds):
-        raise ValueError("cu_seqlens_q and cu_seqlens_k must describe the same batch; got "
-                         f"{len(q_bounds) - 1} and {len(k_bounds) - 1} sequences")
+        raise bad_input("cu_seqlens_k", list(k_bounds), f"{len(q_bounds) - 1} sequences, the batch cu_seqlens_q "
+                        "describes", op=OP)
     if softmax_scale is not None and (isinstance(softmax_scale, bool)
                                       or not isinstance(softmax_scale, (int, float))
                                       or not math.isfinite(softmax_scale)):
-        raise ValueError(f"softmax_scale={softmax_scale!r}: expected a finite number or None")
+        raise bad_input("softmax_scale", repr(softmax_scale), "a finite number or None", op=OP)
     scale = q.shape[-1] ** -0.5 if softmax_scale is None else float(softmax_scale)
 
     out, lse = attend(AttentionCall(q, k, v, scale, bool(return_softmax_lse), q_bounds, k_bounds))

@@ -10,6 +10,8 @@ from typing import Sequence
 
 import torch
 
+from sglang_ascend_hybrid.ops.errors import bad_input
+
 
 @dataclass(frozen=True)
 class PackedCase:
@@ -52,11 +54,11 @@ def packed_case(
 ) -> PackedCase:
     """A packed case with the given per-sequence query / key lengths."""
     if len(q_lens) != len(k_lens):
-        raise ValueError(f"q_lens has {len(q_lens)} sequences but k_lens has {len(k_lens)}; "
-                         "expected the same batch size")
-    if any(n < 0 for n in (*q_lens, *k_lens)):
-        raise ValueError(f"sequence lengths must be >= 0, got q_lens={list(q_lens)}, "
-                         f"k_lens={list(k_lens)}")
+        raise bad_input("k_lens", list(k_lens), f"{len(q_lens)} lengths, one per sequence of q_lens (the same "
+                        "batch size)", op="packed_case")
+    for name, lens in (("q_lens", q_lens), ("k_lens", k_lens)):
+        if any(n < 0 for n in lens):
+            raise bad_input(name, list(lens), "sequence lengths >= 0", op="packed_case")
     gen = torch.Generator().manual_seed(seed)
     q_bounds = (0, *accumulate(q_lens))
     k_bounds = (0, *accumulate(k_lens))
@@ -89,7 +91,7 @@ def random_lengths(
     empty on exactly one side (half KV-only, half query-only), a
     ``both_empty_fraction`` empty on both, the rest non-empty on both sides."""
     if max_len < 1:
-        raise ValueError(f"max_len must be >= 1, got {max_len}")
+        raise bad_input("max_len", max_len, "an integer >= 1", op="random_lengths")
     rng = random.Random(seed)
     q_lens, k_lens = [], []
     for _ in range(num_seqs):
