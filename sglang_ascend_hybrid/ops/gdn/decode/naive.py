@@ -7,6 +7,8 @@ import math
 
 import torch
 
+from sglang_ascend_hybrid.ops.errors import bad_input
+
 
 def softplus(x: torch.Tensor, beta: float = 1.0, threshold: float = 20.0) -> torch.Tensor:
     """``log(1 + exp(beta x)) / beta`` where ``beta x <= threshold``, else ``x`` (the kernels' form)."""
@@ -47,7 +49,7 @@ def naive_gated_decode(A_log, a, dt_bias, q, k, v, b, states, *, scale=None, l2n
             elif l2norm == "kernel":
                 qv, kv = qv / (math.sqrt(float(qv @ qv)) + 1e-6), kv / (math.sqrt(float(kv @ kv)) + 1e-6)
             elif l2norm != "none":
-                raise ValueError(f"l2norm={l2norm!r}: expected 'rsqrt', 'kernel' or 'none'")
+                raise bad_input("l2norm", repr(l2norm), "'rsqrt', 'kernel' or 'none'")
             S = new[i, h] * math.exp(float(g[i, h]))                      # [V, K]
             u = float(beta[i, h]) * (v[i, h].to(f) - S @ kv)
             S = S + torch.outer(u, kv)

@@ -13,6 +13,7 @@ from typing import Callable, Optional
 
 import torch
 
+from sglang_ascend_hybrid.ops.errors import bad_input
 from sglang_ascend_hybrid.ops.gdn.prefill.planner import Launch, Plan
 
 # kernel(q, k, v, g, beta, initial_state_or_None) -> (o [1, T, Hv', V], final [N, Hv', V, K] fp32)
@@ -63,10 +64,10 @@ def execute_plan(plan: Plan, kernel: LaunchKernel, q, k, v, g, beta, initial_sta
                  *, num_sequences: int):
     """Run ``plan`` launch by launch through ``kernel``; returns (o, final fp32)."""
     if plan.strategy == "none" or not plan.detail:
-        raise ValueError(f"plan={plan.describe()}: expected a runnable plan, got 'none'")
+        raise bad_input("plan", plan.describe(), "a runnable plan (not 'none')", op="execute_plan")
     Hv, Hk = v.shape[2], q.shape[2]
     if (plan.value_heads, plan.key_heads) != (Hv, Hk):
-        raise ValueError(f"plan is for ({plan.value_heads}, {plan.key_heads}) heads, inputs have ({Hv}, {Hk})")
+        raise bad_input("plan", plan.describe(), f"a plan for the inputs' ({Hv}, {Hk}) heads", op="execute_plan")
     ratio = Hv // Hk
     T, K, V = q.shape[1], q.shape[3], v.shape[3]
     if len(plan.detail) == 1 and plan.strategy == "native":

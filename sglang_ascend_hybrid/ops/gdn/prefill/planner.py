@@ -176,15 +176,12 @@ def plan_for(value_heads: int, key_heads: int, head_dim: int = caps.MEGA_HEAD_DI
     _check_positive("key_heads", key_heads)
     _check_positive("head_dim", head_dim)
     if value_heads % key_heads:
-        raise ValueError(f"value_heads={value_heads}, key_heads={key_heads}: expected value_heads "
-                         "to be a multiple of key_heads")
+        raise bad_input("value_heads", value_heads, f"a multiple of key_heads ({key_heads})")
     if max_overhead is None:
         max_overhead = ENV.GDN_MAX_OVERHEAD.get()
-    elif isinstance(max_overhead, bool) or not isinstance(max_overhead, (int, float)):
-        raise ValueError(f"max_overhead={max_overhead!r}: expected a number >= 1.0 (or inf for no limit)")
+    if isinstance(max_overhead, bool) or not isinstance(max_overhead, (int, float)) or not max_overhead >= 1.0:
+        raise bad_input("max_overhead", repr(max_overhead), "a number >= 1.0 (or inf for no limit)")  # nan too
     max_overhead = float(max_overhead)
-    if not max_overhead >= 1.0:  # nan too
-        raise ValueError(f"max_overhead={max_overhead!r}: expected a number >= 1.0 (or inf for no limit)")
     if not caps.mega_supports_layout(head_dim, head_dim, dtype):
         return _none(value_heads, key_heads)
     predicate = caps.mega_pair_predicate() if predicate is None else predicate
