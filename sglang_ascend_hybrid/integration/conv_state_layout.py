@@ -20,15 +20,17 @@ from typing import Optional, Sequence
 
 import torch
 
+from sglang_ascend_hybrid.ops.errors import bad_input
+
 
 def cuda_layout_view(window_major: torch.Tensor, state_len: Optional[int] = None) -> torch.Tensor:
     """``[..., slots, window, C]`` -> ``[..., slots, C, state_len]`` view of the last ``state_len`` rows."""
     if window_major.dim() < 2:
-        raise ValueError(f"window_major has shape {tuple(window_major.shape)}: expected (..., window, channels)")
+        raise bad_input("window_major", window_major, "shape (..., window, channels)", op="cuda_layout_view")
     window = window_major.shape[-2]
     state_len = window if state_len is None else int(state_len)
     if not 1 <= state_len <= window:
-        raise ValueError(f"state_len={state_len}: expected 1 <= state_len <= window ({window})")
+        raise bad_input("state_len", state_len, f"1 <= state_len <= window ({window})", op="cuda_layout_view")
     return window_major[..., window - state_len:, :].transpose(-1, -2)
 
 
@@ -49,16 +51,18 @@ def draft_window(view: torch.Tensor, rows: int) -> torch.Tensor:
     ``[layers, slots, (W-1) + (draft-1), C]``); anything else raises ``ValueError``."""
     wm = window_major_view(view)
     if wm.dim() != 3 or wm.stride(2) != 1:
-        raise ValueError(f"conv state view has shape {tuple(view.shape)} and strides {view.stride()}: expected "
-                         "the (slots, C, S) transposed view of a window-major pool")
+        raise bad_input("view", f"shape {tuple(view.shape)} strides {view.stride()}", "the (slots, C, S) transposed "
+                        "view of a window-major pool", op="draft_window")
     state_len, channels = wm.shape[1], wm.shape[2]
     if rows < state_len or wm.stride(1) != channels or wm.stride(0) != rows * channels:
-        raise ValueError(f"rows={rows}: expected the pool's rows per slot (its slot stride {wm.stride(0)} is "
-                         f"{wm.stride(0) / max(channels, 1):g} rows of {channels} channels, the view holds "
-                         f"{state_len})")
+        raise bad_input("rows", rows, f"the pool's rows per slot (its slot stride {wm.stride(0)} is "
+                        f"{wm.stride(0) / max(channels, 1):g} rows of {channels} channels, the view holds {state_len})",
+                        op="draft_window")
     offset = wm.storage_offset() - (rows - state_len) * channels
     if offset < 0:
-        raise ValueError(f"rows={rows}: the view does not hold the last {state_len} of {rows} rows")
+        before = wm.storage_offset() // max(channels, 1)
+        raise bad_input("rows", rows, f"at most {state_len + before} (the view's {state_len} rows and the {before} "
+                        "rows before them in the pool)", op="draft_window")
     return wm.as_strided((wm.shape[0], rows, channels), (wm.stride(0), channels, 1), offset)
 
 
@@ -72,7 +76,7 @@ def layer_cache_cuda_view(layer_cache, window_major: Optional[Sequence[bool]] = 
     flags = list(window_major) if window_major is not None else [True] * len(convs)
     lens = list(state_lens) if state_lens is not None else [None] * len(convs)
     if len(flags) != len(convs) or len(lens) != len(convs):
-        raise ValueError(f"window_major has {len(flags)} entries and state_lens {len(lens)}: expected one per "
-                         f"conv state ({len(convs)})")
+        name, got = ("window_major", flags) if len(flags) != len(convs) else ("state_lens", lens)
+        raise bad_input(name, got, f"one entry per conv state ({len(convs)})", op="layer_cache_cuda_view")
     views = [cuda_layout_view(c, n) if wm else c for c, wm, n in zip(convs, flags, lens)]
     return dataclasses.replace(layer_cache, conv=views)

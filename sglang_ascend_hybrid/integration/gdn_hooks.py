@@ -75,6 +75,7 @@ import torch
 
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.logutil import log_once
+from sglang_ascend_hybrid.ops.errors import bad_input
 from sglang_ascend_hybrid.ops.gdn import pool_layout, prefill
 from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states, resolve_backend
 from sglang_ascend_hybrid.ops.gdn.decode import contract as decode_contract
@@ -385,17 +386,17 @@ def sgl_chunk_gated_delta_rule_npu(original, q, k, v, g, beta, scale=None, initi
     indices = kwargs.get("initial_state_indices")
     inplace = kwargs.get("inplace_final_state")
     if inplace is not None and indices is None:
-        raise ValueError("chunk_gated_delta_rule_npu: inplace_final_state given without initial_state_indices "
-                         "(the pool's slots); expected both or neither")
+        raise bad_input("initial_state_indices", None, f"the pool's slots with inplace_final_state={inplace!r} (both "
+                        "or neither)", op="chunk_gated_delta_rule_npu")
     if indices is not None and initial_state is None:
-        raise ValueError("chunk_gated_delta_rule_npu: initial_state_indices given without initial_state "
-                         "(the state pool [slots, H, K, V]); expected the pool")
+        raise bad_input("initial_state", None, "the state pool [slots, H, K, V] with initial_state_indices",
+                        op="chunk_gated_delta_rule_npu")
     pool, valid = None, None
     if indices is not None:
         if inplace is None:
-            raise ValueError("chunk_gated_delta_rule_npu: initial_state_indices without inplace_final_state: "
-                             "whether the final states go back into the pool is not readable from the entry's "
-                             "source here; pass inplace_final_state=True or False")
+            raise bad_input("inplace_final_state", None, "True or False with initial_state_indices (whether the "
+                            "final states go back into the pool is not readable from the entry's source here)",
+                            op="chunk_gated_delta_rule_npu")
         pool = initial_state
         valid, initial_state = _pool_rows(pool, indices)
     if B != 1 and cu_seqlens is None:  # equal-length batch: pack it

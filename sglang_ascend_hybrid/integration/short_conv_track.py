@@ -35,6 +35,8 @@ from typing import Optional
 
 import torch
 
+from sglang_ascend_hybrid.ops.errors import bad_input
+
 
 @dataclass(frozen=True)
 class ExtendTrack:
@@ -105,8 +107,8 @@ def snapshot_extend(state: torch.Tensor, x: torch.Tensor, track: ExtendTrack) ->
         return
     C = state.shape[-2]
     if x.shape[0] != C:
-        raise ValueError(f"conv input has shape {tuple(x.shape)}: expected ({C}, tokens) to snapshot a "
-                         f"state of shape {tuple(state.shape)}")
+        raise bad_input("x", x, f"shape ({C}, tokens) to snapshot a state of shape {tuple(state.shape)}",
+                        op="snapshot_extend")
     offs = torch.arange(S, device=x.device)
     pos = track.ends[:, None] - S + offs  # [n, S]
     from_input = pos >= track.starts[:, None]

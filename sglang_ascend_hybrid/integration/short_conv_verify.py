@@ -40,6 +40,7 @@ from sglang_ascend_hybrid.integration.conv_hooks import routes_to_plugin
 from sglang_ascend_hybrid.integration.conv_state_layout import draft_window
 from sglang_ascend_hybrid.ops.conv.api import causal_conv1d_verify
 from sglang_ascend_hybrid.ops.conv.torch_impl import pad_redirect
+from sglang_ascend_hybrid.ops.errors import bad_input
 
 LINEAR_CHAIN_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
 
@@ -71,8 +72,7 @@ def check_speculative(server_args) -> Optional[int]:
         raise ValueError(f"{UNSUPPORTED} (got --speculative-algorithm {name}, --speculative-eagle-topk {topk})")
     draft = server_args.speculative_num_draft_tokens
     if not isinstance(draft, int) or draft < 1:
-        raise ValueError(f"speculative_num_draft_tokens={draft!r}: expected an int >= 1 with "
-                         f"--speculative-algorithm {name}")
+        raise bad_input("speculative_num_draft_tokens", repr(draft), f"an int >= 1 with --speculative-algorithm {name}")
     if name == "STANDALONE":
         _check_standalone_draft(getattr(server_args, "speculative_draft_model_path", None))
     return draft
@@ -171,10 +171,10 @@ def cca_verify(qk, hidden_states, conv_qk, conv_state, prev_hs_state, cache_indi
     dtype = hidden_states.dtype
     pad = total_padding if total_padding is not None else conv_state.shape[-1]
     if pad != conv_state.shape[-1]:
-        raise ValueError(f"total_padding={pad}: expected the conv state's {conv_state.shape[-1]} columns")
+        raise bad_input("total_padding", pad, f"the conv state's {conv_state.shape[-1]} columns", op="cca_verify")
     if qk.shape[0] != batch * draft or hidden_states.shape[0] != batch * draft:
-        raise ValueError(f"qk has {qk.shape[0]} tokens and hidden_states {hidden_states.shape[0]}: expected "
-                         f"batch ({batch}) * draft ({draft})")
+        name, t = ("qk", qk) if qk.shape[0] != batch * draft else ("hidden_states", hidden_states)
+        raise bad_input(name, t, f"batch ({batch}) * draft ({draft}) = {batch * draft} tokens", op="cca_verify")
     qk_window = draft_window(conv_state, pad + draft - 1)              # [slots, P + d - 1, C]
     hs_window = draft_window(prev_hs_state, draft)                     # [slots, d, H]
     slots = cache_indices.to(torch.int64)

@@ -54,16 +54,19 @@ def test_an_unknown_keyword_reaches_the_entry_and_a_refusal_then_names_it():
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(inplace_final_state=True), "^chunk_gated_delta_rule_npu: inplace_final_state given without "
-                                     "initial_state_indices .*expected both or neither$"),
-    (dict(initial_state_indices=torch.tensor([0, 1])), "^chunk_gated_delta_rule_npu: initial_state_indices without "
-                                                       "inplace_final_state.*pass inplace_final_state=True or False$"),
+    (dict(inplace_final_state=True), r"^chunk_gated_delta_rule_npu: initial_state_indices=None: expected the pool's "
+                                     r"slots with inplace_final_state=True \(both or neither\)$"),
+    (dict(initial_state_indices=torch.tensor([0, 1])), r"^chunk_gated_delta_rule_npu: inplace_final_state=None: "
+                                                       r"expected True or False with initial_state_indices \("),
+    (dict(initial_state=None, initial_state_indices=torch.tensor([0, 1]), inplace_final_state=True),
+     r"^chunk_gated_delta_rule_npu: initial_state=None: expected the state pool \[slots, H, K, V\] with "
+     r"initial_state_indices$"),
 ])
 def test_incomplete_pool_keywords_are_refused_naming_the_argument(kwargs, match):
     q, k, v, g, beta, cu, h0 = _fla_inputs([5, 3], 1, 2, K, V, seed=7)
     with pytest.raises(ValueError, match=match):
-        gdn_hooks.sgl_chunk_gated_delta_rule_npu(_refusing([]), q, k, v, g, beta, initial_state=h0, cu_seqlens=cu,
-                                                 **kwargs)
+        gdn_hooks.sgl_chunk_gated_delta_rule_npu(_refusing([]), q, k, v, g, beta, **{"initial_state": h0,
+                                                 "cu_seqlens": cu, **kwargs})
 
 
 @pytest.mark.parametrize("head_first,in_ladder", [(True, False), (False, True)])

@@ -577,7 +577,7 @@ def test_planned_decision_follows_the_installed_releases_extra_buffer_list(monke
 def test_planned_decision_refuses_a_tp_size_below_one(tp):
     from sglang_ascend_hybrid.integration.launch import planned
 
-    with pytest.raises(ValueError, match=rf"^tp_size must be >= 1, got {tp}$"):
+    with pytest.raises(ValueError, match=rf"^planned_decision: tp_size={tp}: expected an integer >= 1$"):
         planned.planned_decision(_qwen3_5_config(), tp)
 
 

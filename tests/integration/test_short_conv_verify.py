@@ -113,10 +113,12 @@ def test_cca_verify_skips_pad_rows_and_reads_nothing_on_the_host():
 def test_cca_verify_bad_input_names_the_argument():
     conv_qk = _conv_qk()
     qk_pool, hs_pool = _pools(3)
-    with pytest.raises(ValueError, match=r"expected batch \(2\) \* draft \(3\)"):
+    with pytest.raises(ValueError, match=re.escape(f"cca_verify: qk=shape (5, {CH}) float64: expected batch (2) * "
+                                                   "draft (3) = 6 tokens")):
         scv.cca_verify(torch.zeros(5, CH, dtype=torch.float64), torch.zeros(5, HID, dtype=torch.float64), conv_qk,
                        cuda_layout_view(qk_pool, PAD), cuda_layout_view(hs_pool, 1), torch.tensor([0, 1]), 3, PAD)
-    with pytest.raises(ValueError, match="total_padding=3"):
+    with pytest.raises(ValueError, match=re.escape(f"cca_verify: total_padding=3: expected the conv state's {PAD} "
+                                                   "columns")):
         scv.cca_verify(torch.zeros(6, CH, dtype=torch.float64), torch.zeros(6, HID, dtype=torch.float64), conv_qk,
                        cuda_layout_view(qk_pool, PAD), cuda_layout_view(hs_pool, 1), torch.tensor([0, 1]), 3, 3)
 
@@ -126,9 +128,10 @@ def test_draft_window_is_the_pool_memory_and_refuses_a_wrong_row_count():
     view = cuda_layout_view(pool, 2)
     full = draft_window(view, 5)
     assert full.data_ptr() == pool.data_ptr() and torch.equal(full, pool)
-    with pytest.raises(ValueError, match="rows=4"):
+    with pytest.raises(ValueError, match=r"^draft_window: rows=4: expected the pool's rows per slot \(its slot stride "
+                                         r"15 is 5 rows"):
         draft_window(view, 4)
-    with pytest.raises(ValueError, match="rows=6"):
+    with pytest.raises(ValueError, match=r"^draft_window: rows=6: expected the pool's rows per slot"):
         draft_window(view, 6)
 
 
@@ -234,11 +237,14 @@ def test_cuda_layout_view_of_a_single_slot_and_its_refusals():
     window = torch.arange(5 * 3, dtype=torch.float32).reshape(5, 3)     # one slot [window, C]
     assert torch.equal(cuda_layout_view(window), window.t())           # state_len None: every row
     assert torch.equal(cuda_layout_view(window, 2), window[3:].t())
-    with pytest.raises(ValueError, match=re.escape("window_major has shape (5,): expected (..., window, channels)")):
+    with pytest.raises(ValueError, match=re.escape("cuda_layout_view: window_major=shape (5,) float32: expected shape "
+                                                   "(..., window, channels)")):
         cuda_layout_view(torch.zeros(5))
-    with pytest.raises(ValueError, match=re.escape("state_len=6: expected 1 <= state_len <= window (5)")):
+    with pytest.raises(ValueError, match=re.escape("cuda_layout_view: state_len=6: expected 1 <= state_len <= window "
+                                                   "(5)")):
         cuda_layout_view(window, 6)
-    with pytest.raises(ValueError, match=re.escape("state_len=0: expected 1 <= state_len <= window (5)")):
+    with pytest.raises(ValueError, match=re.escape("cuda_layout_view: state_len=0: expected 1 <= state_len <= window "
+                                                   "(5)")):
         cuda_layout_view(window, 0)
 
 
@@ -254,24 +260,26 @@ def test_draft_window_refusals_name_the_view_and_the_pool_layout():
     view = cuda_layout_view(pool, 2)
     not_transposed = pool[:, 3:]                                  # window major itself: (slots, S, C)
     with pytest.raises(ValueError, match=re.escape(
-            "conv state view has shape (2, 2, 3) and strides (15, 3, 1): expected the (slots, C, S) transposed "
+            "draft_window: view=shape (2, 2, 3) strides (15, 3, 1): expected the (slots, C, S) transposed "
             "view of a window-major pool")):
         draft_window(not_transposed, 5)
-    with pytest.raises(ValueError, match=re.escape("conv state view has shape (3, 2) and strides (1, 3): expected")):
+    with pytest.raises(ValueError, match=re.escape("draft_window: view=shape (3, 2) strides (1, 3): expected the")):
         draft_window(view[0], 5)                                  # one slot, no slot dimension
     with pytest.raises(ValueError, match=re.escape(
-            "rows=4: expected the pool's rows per slot (its slot stride 15 is 5 rows of 3 channels, the view "
-            "holds 2)")):
+            "draft_window: rows=4: expected the pool's rows per slot (its slot stride 15 is 5 rows of 3 channels, "
+            "the view holds 2)")):
         draft_window(view, 4)
     narrow = torch.zeros(2, 5, 1)                                 # one channel
-    with pytest.raises(ValueError, match=re.escape("(its slot stride 5 is 5 rows of 1 channels, the view holds 2)")):
+    with pytest.raises(ValueError, match=re.escape("draft_window: rows=3: expected the pool's rows per slot (its slot "
+                                                   "stride 5 is 5 rows of 1 channels, the view holds 2)")):
         draft_window(cuda_layout_view(narrow, 2), 3)
-    with pytest.raises(ValueError, match=re.escape("rows=5: the view does not hold the last 2 of 5 rows")):
+    with pytest.raises(ValueError, match=re.escape("draft_window: rows=5: expected at most 2 (the view's 2 rows and "
+                                                   "the 0 rows before them in the pool)")):
         draft_window(pool[:, :2].transpose(1, 2), 5)              # the FIRST two rows of each slot
     # a one-slot tensor may carry any slot stride: one of exactly rows * C with rows < state_len is
     # still fewer rows than the view holds
     odd = torch.zeros(20).as_strided((1, 4, 3), (6, 3, 1))
-    with pytest.raises(ValueError, match=re.escape("rows=2: expected the pool's rows per slot")):
+    with pytest.raises(ValueError, match=re.escape("draft_window: rows=2: expected the pool's rows per slot")):
         draft_window(odd.transpose(1, 2), 2)
 
 
@@ -296,10 +304,10 @@ def test_layer_cache_cuda_view_defaults_flags_and_state_lens():
     out = layer_cache_cuda_view(State([wm0, wm1]), [True, True], [3, None])
     assert [tuple(c.shape) for c in out.conv] == [(2, 3, 3), (2, 5, 2)]
     with pytest.raises(ValueError, match=re.escape(
-            "window_major has 1 entries and state_lens 2: expected one per conv state (2)")):
+            "layer_cache_cuda_view: window_major=[True]: expected one entry per conv state (2)")):
         layer_cache_cuda_view(State([wm0, wm1]), [True], [2, 1])
     with pytest.raises(ValueError, match=re.escape(
-            "window_major has 2 entries and state_lens 3: expected one per conv state (2)")):
+            "layer_cache_cuda_view: state_lens=[2, 1, 1]: expected one entry per conv state (2)")):
         layer_cache_cuda_view(State([wm0, wm1]), [True, True], [2, 1, 1])
 
 

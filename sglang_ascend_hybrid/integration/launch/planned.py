@@ -19,6 +19,7 @@ from sglang_ascend_hybrid.integration.launch.decision import (
 )
 from sglang_ascend_hybrid.integration.launch.extra_buffer import upstream_extra_buffer_archs
 from sglang_ascend_hybrid.model_families import GDN_ARCHS, PLUGIN_SNAPSHOT_ARCHS, ModelFacts
+from sglang_ascend_hybrid.ops.errors import bad_input
 
 # What the planner accepts as a model: a config.json dict, file or model directory, or the
 # facts ``plan`` already parsed (model_families.facts), which are not read again.
@@ -80,7 +81,7 @@ def planned_decision(
     together (the same message resolution would give).
     """
     if int(tp_size) < 1:
-        raise ValueError(f"tp_size must be >= 1, got {tp_size}")
+        raise bad_input("tp_size", tp_size, "an integer >= 1", op="planned_decision")
     arch = _architecture(_model(config))
     extra_archs = upstream_extra_buffer_archs()
     if extra_archs is None:  # SGLang not installed: 0.5.23's list for our families
