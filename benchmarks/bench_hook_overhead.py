@@ -23,9 +23,9 @@ launch; here it runs on CPU tensors of the serving shapes).  One table per verb,
   ``gdn decode triton``   ``ascend_gdn_decode`` -> ``triton_decode`` (its layout probe found the
                           installed entry value-first; the verdict is recorded, not probed)
   ``gdn decode npu_recurrent`` ``ascend_gdn_decode`` -> ``npu_recurrent`` (the probe found the entry
-                          key-first, the sgl-kernel-npu source's addressing; bf16 pool): this route
-                          also gathers the live rows and scatters them back (state copies that the
-                          Triton route does not make: on CPU their bytes count in its time)
+                          key-first, the sgl-kernel-npu source's addressing; bf16 pool): the op
+                          runs on the pool in place; this route also computes the gates in torch
+                          (the Triton entry computes them itself)
   ``gdn verify``          ``ascend_verify_update`` (graph mode) -> verify ladder -> ``npu_recurrent``
   ``conv prefill``        ``causal_conv1d_fn_around`` -> ``torch.ops.npu.causal_conv1d`` (run mode 0)
   ``conv decode``         ``causal_conv1d_update_around`` -> ``torch.ops.npu.causal_conv1d`` (run mode 1)
@@ -33,6 +33,10 @@ launch; here it runs on CPU tensors of the serving shapes).  One table per verb,
 Shapes: Qwen3.6-27B at TP=8 per rank (6 value heads, 2 key heads, K = V = 128, bf16), decode and
 verify batch 8 (verify 4 tokens per request), extend 128 tokens in 2 requests (96 + 32); LFM2 conv
 dim 1024, width 3, bf16, decode batch 8, prefill 128 tokens in 2 requests.
+
+Each verb's plugin method is one layer call of a step whose earlier layers already ran (the same
+metadata tensors every call), as every layer after a step's first is; what the plugin derives once
+per step (``ops/step_cache.py``, the extend hook's host copy of the offsets) is therefore kept.
 
 Each repetition calls a method ``--inner`` times (default 200); times are per call.  Goal per verb
 and thread count: ``plugin - upstream <= 30 us`` (a difference goal, on the medians and on the

@@ -79,6 +79,8 @@ def _bad(x, what):
         "int a": (dict(a=x["a"].to(torch.int32)), r"a\.dtype=torch\.int32: expected a floating-point dtype"),
         "int q": (dict(q=x["q"].to(torch.int32)), r"q\.dtype=torch\.int32"),
         "q not a tensor": (dict(q=None), r"q=None: expected a torch\.Tensor"),
+        "cache_indices not a tensor": (dict(cache_indices=[0, 1, 2]),
+                                       r"cache_indices=\[0, 1, 2\]: expected a torch\.Tensor"),
         "no key heads": (dict(q=x["q"][:, :, :0], k=x["k"][:, :, :0]), r"v=.*a multiple of the 0 key heads"),
     }[what]
     args.update(change)
@@ -88,7 +90,7 @@ def _bad(x, what):
 SHAPE_CASES = ["int pool", "pool heads", "3-d pool", "cache_indices length", "cache_indices 2-d",
                "cache_indices float", "query_start_loc length", "query_start_loc bool", "q 3-d", "q batch 2",
                "k shape", "v batch", "v 3-d", "v heads", "a entries", "b entries", "A_log entries",
-               "dt_bias entries", "int a", "int q", "q not a tensor", "no key heads"]
+               "dt_bias entries", "int a", "int q", "q not a tensor", "cache_indices not a tensor", "no key heads"]
 
 
 @pytest.mark.parametrize("what", SHAPE_CASES)

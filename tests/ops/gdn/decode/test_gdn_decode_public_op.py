@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -82,15 +83,28 @@ def _bf16_decode_step(seed: int, slots: int, idx: list, hk: int = 2, hv: int = 4
     return (q, k, v, g, beta), pool, torch.tensor(idx)
 
 
-def test_decode_npu_recurrent_emulator_matches_torch():
+def _strided(pool):
+    """``pool``'s values in a pool the op cannot address in place (every other row of a wider tensor)."""
+    wide = torch.zeros(pool.shape[0], 2 * pool.shape[1], *pool.shape[2:], dtype=pool.dtype)
+    wide[:, ::2].copy_(pool)
+    return wide, wide[:, ::2]
+
+
+@pytest.mark.parametrize("in_place", [True, False], ids=["contiguous pool", "strided pool (gathered copy)"])
+def test_decode_npu_recurrent_emulator_matches_torch(in_place):
     (q, k, v, g, beta), pool, idx = _bf16_decode_step(9, 6, [5, 1, -1, 2])
     ref_pool = pool.clone()
     ref = recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=ref_pool, state_indices=idx,
                                      use_qk_l2norm=True, backend="torch")
+    wide = None
+    if not in_place:
+        wide, pool = _strided(pool)
     kernel = _Counting(gdn_npu_recurrent.make_npu_recurrent_emulator())
     with seam.install_emulators({OP_NPU_RECURRENT: kernel}):
         o = recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=pool, state_indices=idx, use_qk_l2norm=True)
     assert kernel.calls == 1
+    if wide is not None:
+        assert torch.equal(wide[:, 1::2], torch.zeros_like(ref_pool))   # the bytes between the rows untouched
     # bf16 inputs, bf16 state rounding, and beta handed over as a bf16 logit
     torch.testing.assert_close(o.float(), ref.float(), atol=3e-2, rtol=3e-2)
     torch.testing.assert_close(pool.float(), ref_pool.float(), atol=3e-2, rtol=3e-2)
