@@ -91,7 +91,7 @@ def _strided(pool):
 
 
 @pytest.mark.parametrize("in_place", [True, False], ids=["contiguous pool", "strided pool (gathered copy)"])
-def test_decode_npu_recurrent_emulator_matches_torch(in_place):
+def test_decode_npu_recurrent_emulator_matches_torch(in_place, caplog):
     (q, k, v, g, beta), pool, idx = _bf16_decode_step(9, 6, [5, 1, -1, 2])
     ref_pool = pool.clone()
     ref = recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=ref_pool, state_indices=idx,
@@ -100,9 +100,12 @@ def test_decode_npu_recurrent_emulator_matches_torch(in_place):
     if not in_place:
         wide, pool = _strided(pool)
     kernel = _Counting(gdn_npu_recurrent.make_npu_recurrent_emulator())
-    with seam.install_emulators({OP_NPU_RECURRENT: kernel}):
+    with seam.install_emulators({OP_NPU_RECURRENT: kernel}), caplog.at_level(logging.INFO):
         o = recurrent_gated_delta_rule(q, k, v, g, beta, state_pool=pool, state_indices=idx, use_qk_l2norm=True)
     assert kernel.calls == 1
+    said = [r.getMessage() for r in caplog.records]
+    assert any("runs on the npu_recurrent kernel" in m for m in said), said   # it served: no fallback
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     if wide is not None:
         assert torch.equal(wide[:, 1::2], torch.zeros_like(ref_pool))   # the bytes between the rows untouched
     # bf16 inputs, bf16 state rounding, and beta handed over as a bf16 logit
