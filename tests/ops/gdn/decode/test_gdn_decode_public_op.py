@@ -161,3 +161,22 @@ def test_the_public_op_serves_on_the_decode_ladders_recurrent_rung():
         assert decode.DECODE.choose(call.signature(), call).name == "npu_recurrent"
         assert "precomputed gates" in decode.DECODE.why_not(decode.DECODE.rung("triton_decode"), call.signature(),
                                                                 call)
+
+
+def test_a_given_scale_reaches_the_step():
+    """``scale`` scales q inside the step (``o = S (scale q)``): without l2norm, o(q, scale=s) equals
+    o(q * s / K ** -0.5) at the default scale, and differs from the default-scale output."""
+    gen = torch.Generator().manual_seed(31)
+    B, hk, hv, K = 3, 2, 4, 16
+    pool = torch.randn(5, hv, K, K, generator=gen) * 0.3
+    idx = torch.tensor([4, 0, 2])
+    q, k = torch.randn(1, B, hk, K, generator=gen), torch.randn(1, B, hk, K, generator=gen) * K ** -0.5
+    v = torch.randn(1, B, hv, K, generator=gen)
+    g = F.logsigmoid(torch.randn(1, B, hv, generator=gen))
+    beta = torch.rand(1, B, hv, generator=gen)
+    s = 0.3
+    run = lambda qq, **kw: recurrent_gated_delta_rule(qq, k, v, g, beta, state_pool=pool.clone(),  # noqa: E731
+                                                      state_indices=idx, backend="torch", **kw)
+    scaled = run(q, scale=s)
+    torch.testing.assert_close(scaled, run(q * (s / K ** -0.5)), atol=1e-6, rtol=1e-5)
+    assert not torch.allclose(scaled, run(q), atol=1e-3)
