@@ -64,3 +64,20 @@ def test_a_temporary_of_exactly_the_limit_is_kept(monkeypatch):
     cpu_workspace.kept("edge_probe_buffer_big", (65,), torch.float32, "cpu")
     assert ("edge_probe_buffer_big", torch.float32) not in store
     store.pop(("edge_probe_buffer", torch.float32), None)
+
+
+def test_an_unknown_rung_or_ladder_is_named_with_what_exists():
+    """``Ladder.rung`` and ``catalog.rung``: a name that is not there is refused naming the argument, the
+    value and the names that exist."""
+    import re
+
+    from sglang_ascend_hybrid.ops import catalog
+    from sglang_ascend_hybrid.ops.gdn import decode
+
+    with pytest.raises(ValueError, match=re.escape(
+            f"gdn_serving_decode: backend='nope': expected 'auto' or one of the rungs {decode.DECODE.names}")):
+        decode.DECODE.rung("nope")
+    known = [lad.op for lad in catalog.ladders()]
+    with pytest.raises(ValueError, match=re.escape(f"ladder='no_such_op': expected one of {known}")):
+        catalog.rung("no_such_op", "torch")
+    assert catalog.rung("gdn_serving_decode", "torch") is decode.DECODE.rung("torch")
