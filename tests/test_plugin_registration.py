@@ -3,7 +3,7 @@
 * ``register`` and ``register_multimodal`` never raise, and the swallowed error is logged
   with its traceback (a silent swallow fails);
 * strict mode reaches subprocesses: a child Python started after ``record_request`` (as SGLang
-  starts its scheduler / detokenizer) sees it, one started before or after a reset does not;
+  starts its scheduler / detokenizer) sees it, one started before it or after ``forget_request`` does not;
 * the in-process record stands on its own (an environment rewritten later does not undo it).
 """
 
@@ -20,6 +20,7 @@ import pytest
 from sglang_ascend_hybrid import plugin
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.patches import apply, mode
+from tests.support.fresh_state import fresh_patch_state
 from tests.test_plugin_unit import fake_sglang  # noqa: F401  (fixture)
 
 PACKAGE_ROOT = str(Path(mode.__file__).resolve().parent.parent)
@@ -53,30 +54,22 @@ def _child_sees_strict(env) -> str:
 
 
 def test_strict_mode_is_inherited_by_subprocesses(monkeypatch):
-    monkeypatch.setenv(ENV.STRICT.name, "0")  # restored (removed) after the test
-    mode._reset_for_tests()
-    try:
-        assert _child_sees_strict(os.environ) == "False"
-        mode.record_request()
-        assert os.environ[ENV.STRICT.name] == "1"
-        assert _child_sees_strict(os.environ) == "True"
-        mode._reset_for_tests()
-        assert ENV.STRICT.name not in os.environ and not mode.hybrid_requested()
-        assert _child_sees_strict(os.environ) == "False"
-    finally:
-        mode._reset_for_tests()
+    fresh_patch_state(monkeypatch)  # not requested, the variable unset; both as they were after the test
+    assert _child_sees_strict(os.environ) == "False"
+    mode.record_request()
+    assert os.environ[ENV.STRICT.name] == "1"
+    assert _child_sees_strict(os.environ) == "True"
+    mode.forget_request()
+    assert ENV.STRICT.name not in os.environ and not mode.hybrid_requested()
+    assert _child_sees_strict(os.environ) == "False"
 
 
 def test_in_process_record_does_not_depend_on_the_environment(monkeypatch):
-    monkeypatch.setenv(ENV.STRICT.name, "0")
-    mode._reset_for_tests()
-    try:
-        assert not mode.hybrid_requested()
-        mode.record_request()
-        os.environ[ENV.STRICT.name] = "0"  # e.g. a launcher rewriting the environment later
-        assert mode.hybrid_requested() is True
-    finally:
-        mode._reset_for_tests()
+    fresh_patch_state(monkeypatch)
+    assert not mode.hybrid_requested()
+    mode.record_request()
+    os.environ[ENV.STRICT.name] = "0"  # e.g. a launcher rewriting the environment later
+    assert mode.hybrid_requested() is True
 
 
 # ------------------------------------------------------------------ what registration records
@@ -250,11 +243,11 @@ def test_an_unimportable_hook_registry_is_recorded_failed(fake_sglang, monkeypat
             status.FAILED, "RuntimeError: SGLang's hook registry for the multimodal runtime is not importable")
 
 
-def test_registration_never_puts_a_hook_twice_on_a_target(fake_sglang):  # noqa: F811
+def test_registration_never_puts_a_hook_twice_on_a_target(fake_sglang, monkeypatch):  # noqa: F811
     """Even when the status is fresh again (a re-imported plugin), SGLang's registry keeps one
     copy of each hook."""
     plugin.register()
-    status._reset_for_tests()
+    fresh_patch_state(monkeypatch)
     plugin.register()
     for p in (p for p in _srt() if p.kind == "hook" and not p.requires):
         assert sum(h is p.load_hook() for _, h, _ in fake_sglang.hooks._hooks[p.target]) == 1, p.name

@@ -15,6 +15,7 @@ from sglang_ascend_hybrid import patches, plugin
 from sglang_ascend_hybrid.integration import registry
 from sglang_ascend_hybrid.patches import apply, mode, releases, status
 from sglang_ascend_hybrid.patches.releases import range_bounds
+from tests.support.fresh_state import fresh_patch_state
 
 NEWEST_TESTED = releases.tested_releases()[-1]
 
@@ -108,11 +109,8 @@ def fake_sglang(monkeypatch):
     monkeypatch.setattr(patches, "missing_requirements", lambda p: [])
     monkeypatch.delenv("SGLANG_PLUGINS", raising=False)
     monkeypatch.delenv("SGLANG_ASCEND_HYBRID_DISABLE", raising=False)
-    status._reset_for_tests()
-    mode._reset_for_tests()
+    fresh_patch_state(monkeypatch)
     yield types.SimpleNamespace(choices=choices, res=res, reg=reg, hooks=FakeHookRegistry)
-    status._reset_for_tests()
-    mode._reset_for_tests()
 
 
 def _srt_patches():
@@ -347,9 +345,8 @@ def failing_hook_loader():
 
 @pytest.fixture
 def lazy_target(fake_sglang, tmp_path, monkeypatch):
-    """A one-patch registry whose hook target lives in a real, not yet imported module."""
-    from sglang_ascend_hybrid.patches import import_watch
-
+    """A one-patch registry whose hook target lives in a real, not yet imported module (no import
+    watched yet: ``fake_sglang``'s fresh patch state)."""
     pkg = tmp_path / LAZY_PKG
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
@@ -363,9 +360,7 @@ def lazy_target(fake_sglang, tmp_path, monkeypatch):
                           hook="tests.test_plugin_unit:lazy_hook", why="w", how="h", removal="r")
     monkeypatch.setattr(patches, "PATCHES", (patch,))
     CALLS.clear()
-    import_watch._reset_for_tests()
     yield patch
-    import_watch._reset_for_tests()
     for name in [m for m in sys.modules if m.startswith(LAZY_PKG)]:
         del sys.modules[name]
 
@@ -438,7 +433,7 @@ def test_a_failure_on_import_is_recorded_or_stops_strict_startup(lazy_target, mo
     assert any("lazy-demo could not be put in place" in r.getMessage() for r in caplog.records)
 
     del sys.modules[f"{LAZY_PKG}.mod"]
-    status._reset_for_tests()
+    fresh_patch_state(monkeypatch)  # the next process
     mode.record_request()  # --attention-backend ascend_hybrid
     plugin.register()
     with pytest.raises(apply.PluginPatchError, match=r"lazydemo_pkg_t24\.mod\.f: ImportError: hook module broke"):

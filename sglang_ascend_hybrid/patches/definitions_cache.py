@@ -143,8 +143,3 @@ def _store(path: str, digest: str, names: Names) -> None:
             raise
     except (OSError, ValueError, TypeError):
         pass  # an unwritable cache only means parsing again next time
-
-
-def _reset_for_tests() -> None:
-    with _lock:
-        _memory.clear()

@@ -129,9 +129,3 @@ class _LoaderProxy:
 _FINDER = _Finder()
 _FILE_LOADERS = (importlib.machinery.SourceFileLoader, importlib.machinery.SourcelessFileLoader,
                  importlib.machinery.ExtensionFileLoader)
-
-
-def _reset_for_tests() -> None:
-    with _lock:
-        _watched.clear()
-        _remove_finder()

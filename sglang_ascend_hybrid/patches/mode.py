@@ -27,7 +27,13 @@ def hybrid_requested() -> bool:
     return _requested or ENV.STRICT.get()
 
 
-def _reset_for_tests() -> None:
+def forget_request() -> None:
+    """Undo :func:`record_request`: this process (and the subprocesses it starts from now on) no
+    longer counts as having asked for ascend_hybrid.
+
+    :func:`sglang_ascend_hybrid.testing.launch_check.resolve_launch` calls it before each
+    resolution: it resolves several launches in one process (``--batch``), and a launch that asked
+    for ascend_hybrid must not leave the next one (which may not have) in strict mode."""
     global _requested
     _requested = False
     os.environ.pop(ENV.STRICT.name, None)

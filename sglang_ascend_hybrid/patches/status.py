@@ -89,10 +89,3 @@ def hook_registry(runtime: str):
 
 
 STATUS = PluginStatus()
-
-
-def _reset_for_tests() -> None:
-    STATUS.patches.clear()
-    STATUS.sglang_version = None
-    STATUS.version_problem = None
-    STATUS.disabled = False

@@ -17,6 +17,7 @@ from sglang_ascend_hybrid.integration import conv_state_layout, gdn_hooks, gdn_s
 from sglang_ascend_hybrid.integration.launch import decision, extra_buffer, resolution
 from sglang_ascend_hybrid.model_families import GDN_ARCHS, SHORT_CONV_ARCHS
 from sglang_ascend_hybrid.patches import mode
+from tests.support.fresh_state import fresh_patch_state
 
 NS = types.SimpleNamespace
 GDN_ARCH = sorted(GDN_ARCHS)[0]
@@ -38,12 +39,9 @@ def test_ascend_hybrid_factory_passes_the_model_runner_to_sglangs_ascend_factory
     monkeypatch.setattr(apply, "enforce_strict", lambda: None)
     monkeypatch.setitem(attention_registry.ATTENTION_BACKENDS, "ascend", lambda r: seen.append(r) or ("ascend", r))
     runner = NS(name="the model runner")
-    mode._reset_for_tests()
-    try:
-        built = ascend_hybrid.create_ascend_hybrid_backend(runner)
-        assert mode.hybrid_requested()
-    finally:
-        mode._reset_for_tests()
+    fresh_patch_state(monkeypatch)  # the request the factory records is gone after the test
+    built = ascend_hybrid.create_ascend_hybrid_backend(runner)
+    assert mode.hybrid_requested()
     assert built == ("ascend", runner)
     assert seen == [runner] and seen[0] is runner
 

@@ -16,6 +16,7 @@ import pytest
 
 from sglang_ascend_hybrid import installed_source, patches
 from sglang_ascend_hybrid.patches import definitions_cache
+from tests.support.fresh_state import fresh_patch_state
 
 SOURCE = textwrap.dedent("""
     import os as renamed
@@ -34,9 +35,8 @@ SOURCE = textwrap.dedent("""
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    definitions_cache._reset_for_tests()
-    yield tmp_path / "xdg" / "sglang-ascend-hybrid" / definitions_cache.FILE_NAME
-    definitions_cache._reset_for_tests()
+    fresh_patch_state(monkeypatch)  # nothing parsed in memory yet
+    return tmp_path / "xdg" / "sglang-ascend-hybrid" / definitions_cache.FILE_NAME
 
 
 def write(path, text, mtime=None):
@@ -63,7 +63,7 @@ def test_a_second_process_reads_the_cache_instead_of_parsing(cache, tmp_path, mo
     path = write(tmp_path / "m.py", SOURCE)
     first = definitions_cache.definitions(path)
     assert cache.is_file()
-    definitions_cache._reset_for_tests()  # what a fresh process has
+    fresh_patch_state(monkeypatch)  # what a fresh process has
     no_parsing(monkeypatch)
     assert definitions_cache.definitions(path) == first
 
@@ -77,7 +77,7 @@ def test_changed_content_is_parsed_again_even_with_the_same_size_and_mtime(cache
     write(tmp_path / "m.py", "def new():\n    pass\n", mtime)
     assert os.stat(path).st_size == len("def old():\n    pass\n") and os.stat(path).st_mtime_ns == mtime
     assert definitions_cache.definitions(path) == {"new": None}
-    definitions_cache._reset_for_tests()
+    fresh_patch_state(monkeypatch)  # the next process
     assert definitions_cache.definitions(path) == {"new": None}
     # and find_target, through the cache, says so
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -104,7 +104,7 @@ def test_a_tampered_entry_for_the_right_content_is_not_trusted(cache, tmp_path, 
     data = json.loads(cache.read_text())
     data["files"][path]["names"] = {"C": 5}  # not a name table
     cache.write_text(json.dumps(data))
-    definitions_cache._reset_for_tests()
+    fresh_patch_state(monkeypatch)  # the next process
     assert definitions_cache.definitions(path)["C"] == {"m": None, "Inner": {"attr": None}}
 
 
@@ -112,9 +112,8 @@ def test_an_unwritable_cache_directory_only_means_parsing(tmp_path, monkeypatch)
     blocker = tmp_path / "xdg"
     blocker.write_text("a file where the cache directory would go")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
-    definitions_cache._reset_for_tests()
+    fresh_patch_state(monkeypatch)
     assert "X" in definitions_cache.definitions(write(tmp_path / "m.py", SOURCE))
-    definitions_cache._reset_for_tests()
 
 
 def test_entries_of_deleted_files_are_dropped_and_no_temporary_file_is_left(cache, tmp_path):
@@ -166,6 +165,6 @@ def test_cached_names_of_the_installed_upstream_targets_equal_a_fresh_parse(cach
     fresh = {o: definitions_cache.summarize(ast.parse(open(o, "rb").read()).body) for o in origins}
     for o in origins:
         definitions_cache.definitions(o)
-    definitions_cache._reset_for_tests()
+    fresh_patch_state(monkeypatch)  # the next process
     no_parsing(monkeypatch)
     assert {o: definitions_cache.definitions(o) for o in origins} == fresh

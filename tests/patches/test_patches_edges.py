@@ -32,6 +32,7 @@ from sglang_ascend_hybrid import patches
 from sglang_ascend_hybrid.patches import apply, definitions_cache, import_watch, releases
 from sglang_ascend_hybrid.patches.status import APPLIED, FAILED, REGISTERED, STATUS, PluginStatus
 from tests.patches.test_definitions_cache import cache, write  # noqa: F401  (fixture)
+from tests.support.fresh_state import fresh_patch_state
 from tests.test_plugin_unit import fake_sglang  # noqa: F401  (fixture)
 
 INSTALLED = patches.installed_version("sglang")
@@ -90,13 +91,11 @@ def recorded(monkeypatch, tmp_path):
     """STATUS with no patch records and another SGLang release than the installed one recorded; a
     module of the test's own to hold targets; the definitions cache in ``tmp_path``."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    definitions_cache._reset_for_tests()
+    fresh_patch_state(monkeypatch)
     (tmp_path / "mutdemo_release_t51.py").write_text("PRESENT = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(STATUS, "patches", {})
     monkeypatch.setattr(STATUS, "sglang_version", other_release())
-    yield STATUS
-    definitions_cache._reset_for_tests()
+    return STATUS
 
 
 def _patch(**kw) -> patches.Patch:
@@ -181,13 +180,10 @@ class OneModuleFinder:
 
 @pytest.fixture
 def watch(monkeypatch):
-    """The import watch and sys.meta_path as they were, and no demo module left behind."""
-    saved = {name: list(cbs) for name, cbs in import_watch._watched.items()}
-    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    """No import watched (the import watch and sys.meta_path as they were after the test), and no demo
+    module left behind."""
+    fresh_patch_state(monkeypatch)
     yield monkeypatch
-    with import_watch._lock:
-        import_watch._watched.clear()
-        import_watch._watched.update(saved)
     for name in [m for m in sys.modules if m.startswith("mutdemo_watch_")]:
         del sys.modules[name]
 
@@ -225,7 +221,6 @@ def test_the_finder_passes_the_reload_target_on(watch):
     spec = import_watch._FINDER.find_spec(name, ["some/path"], target)
     assert spec is not None and spec.name == name
     assert finder.calls == [(name, ["some/path"], target)]
-    import_watch._reset_for_tests()
 
 
 def test_a_module_whose_callbacks_fired_executes_again_through_its_loader(watch, tmp_path):
@@ -317,7 +312,7 @@ def test_the_cache_file_is_read_as_utf8_whatever_the_locale(cache, tmp_path, mon
     data = json.loads(cache.read_text(encoding="utf-8"))
     cache.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
     assert "café".encode() in cache.read_bytes()
-    definitions_cache._reset_for_tests()
+    fresh_patch_state(monkeypatch)  # the next process
     parses = count_parses(monkeypatch)
     saved = locale.setlocale(locale.LC_CTYPE)
     try:
@@ -337,7 +332,7 @@ def test_a_cached_entry_is_trusted_up_to_64_levels_of_classes(cache, tmp_path, m
                                                               depth, trusted):
     path = write(tmp_path / "deep.py", _nested_classes(depth))
     first = definitions_cache.definitions(path)
-    definitions_cache._reset_for_tests()
+    fresh_patch_state(monkeypatch)  # the next process
     parses = count_parses(monkeypatch)
     assert definitions_cache.definitions(path) == first
     assert parses == ([] if trusted else [path])

@@ -154,7 +154,7 @@ def resolve_launch(
     result = LaunchResult(argv=argv, ok=False)
     from sglang_ascend_hybrid.patches import mode
 
-    mode._reset_for_tests()  # each resolution starts as a fresh launch would
+    mode.forget_request()  # each resolution starts as a fresh launch would
     try:
         with emulated_npu_platform(npu_memory_mb), _preserve_root_logging():
             if load_plugins:

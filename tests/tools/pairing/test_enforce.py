@@ -13,15 +13,13 @@ from sglang_ascend_hybrid.integration import short_conv
 from sglang_ascend_hybrid.patches import mode
 from sglang_ascend_hybrid.tools import pairing
 from sglang_ascend_hybrid.tools.pairing import report
+from tests.support.fresh_state import fresh_patch_state
 from tests.tools.pairing.helpers import decode_kernel_import, expected_missing_module, family_imports, write_kernel_tree
 
 
 @pytest.fixture
 def not_strict(monkeypatch):
-    monkeypatch.delenv("SGLANG_ASCEND_HYBRID_STRICT", raising=False)
-    mode._reset_for_tests()
-    yield
-    mode._reset_for_tests()
+    fresh_patch_state(monkeypatch)  # ascend_hybrid not asked for (nor SGLANG_ASCEND_HYBRID_STRICT set)
 
 
 @pytest.fixture
