@@ -55,14 +55,13 @@ def _fresh_process_state():
 @pytest.fixture
 def npu_stub_packages(monkeypatch):
     """Make the test stubs of torch_npu / sgl_kernel_npu importable, so the real
-    upstream Ascend backend modules import on a CPU.  The seam's probe cache is
-    reset before and after so nothing leaks into other tests."""
-    from sglang_ascend_hybrid.ops import seam
+    upstream Ascend backend modules import on a CPU.  The seam probes the packages afresh, and
+    what it found before is back afterwards, so nothing leaks into other tests."""
+    from tests.support.fresh_state import fresh_seam_lookups
 
     monkeypatch.syspath_prepend(str(NPU_STUBS))
-    seam.reset_probes()
+    fresh_seam_lookups(monkeypatch)
     yield NPU_STUBS
-    seam.reset_probes()
     for name in [m for m in sys.modules if m == "torch_npu" or m.startswith("torch_npu.")
                  or m == "sgl_kernel_npu" or m.startswith("sgl_kernel_npu.")]:
         sys.modules.pop(name, None)

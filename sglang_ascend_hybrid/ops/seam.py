@@ -218,13 +218,6 @@ def install_package_probes(results: Mapping[str, bool]):
     return _overlay(_probe, results)
 
 
-def reset_probes() -> None:
-    """Forget probe results (tests only)."""
-    with _lock:
-        _probe.clear()
-        _resolved.clear()
-
-
 # --------------------------------------------------------------------------- device facts
 
 

@@ -19,6 +19,8 @@ import types
 
 import pytest
 
+from tests.support.fresh_state import fresh_seam_lookups
+
 
 def _resolve(target: str):
     import pkgutil
@@ -61,7 +63,6 @@ def plugin_loaded(npu_stubs_path):
     from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
     from sglang.srt.plugins.hook_registry import HookRegistry
 
-    from sglang_ascend_hybrid.ops import seam
     from sglang_ascend_hybrid.ops.conv import dispatch as conv_dispatch
     from sglang_ascend_hybrid.ops.gdn import prefill
     from sglang_ascend_hybrid.patches.status import STATUS
@@ -81,7 +82,7 @@ def plugin_loaded(npu_stubs_path):
     mp.delenv("SGLANG_ASCEND_HYBRID_DISABLE", raising=False)
     mp.delenv("SGLANG_PLUGINS", raising=False)
     sys.path.insert(0, str(npu_stubs_path))
-    seam.reset_probes()
+    fresh_seam_lookups(mp)  # the stubs are probed afresh; what the seam found before is back on exit
     prefill.forget_refusals()  # kernel refusals learnt by earlier runs in this process
     conv_dispatch.reset_state()
     STATUS.patches = {}
@@ -108,7 +109,6 @@ def plugin_loaded(npu_stubs_path):
         sys.path[:] = saved["path"]
         for name in [m for m in sys.modules if m.split(".")[0] in ("torch_npu", "sgl_kernel_npu")]:
             sys.modules.pop(name, None)
-        seam.reset_probes()
         prefill.forget_refusals()
         conv_dispatch.reset_state()
         mp.undo()

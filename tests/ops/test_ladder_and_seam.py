@@ -14,6 +14,7 @@ import torch
 
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.ladder import Absent, ForcedRungUnavailable, Ladder, Rung, is_fatal_device_error
+from tests.support.fresh_state import fresh_seam_lookups
 from tests.support.word_signature import SIG, WordSignature
 
 
@@ -107,7 +108,8 @@ def test_chip_is_classified_from_the_device_name(name, chip):
     assert seam.classify_chip(name) == chip
 
 
-def test_a_real_kernel_serves_npu_tensors_only():
+def test_a_real_kernel_serves_npu_tensors_only(monkeypatch):
+    fresh_seam_lookups(monkeypatch)  # the probe of torch_npu and the absent kernel are not kept
     name = "demo_kernel_for_test"
     kernel = object()
     npu_tensor = SimpleNamespace(device=SimpleNamespace(type="npu"))
@@ -140,26 +142,23 @@ def test_installed_emulators_is_a_read_only_snapshot_and_nests():
     assert dict(seam.installed_emulators()) == before
 
 
-def test_install_real_kernels_and_package_probes_are_undone_on_exit():
+def test_install_real_kernels_and_package_probes_are_undone_on_exit(monkeypatch):
     name = "demo_real_kernel_for_test"
     first, second = object(), object()
-    seam.reset_probes()
-    try:
-        with seam.install_real_kernels({name: first}):
-            assert seam.lookup(name) is first and not seam.is_emulated(name)
-            with seam.install_real_kernels({name: second}):
-                assert seam.lookup(name) is second
-            assert seam.lookup(name) is first
-        with seam.install_package_probes({"torch_npu": False}):
-            assert not seam.package_available("torch_npu")
-            with seam.install_package_probes({"torch_npu": True}):
-                assert seam.package_available("torch_npu")
-            assert not seam.package_available("torch_npu")
-        assert name not in seam.installed_emulators()
-        with seam.install_package_probes({"torch_npu": False}):
-            assert seam.lookup(name) is None  # not kept after its block: resolved afresh, without torch_npu
-    finally:
-        seam.reset_probes()
+    fresh_seam_lookups(monkeypatch)
+    with seam.install_real_kernels({name: first}):
+        assert seam.lookup(name) is first and not seam.is_emulated(name)
+        with seam.install_real_kernels({name: second}):
+            assert seam.lookup(name) is second
+        assert seam.lookup(name) is first
+    with seam.install_package_probes({"torch_npu": False}):
+        assert not seam.package_available("torch_npu")
+        with seam.install_package_probes({"torch_npu": True}):
+            assert seam.package_available("torch_npu")
+        assert not seam.package_available("torch_npu")
+    assert name not in seam.installed_emulators()
+    with seam.install_package_probes({"torch_npu": False}):
+        assert seam.lookup(name) is None  # not kept after its block: resolved afresh, without torch_npu
 
 
 def test_real_kernel_resolution_through_the_package_stubs(npu_stub_packages, monkeypatch):
@@ -181,14 +180,11 @@ def test_real_kernel_resolution_through_the_package_stubs(npu_stub_packages, mon
 
 
 def test_without_torch_npu_no_npu_op_resolves(monkeypatch):
-    seam.reset_probes()
+    fresh_seam_lookups(monkeypatch)
     monkeypatch.setattr(torch.ops, "npu", SimpleNamespace(chunk_gated_delta_rule=object()), raising=False)
-    try:
-        with seam.install_package_probes({"torch_npu": False}):
-            assert seam.lookup("chunk_gated_delta_rule") is None
-            assert seam.chip_generation() is None
-    finally:
-        seam.reset_probes()
+    with seam.install_package_probes({"torch_npu": False}):
+        assert seam.lookup("chunk_gated_delta_rule") is None
+        assert seam.chip_generation() is None
 
 
 def test_a_recorded_verdict_is_read_back_per_probe_and_signature():

@@ -12,13 +12,12 @@ import torch
 
 from sglang_ascend_hybrid import envs
 from sglang_ascend_hybrid.ops import cpu_workspace, ladder, seam
+from tests.support.fresh_state import fresh_seam_lookups
 
 
 @pytest.fixture
-def fresh_seam():
-    seam.reset_probes()
-    yield
-    seam.reset_probes()
+def fresh_seam(monkeypatch):
+    fresh_seam_lookups(monkeypatch)  # the kernel version is read afresh, and forgotten after the test
 
 
 def test_the_kernel_version_comes_from_the_installed_distribution(monkeypatch, fresh_seam):

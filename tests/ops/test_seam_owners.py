@@ -7,10 +7,11 @@ from __future__ import annotations
 import torch
 
 from sglang_ascend_hybrid.ops import seam
+from tests.support.fresh_state import fresh_seam_lookups
 
 
 def test_owner_is_imported_before_the_op_is_looked_up(monkeypatch):
-    seam.reset_probes()
+    fresh_seam_lookups(monkeypatch)
     imported = []
 
     def fake_available(name):
@@ -23,26 +24,20 @@ def test_owner_is_imported_before_the_op_is_looked_up(monkeypatch):
         return "ran"
 
     monkeypatch.setattr(seam, "package_available", fake_available)
-    try:
-        assert seam.lookup("recurrent_gated_delta_rule") is kernel
-        assert imported == ["torch_npu", "sgl_kernel_npu"]
-    finally:
-        seam.reset_probes()
+    assert seam.lookup("recurrent_gated_delta_rule") is kernel
+    assert imported == ["torch_npu", "sgl_kernel_npu"]
 
 
 def test_absent_owner_means_absent_op_and_a_later_probe_can_find_it(monkeypatch):
-    seam.reset_probes()
+    fresh_seam_lookups(monkeypatch)
     state = {"owner": False}
     monkeypatch.setattr(seam, "package_available",
                         lambda name: name == "torch_npu" or (name == "sgl_kernel_npu" and state["owner"]))
     monkeypatch.setattr(torch.ops.npu, "causal_conv1d", lambda *a, **k: None, raising=False)
-    try:
-        assert seam.lookup("causal_conv1d") is None  # registered by sgl-kernel-npu, which is absent
-        seam.reset_probes()
-        state["owner"] = True
-        assert seam.lookup("causal_conv1d") is not None
-    finally:
-        seam.reset_probes()
+    assert seam.lookup("causal_conv1d") is None  # registered by sgl-kernel-npu, which is absent
+    fresh_seam_lookups(monkeypatch)  # sgl-kernel-npu installed: probed again
+    state["owner"] = True
+    assert seam.lookup("causal_conv1d") is not None
 
 
 def test_chip_names_map_to_generations():

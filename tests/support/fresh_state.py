@@ -1,8 +1,9 @@
 """Process state a test starts from afresh, through ``monkeypatch``: whatever it replaces is back when
 the test ends, so a test leaves the process as it found it.  Call one again within a test for the
-next "process".
+next "process" (or the next package install).
 
-* :func:`fresh_patch_state`: what patch application keeps (``sglang_ascend_hybrid.patches``).
+* :func:`fresh_patch_state`: what patch application keeps (``sglang_ascend_hybrid.patches``);
+* :func:`fresh_seam_lookups`: what the seam found installed (``sglang_ascend_hybrid.ops.seam``).
 
 The learnt state of the ops (log-once keys, probe verdicts, ladder refusals) is the root
 ``tests/conftest.py`` fixture's, around every test.
@@ -34,3 +35,12 @@ def fresh_patch_state(monkeypatch) -> None:
     monkeypatch.setattr(sys, "meta_path", [f for f in sys.meta_path if f is not import_watch._FINDER])
     monkeypatch.setattr(definitions_cache, "_memory", {})
 
+
+def fresh_seam_lookups(monkeypatch) -> None:
+    """The seam probes packages (``torch_npu``, ``sgl_kernel_npu``), resolves kernels and reads the
+    installed sgl-kernel-npu version again on the next lookup, as a new process would: after the test
+    put a (stub) package on ``sys.path``, or took one away."""
+    from sglang_ascend_hybrid.ops import seam
+
+    monkeypatch.setattr(seam, "_probe", {})
+    monkeypatch.setattr(seam, "_resolved", {})
