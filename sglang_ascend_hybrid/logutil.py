@@ -19,9 +19,3 @@ def log_once(logger: logging.Logger, key: Hashable, msg, *args, level: int = log
         _seen.add(key)
     logger.log(level, msg() if callable(msg) else msg, *args)
     return True
-
-
-def reset_log_once() -> None:
-    """Forget every key (tests only)."""
-    with _lock:
-        _seen.clear()

@@ -19,17 +19,14 @@ NPU_STUBS = Path(__file__).parent / "npu_stubs"
 REPO_ROOT = Path(__file__).parent.parent
 
 
-def reset_process_state() -> None:
-    """Forget the process-global state the plugin keeps between calls: log-once keys, probe
-    verdicts and run counts, and the refusals its kernel ladders learnt (GDN prefill / decode /
-    verify, short-conv prefill / update, with the conv tiling record, packed
-    attention).  Only
-    modules already imported are touched, so no test imports more than it asks for."""
-    from sglang_ascend_hybrid.logutil import reset_log_once
-    from sglang_ascend_hybrid.ops import probes
+def forget_learnt_state() -> None:
+    """Forget what the plugin learnt about the installed kernels: probe verdicts, and the refusals its
+    kernel ladders learnt (GDN prefill / decode / verify, short-conv prefill / update, with the conv
+    tiling record, packed attention).  Only modules already imported are touched, so no test imports
+    more than it asks for."""
+    from sglang_ascend_hybrid.ops import seam
 
-    reset_log_once()
-    probes.reset()
+    seam.forget_verdicts()
     loaded = sys.modules.get
     if loaded("sglang_ascend_hybrid.ops.gdn.prefill.ladder") is not None:
         loaded("sglang_ascend_hybrid.ops.gdn.prefill.ladder").forget_refusals()
@@ -44,12 +41,19 @@ def reset_process_state() -> None:
 
 
 @pytest.fixture(autouse=True)
-def _fresh_process_state():
+def _fresh_process_state(monkeypatch):
     """Every test starts and ends with no learnt state (a verdict or a refusal is a fact about the
-    kernel a test installed, not about the next test's): the one place tests reset it."""
-    reset_process_state()
+    kernel a test installed, not about the next test's), and logs and counts probe runs afresh: its
+    own log-once keys and probe run counts, the previous ones back after it.  The one place tests
+    reset them."""
+    from sglang_ascend_hybrid import logutil
+    from sglang_ascend_hybrid.ops import probes
+
+    monkeypatch.setattr(logutil, "_seen", set())
+    monkeypatch.setattr(probes, "_runs", {})
+    forget_learnt_state()
     yield
-    reset_process_state()
+    forget_learnt_state()
 
 
 @pytest.fixture

@@ -113,10 +113,3 @@ def _fatal(exc: BaseException) -> bool:
 
 def all_verdicts() -> list[Verdict]:
     return [v for v in seam.recorded_verdicts() if isinstance(v, Verdict)]
-
-
-def reset() -> None:
-    """Forget every verdict and run count (tests)."""
-    seam.forget_verdicts()
-    with _lock:
-        _runs.clear()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 
 from sglang_ascend_hybrid.envs import ENV
-from sglang_ascend_hybrid.logutil import reset_log_once
 from sglang_ascend_hybrid.ops.ladder import env_forced_rung
 
 
@@ -19,7 +18,6 @@ def test_a_rung_of_the_ladder_is_forced(monkeypatch):
 
 
 def test_another_ladders_rung_leaves_auto_and_is_said_once_per_ladder(monkeypatch, caplog):
-    reset_log_once()
     monkeypatch.setenv(ENV.GDN_BACKEND.name, "npu_recurrent")
     with caplog.at_level(logging.INFO):
         for _ in range(3):
