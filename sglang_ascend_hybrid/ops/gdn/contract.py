@@ -179,10 +179,6 @@ MEGA_STRICT = MegaVariant(
     "strictest known", "(none)", "the pairs every known variant accepts", hint=True,
     pairs=frozenset((hv, hk) for hv in range(1, 65) for hk in range(1, hv + 1)
                     if all(v.supports(hv, hk) for v in MEGA_VARIANTS)))
-# Backwards-compatible names.
-MegaKernelEntry = MegaVariant
-CURRENT_MEGA_ENTRY = MEGA_CURRENT
-CURRENT_MEGA_VALUE_HEADS = MEGA_CURRENT.value_heads
 
 
 def version_key(text: str) -> tuple:

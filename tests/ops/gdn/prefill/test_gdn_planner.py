@@ -11,7 +11,7 @@ from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn.prefill import planner
 from sglang_ascend_hybrid.ops.gdn.prefill.planner import plan_for
 
-CURRENT = caps.CURRENT_MEGA_ENTRY.supports
+CURRENT = caps.MEGA_CURRENT.supports
 QWEN_GLOBAL = [(16, 16), (32, 16), (48, 16), (64, 16)]
 EXTRA_PAIRS = [(28, 4), (5, 5), (128, 32), (3, 1)]
 
@@ -132,7 +132,7 @@ def test_kernel_table_lookup_by_version():
     assert caps.mega_pair_predicate("2026.6.1")(8, 2) is True
     # 0.1.0 (setup.py's default before config.ini) has no mega kernel: the strictest known set, not the newest
     assert caps.mega_pair_predicate("0.1.0")(8, 2) is False and caps.mega_pair_predicate("0.1.0")(16, 8) is True
-    assert caps.mega_entry(None) is caps.CURRENT_MEGA_ENTRY
+    assert caps.mega_entry(None) is caps.MEGA_CURRENT
 
 
 # ---------------------------------------------------------------------------
@@ -173,7 +173,7 @@ def test_search_is_finite_for_a_predicate_that_accepts_nothing():
     never = lambda hv, hk: False  # no max_value_heads: searched up to UNKNOWN_PREDICATE_MAX_HEADS
     assert planner.launch_ceiling(never) == planner.UNKNOWN_PREDICATE_MAX_HEADS
     assert plan_for(24, 24, 128, torch.float16, never, max_overhead=math.inf).strategy == "none"
-    assert planner.launch_ceiling(CURRENT) == max(caps.CURRENT_MEGA_VALUE_HEADS)
+    assert planner.launch_ceiling(CURRENT) == max(caps.MEGA_CURRENT.value_heads)
 
 
 def test_declared_ceiling_bounds_the_search():
