@@ -29,7 +29,6 @@ from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA
 from sglang_ascend_hybrid.ops.gdn.naive import naive_recurrent_gated_delta_rule
 
-MEGA_HINT = caps.MEGA_HINT
 MEGA_CHUNK = 128
 
 

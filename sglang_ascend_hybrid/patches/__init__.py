@@ -32,7 +32,7 @@ from sglang_ascend_hybrid.patches.model import (
     Runtime,
     Target,
 )
-from sglang_ascend_hybrid.patches.registry import CHUNK_GDN, PATCHES, RES_STEP, _on_the_chunk_gdn_route, by_name
+from sglang_ascend_hybrid.patches.registry import CHUNK_GDN, PATCHES, RES_STEP, by_name
 from sglang_ascend_hybrid.patches.releases import (
     installed_version,
     matches,
@@ -47,7 +47,6 @@ from sglang_ascend_hybrid.patches.verification import (
     HOOK_REGISTRIES,
     HOOK_REGISTRY_INTERNALS,
     RESOLUTION_INTERNALS,
-    _internal_missing,
     internals,
     verify,
 )
@@ -57,5 +56,4 @@ __all__ = [
     "RES_STEP", "UNAVAILABLE", "Elsewhere", "Kind", "Patch", "Runtime", "Target", "by_name", "find_target",
     "installed_version", "internals", "matches", "missing_requirements", "range_bounds", "release_state",
     "release_targets", "render_markdown", "sglang_version_problem", "target_module", "tested_releases", "verify",
-    "_internal_missing", "_on_the_chunk_gdn_route",
 ]

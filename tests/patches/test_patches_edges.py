@@ -29,7 +29,7 @@ import pytest
 from packaging.version import Version
 
 from sglang_ascend_hybrid import patches
-from sglang_ascend_hybrid.patches import apply, definitions_cache, import_watch, releases
+from sglang_ascend_hybrid.patches import apply, definitions_cache, import_watch, registry, releases
 from sglang_ascend_hybrid.patches.status import APPLIED, FAILED, REGISTERED, STATUS, PluginStatus
 from tests.patches.test_definitions_cache import cache, write  # noqa: F401  (fixture)
 from tests.support.fresh_state import fresh_patch_state
@@ -354,7 +354,7 @@ def test_a_malformed_patch_release_names_the_patch():
 
 
 def test_the_chunk_gdn_route_is_not_needed_with_its_target_present():
-    route = patches._on_the_chunk_gdn_route("prefill goes through chunk_gdn")
+    route = registry._on_the_chunk_gdn_route("prefill goes through chunk_gdn")
     assert route == patches.Elsewhere(state=patches.NOT_NEEDED, why="prefill goes through chunk_gdn",
                                       route=(patches.CHUNK_GDN,), target_present=True)
     assert route.state == "not needed" and route.target_present is True

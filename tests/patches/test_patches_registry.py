@@ -178,10 +178,10 @@ def test_the_upstream_internals_a_patch_relies_on_are_verified_with_it(monkeypat
         # verification looks targets up through its own module's name
         monkeypatch.setattr(verification, "find_target",
                             lambda t, gone=gone, real=real: f"{t!r} not found" if t == gone else real(t))
-        patches._internal_missing.cache_clear()  # checked once per process: this test changes the sources
+        verification._internal_missing.cache_clear()  # checked once per process: this test changes the sources
         assert gone in (patches.verify(patch) or ""), patch.name
         monkeypatch.setattr(verification, "find_target", real)
-        patches._internal_missing.cache_clear()
+        verification._internal_missing.cache_clear()
         assert patches.verify(patch) is None
     text = (ROOT / "PATCHES.md").read_text()
     assert "`sglang.srt.plugins.hook_registry.HookRegistry._patched`" in text
