@@ -38,6 +38,9 @@ def gdn_runner():
 @pytest.fixture
 def on_npu(monkeypatch):
     """NPU detection on where the hook reads it; the deferred patches recorded, not applied."""
+    # parallel_state caches is_npu() when first imported: import it before the patch, so that a TP test
+    # later in this process does not find it set up for an NPU
+    import sglang.srt.distributed.parallel_state  # noqa: F401
     import sglang.srt.utils as sglang_utils
 
     from sglang_ascend_hybrid.patches import apply
