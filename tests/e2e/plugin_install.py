@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import importlib
 import sys
 import types
 
@@ -52,12 +53,47 @@ def _unpatch(target: str) -> None:
                 setattr(mod, name, original)
 
 
+def _diffusion_plugins():
+    """SGLang's diffusion plugin loader (``sglang.multimodal_gen.runtime.platforms.plugins``, 0.5.21 and
+    later), which keeps its own hook registry and run-once gates; None where the release has none."""
+    try:
+        return importlib.import_module("sglang.multimodal_gen.runtime.platforms.plugins")
+    except ImportError:
+        return None
+
+
+_GATES = ("_plugin_registration", "_hook_application")
+
+
+def _diffusion_state(mm) -> dict:
+    registry = mm.HookRegistry
+    return dict(hooks={k: list(v) for k, v in registry._hooks.items()}, patched=set(registry._patched),
+                gates={g: (getattr(mm, g).state, getattr(mm, g).error) for g in _GATES if hasattr(mm, g)},
+                required=getattr(mm, "_required_dist", None))
+
+
+def _restore_diffusion(mm, saved: dict) -> None:
+    registry = mm.HookRegistry
+    for target in sorted(set(registry._patched) - saved["patched"]):
+        _unpatch(target)
+    registry._hooks.clear()
+    registry._hooks.update(saved["hooks"])
+    registry._patched.clear()
+    registry._patched.update(saved["patched"])
+    for gate, (state, error) in saved["gates"].items():
+        getattr(mm, gate).state, getattr(mm, gate).error = state, error
+    if hasattr(mm, "_required_dist"):
+        mm._required_dist = saved["required"]
+
+
 @contextlib.contextmanager
-def plugin_loaded(npu_stubs_path):
-    """SGLang's ``load_plugins()`` with the package's real entry points; everything it
-    changed is undone on exit.  ``npu_stubs_path`` (the test stand-ins of torch_npu /
-    sgl_kernel_npu) is on ``sys.path`` meanwhile, so the NPU-only patches are deferred,
-    not skipped, exactly as on an Ascend machine."""
+def sglang_plugin_state_restored():
+    """Everything SGLang's ``load_plugins()`` and the plugin change in this process, recorded on entry
+    and put back on exit: the hooks and the patched targets (and their propagated copies) of SGLang's
+    runtime and of its diffusion loader (with that loader's run-once gates), the
+    resolution hooks, the attention backends and choices, the plugin's patch status, ``sys.path``,
+    the seam's lookups and the kernel refusals learnt meanwhile.  For any test that loads the
+    plugin in-process (:func:`plugin_loaded`, ``doctor.collect()``)."""
     import sglang.srt.plugins as plugins
     from sglang.srt.arg_groups import choices, resolution_hooks
     from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
@@ -78,19 +114,16 @@ def plugin_loaded(npu_stubs_path):
         status_fields=(STATUS.sglang_version, STATUS.version_problem, STATUS.disabled),
         path=list(sys.path),
     )
+    diffusion = _diffusion_plugins()
+    if diffusion is not None:
+        saved["diffusion"] = _diffusion_state(diffusion)
     mp = pytest.MonkeyPatch()
-    mp.delenv("SGLANG_ASCEND_HYBRID_DISABLE", raising=False)
-    mp.delenv("SGLANG_PLUGINS", raising=False)
-    sys.path.insert(0, str(npu_stubs_path))
-    fresh_seam_lookups(mp)  # the stubs are probed afresh; what the seam found before is back on exit
-    prefill.forget_refusals()  # kernel refusals learnt by earlier runs in this process
-    conv_dispatch.reset_state()
-    STATUS.patches = {}
-    plugins._plugins_loaded = False
+    fresh_seam_lookups(mp)  # what the seam finds meanwhile is probed afresh; what it found before is back on exit
     try:
-        plugins.load_plugins()
-        yield STATUS
+        yield mp
     finally:
+        if diffusion is not None:
+            _restore_diffusion(diffusion, saved["diffusion"])
         for target in sorted(set(HookRegistry._patched) - saved["patched"]):
             _unpatch(target)
         HookRegistry._hooks.clear()
@@ -112,3 +145,28 @@ def plugin_loaded(npu_stubs_path):
         prefill.forget_refusals()
         conv_dispatch.reset_state()
         mp.undo()
+
+
+@contextlib.contextmanager
+def plugin_loaded(npu_stubs_path):
+    """SGLang's ``load_plugins()`` with the package's real entry points; everything it
+    changed is undone on exit (:func:`sglang_plugin_state_restored`).  ``npu_stubs_path`` (the
+    test stand-ins of torch_npu / sgl_kernel_npu) is on ``sys.path`` meanwhile, so the NPU-only
+    patches are deferred, not skipped, exactly as on an Ascend machine."""
+    import sglang.srt.plugins as plugins
+
+    from sglang_ascend_hybrid.ops.conv import dispatch as conv_dispatch
+    from sglang_ascend_hybrid.ops.gdn import prefill
+    from sglang_ascend_hybrid.patches.status import STATUS
+
+    with sglang_plugin_state_restored() as mp:
+        mp.delenv("SGLANG_ASCEND_HYBRID_DISABLE", raising=False)
+        mp.delenv("SGLANG_PLUGINS", raising=False)
+        sys.path.insert(0, str(npu_stubs_path))
+        prefill.forget_refusals()  # kernel refusals learnt by earlier runs in this process
+        conv_dispatch.reset_state()
+        STATUS.patches = {}
+        plugins._plugins_loaded = False
+        plugins.load_plugins()
+        yield STATUS
+

@@ -13,13 +13,17 @@ import pytest
 
 from sglang_ascend_hybrid import patches
 from sglang_ascend_hybrid.tools import doctor, doctor_report
+from tests.e2e.plugin_install import sglang_plugin_state_restored
 
 CONFIG = Path(__file__).resolve().parents[2] / "examples" / "configs" / "qwen3_6-27b"
 
 
 @pytest.fixture(scope="module")
 def info():
-    return doctor.collect()
+    """What ``doctor.collect()`` gathers; it loads the plugin in this process the way SGLang does, so
+    everything that changes is put back afterwards (later tests in this worker see unpatched SGLang)."""
+    with sglang_plugin_state_restored():
+        return doctor.collect()
 
 
 def _text(render, *args) -> str:
