@@ -127,6 +127,13 @@ def step_offsets(metadata, cu_seqlens) -> list:
     return bounds
 
 
+def step_chunk_offsets(metadata, cu_seqlens) -> list:
+    """Where each sequence's 64-token chunk states start in ``h``, the total last
+    (:func:`prefill.chunk_offsets` of :func:`step_offsets`)."""
+    bounds = step_offsets(metadata, cu_seqlens)
+    return prefill.chunk_offsets(b - a for a, b in zip(bounds, bounds[1:]))
+
+
 def tracked_chunks(metadata, cu_seqlens):
     """The ``(sequence, chunk)`` pairs of ``h`` SGLang's ``_track_mamba_state_extend`` copies into
     track slots this step: ``h[forward_metadata.track_ssm_h_src]``, ``h`` being the per-sequence
@@ -140,8 +147,7 @@ def tracked_chunks(metadata, cu_seqlens):
     cached = getattr(metadata, _TRACKED_ATTR, None)
     if cached is not None and cached[0] is src:
         return cached[1]
-    bounds = step_offsets(metadata, cu_seqlens)
-    offsets = prefill.chunk_offsets(b - a for a, b in zip(bounds, bounds[1:]))
+    offsets = step_chunk_offsets(metadata, cu_seqlens)
     pairs = []
     for j in src.tolist():
         i = bisect.bisect_right(offsets, int(j)) - 1
@@ -202,8 +208,7 @@ def ascend_chunk_gdn(original, self, q, k, v, g, beta, initial_state, cu_seqlens
                                 beta.reshape(1, T, Hv), pool_layout.in_view_order(initial_state, layout), cu_seqlens)
     if h is None:  # upstream's shape, never read: SGLang's _track_mamba_state_extend reads h only
         # under forward_metadata.has_mamba_track_mask, the flag that asked for no chunk states here
-        bounds = step_offsets(getattr(self, "forward_metadata", None), cu_seqlens)
-        num_chunks = prefill.chunk_offsets(b - a for a, b in zip(bounds, bounds[1:]))[-1]
+        num_chunks = step_chunk_offsets(getattr(self, "forward_metadata", None), cu_seqlens)[-1]
         state_dtype = initial_state.dtype if initial_state is not None else k.dtype
         h = k.new_empty(num_chunks, Hv, V, K, dtype=state_dtype)
     return o.reshape(T, Hv, V), pool_layout.in_view_order(final, layout), pool_layout.in_view_order(h, layout)

@@ -1,6 +1,8 @@
 """Error types the op contracts define (``ops/`` owns them; the emulators raise them), and the one
 helper for input errors."""
 
+from sglang_ascend_hybrid.ops.signature import dtype_name
+
 
 class EmulatorContractViolation(AssertionError):
     """The call would be undefined behaviour on the real op (an out-of-bounds read, a dtype the
@@ -20,7 +22,7 @@ def shown(value) -> str:
     if isinstance(value, str):
         text = value
     elif hasattr(value, "shape") and hasattr(value, "dtype"):  # a tensor (errors.py imports no torch)
-        text = f"shape {tuple(value.shape)} {str(value.dtype).replace('torch.', '')}"
+        text = f"shape {tuple(value.shape)} {dtype_name(value.dtype)}"
     elif isinstance(value, (list, tuple)) and len(value) > 16:
         text = f"{value[:8]}... ({len(value)} entries)"
     else:

@@ -28,7 +28,9 @@ from sglang_ascend_hybrid.ops import seam
 T = TypeVar("T")
 
 
-def _identity(t: torch.Tensor) -> tuple:
+def tensor_identity(t: torch.Tensor) -> tuple:
+    """What a kept value derived from ``t`` depends on besides the object: its storage address, its
+    in-place version counter, dtype, shape and strides."""
     return (t.data_ptr(), t._version, t.dtype, tuple(t.shape), t.stride())
 
 
@@ -50,7 +52,7 @@ class StepValue:
         are unchanged (see the module docstring)."""
         if seam.capturing():
             return make()
-        key = (extra, tuple(_identity(t) for t in tensors))
+        key = (extra, tuple(tensor_identity(t) for t in tensors))
         kept = getattr(self._local, "entry", None)
         if kept is not None and kept[0] == key and all(r() is _owner(t) for r, t in zip(kept[1], tensors)):
             return kept[2]

@@ -14,18 +14,15 @@ from __future__ import annotations
 import torch
 
 from sglang_ascend_hybrid.ops import seam
+from sglang_ascend_hybrid.ops.step_cache import tensor_identity
 
 _ATTR = "_sglang_ascend_hybrid_taps_major"
-
-
-def _identity(weight: torch.Tensor) -> tuple:
-    return (weight.data_ptr(), weight._version, weight.dtype, tuple(weight.shape), weight.stride())
 
 
 def taps_major(weight: torch.Tensor) -> torch.Tensor:
     """``weight [dim, width]`` as a contiguous ``[width, dim]`` tensor (a kept copy; never written)."""
     kept = getattr(weight, _ATTR, None)
-    identity = _identity(weight)
+    identity = tensor_identity(weight)
     if kept is not None and kept[0] == identity:
         return kept[1]
     copy = weight.t().contiguous()

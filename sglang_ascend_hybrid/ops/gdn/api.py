@@ -82,8 +82,7 @@ def _check_prefill(q, k, v, g, beta, cu_seqlens, initial_state, host_offsets=Non
         _fail("cu_seqlens", f"{_shape(cu_seqlens)} {cu_seqlens.dtype}", "an integer tensor [N + 1], N >= 1")
     bounds = host_list(cu_seqlens) if host_offsets is None else [int(b) for b in host_offsets]
     if len(bounds) != cu_seqlens.numel():
-        _fail("host_offsets", bounds if len(bounds) <= 16 else f"{bounds[:8]}...",
-              f"cu_seqlens read on the host: {cu_seqlens.numel()} offsets")
+        _fail("host_offsets", bounds, f"cu_seqlens read on the host: {cu_seqlens.numel()} offsets")
     if bounds[0] != 0 or bounds[-1] != T or any(b < a for a, b in zip(bounds, bounds[1:])):
         _fail("cu_seqlens", bounds if len(bounds) <= 16 else f"{bounds[:8]}...",
               f"non-decreasing offsets from 0 to T={T}")
