@@ -65,21 +65,31 @@ def _diffusion_plugins():
 _GATES = ("_plugin_registration", "_hook_application")
 
 
+def _registry_state(registry) -> tuple:
+    """A hook registry's hooks and patched targets (SGLang's runtime one, or the diffusion loader's)."""
+    return {k: list(v) for k, v in registry._hooks.items()}, set(registry._patched)
+
+
+def _restore_registry(registry, state: tuple) -> None:
+    """The targets patched since :func:`_registry_state` unpatched (their imported copies too), then
+    the registry's hooks and patched set as they were."""
+    hooks, patched = state
+    for target in sorted(set(registry._patched) - patched):
+        _unpatch(target)
+    registry._hooks.clear()
+    registry._hooks.update(hooks)
+    registry._patched.clear()
+    registry._patched.update(patched)
+
+
 def _diffusion_state(mm) -> dict:
-    registry = mm.HookRegistry
-    return dict(hooks={k: list(v) for k, v in registry._hooks.items()}, patched=set(registry._patched),
+    return dict(registry=_registry_state(mm.HookRegistry),
                 gates={g: (getattr(mm, g).state, getattr(mm, g).error) for g in _GATES if hasattr(mm, g)},
                 required=getattr(mm, "_required_dist", None))
 
 
 def _restore_diffusion(mm, saved: dict) -> None:
-    registry = mm.HookRegistry
-    for target in sorted(set(registry._patched) - saved["patched"]):
-        _unpatch(target)
-    registry._hooks.clear()
-    registry._hooks.update(saved["hooks"])
-    registry._patched.clear()
-    registry._patched.update(saved["patched"])
+    _restore_registry(mm.HookRegistry, saved["registry"])
     for gate, (state, error) in saved["gates"].items():
         getattr(mm, gate).state, getattr(mm, gate).error = state, error
     if hasattr(mm, "_required_dist"):
@@ -105,8 +115,7 @@ def sglang_plugin_state_restored():
 
     saved = dict(
         loaded=plugins._plugins_loaded,
-        hooks={k: list(v) for k, v in HookRegistry._hooks.items()},
-        patched=set(HookRegistry._patched),
+        registry=_registry_state(HookRegistry),
         res_hooks={k: list(v) for k, v in resolution_hooks._HOOKS.items()},
         backends=dict(ATTENTION_BACKENDS),
         choices=(list(choices.ATTENTION_BACKEND_CHOICES), list(choices.DRAFT_ATTENTION_BACKEND_CHOICES)),
@@ -124,12 +133,7 @@ def sglang_plugin_state_restored():
     finally:
         if diffusion is not None:
             _restore_diffusion(diffusion, saved["diffusion"])
-        for target in sorted(set(HookRegistry._patched) - saved["patched"]):
-            _unpatch(target)
-        HookRegistry._hooks.clear()
-        HookRegistry._hooks.update(saved["hooks"])
-        HookRegistry._patched.clear()
-        HookRegistry._patched.update(saved["patched"])
+        _restore_registry(HookRegistry, saved["registry"])
         resolution_hooks._HOOKS.clear()
         resolution_hooks._HOOKS.update(saved["res_hooks"])
         ATTENTION_BACKENDS.clear()
