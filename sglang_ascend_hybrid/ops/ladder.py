@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 from sglang_ascend_hybrid.logutil import log_once
+from sglang_ascend_hybrid.ops.decisions import changed
 from sglang_ascend_hybrid.ops.errors import DeviceResultError, EmulatorContractViolation, bad_input
 from sglang_ascend_hybrid.ops.signature import Signature
 
@@ -181,14 +182,11 @@ class Ladder:
             raise bad_input("rungs", list(rungs), "at least one rung", op=f"Ladder {op!r}")
         self.op = op
         self.rungs = tuple(rungs)
+        self.names: tuple[str, ...] = tuple(r.name for r in self.rungs)
         self.rejection = rejection
         self.log = log or logger
         self._refused: set[tuple[str, Signature]] = set()
         self._lock = threading.Lock()
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(r.name for r in self.rungs)
 
     def rung(self, name: str) -> Rung:
         for r in self.rungs:
@@ -197,17 +195,18 @@ class Ladder:
         raise bad_input("backend", repr(name), f"'auto' or one of the rungs {self.names}", op=self.op)
 
     def refused(self, rung: str, signature: Signature) -> bool:
-        with self._lock:
-            return (rung, signature) in self._refused
+        return (rung, signature) in self._refused  # a set read whole (writers hold the lock)
 
     def mark_refused(self, rung: str, signature: Signature) -> None:
         with self._lock:
-            self._refused.add((rung, signature))
+            self._refused = self._refused | {(rung, signature)}
+        changed()
 
     def forget_refusals(self) -> None:
         """Forget every call-time refusal (tests; a reloaded kernel)."""
         with self._lock:
-            self._refused.clear()
+            self._refused = set()
+        changed()
 
     def why_not(self, r: Rung, signature: Signature, *args, **kwargs) -> Optional[str]:
         """None when ``r`` may serve the call, else the reason it cannot (its predicate's, said once)."""
@@ -239,6 +238,17 @@ class Ladder:
                 return r
         raise RuntimeError(f"{self.op}: no rung can serve {signature}")
 
+    def first(self, signature: Signature, *args, backend: str = "auto", **kwargs) -> int:
+        """The index of the rung a call runs first: the forced one (:class:`ForcedRungUnavailable`
+        when it cannot serve the call), else the first whose predicate admits it.  What a call site
+        keeps (:mod:`~sglang_ascend_hybrid.ops.decisions`) and hands back as ``__call__``'s ``first``."""
+        if backend != "auto":
+            return self.rungs.index(self.forced(backend, signature, *args, **kwargs))
+        for i, r in enumerate(self.rungs):
+            if self._serves(r, signature, *args, **kwargs):
+                return i
+        raise RuntimeError(f"{self.op}: every rung refused {signature}")
+
     def forced(self, name: str, signature: Signature, *args, **kwargs) -> Rung:
         """The rung ``name`` when it can serve the call, else :class:`ForcedRungUnavailable`."""
         r = self.rung(name)
@@ -251,9 +261,13 @@ class Ladder:
                 f"use 'auto' to let the ladder {self.names} choose")
         return r
 
-    def __call__(self, signature: Signature, *args, backend: str = "auto", **kwargs) -> Any:
+    def __call__(self, signature: Signature, *args, backend: str = "auto", first: Optional[int] = None,
+                 **kwargs) -> Any:
+        """Serve the call.  ``first``: what :meth:`first` answered for this call's metadata in the
+        serving state of now (kept by the caller): that rung is run without asking its predicate
+        again, the rungs before it are skipped."""
         if backend != "auto":
-            r = self.forced(backend, signature, *args, **kwargs)
+            r = self.rungs[first] if first is not None else self.forced(backend, signature, *args, **kwargs)
             try:
                 result = r.run(*args, **kwargs)
             except DeclinedCall as exc:
@@ -262,8 +276,10 @@ class Ladder:
                     f"use 'auto' to let the ladder {self.names} choose") from exc
             _note_served(self.op, r.name)
             return result
-        for i, r in enumerate(self.rungs):
-            if not self._serves(r, signature, *args, **kwargs):
+        start = 0 if first is None else first
+        for i in range(start, len(self.rungs)):
+            r = self.rungs[i]
+            if (i != first or self.refused(r.name, signature)) and not self._serves(r, signature, *args, **kwargs):
                 continue
             try:
                 result = r.run(*args, **kwargs)

@@ -42,6 +42,7 @@ import threading
 import types
 from typing import Callable, Iterator, Mapping, Optional
 
+from sglang_ascend_hybrid.ops.decisions import changed as _changed
 from sglang_ascend_hybrid.ops.errors import bad_input
 
 logger = logging.getLogger(__name__)
@@ -176,11 +177,13 @@ def install_emulators(ops: Mapping[str, Callable]) -> Iterator[None]:
     with _lock:
         saved = _emulators
         _emulators = types.MappingProxyType({**saved, **ops})
+    _changed()
     try:
         yield
     finally:
         with _lock:
             _emulators = saved
+        _changed()
 
 
 def installed_emulators() -> Mapping[str, Callable]:
@@ -196,6 +199,7 @@ def _overlay(table: dict, entries: Mapping) -> Iterator[None]:
     with _lock:
         saved = {name: table[name] for name in entries if name in table}
         table.update(entries)
+    _changed()
     try:
         yield
     finally:
@@ -203,6 +207,7 @@ def _overlay(table: dict, entries: Mapping) -> Iterator[None]:
             for name in entries:
                 table.pop(name, None)
             table.update(saved)
+        _changed()
 
 
 def install_real_kernels(ops: Mapping[str, Callable]):
@@ -283,12 +288,14 @@ def install_device_facts(*, chip=_UNSET, sgl_kernel_npu_version=_UNSET) -> Itera
             _facts["chip"] = chip
         if sgl_kernel_npu_version is not _UNSET:
             _facts["sgl_kernel_npu_version"] = sgl_kernel_npu_version
+    _changed()
     try:
         yield
     finally:
         with _lock:
             _facts.clear()
             _facts.update(saved)
+        _changed()
 
 
 # --------------------------------------------------------------------------- probe verdicts and capture
@@ -302,6 +309,7 @@ _capture = threading.local()
 def record_verdict(probe: str, signature: str, verdict: object) -> None:
     with _lock:
         _verdicts[(probe, signature)] = verdict
+    _changed()
 
 
 def verdict_of(probe: str, signature: str):
@@ -319,6 +327,7 @@ def forget_verdicts() -> None:
     """Forget every probe verdict (tests; a reloaded kernel)."""
     with _lock:
         _verdicts.clear()
+    _changed()
 
 
 @contextlib.contextmanager

@@ -21,7 +21,8 @@ def beta_logit(beta: torch.Tensor) -> torch.Tensor:
     return torch.logit(beta.float()).clamp(-BETA_LOGIT_BOUND, BETA_LOGIT_BOUND).to(torch.bfloat16)
 
 
-def recurrent_on_rows(q, k, v, beta_logits, g, pool, slots, live, scale: float) -> torch.Tensor:
+def recurrent_on_rows(q, k, v, beta_logits, g, pool, slots, live, scale: float, *, lengths=None,
+                      slot_rows=None) -> torch.Tensor:
     """``torch.ops.npu.recurrent_gated_delta_rule`` for one token per request on the pool rows ``slots``;
     only live requests' rows change.
 
@@ -33,15 +34,19 @@ def recurrent_on_rows(q, k, v, beta_logits, g, pool, slots, live, scale: float) 
     ``actual_seq_lengths[b] = live[b]``, writes it back only when live (the op stores the state of
     token t only for ``t < actual_seq_lengths[b]``; a padded request's row is read and never written;
     the op's host checks run before any write).  A pool the op cannot address in place (not
-    contiguous) goes through a gathered copy of the rows, written back for the live requests."""
+    contiguous) goes through a gathered copy of the rows, written back for the live requests.
+    ``lengths`` / ``slot_rows``: ``live`` as int32 ``[B]`` / ``slots`` as int32 ``[B, 1]`` where the
+    caller has them already."""
     B, Hk, K = q.shape
     Hv, V = v.shape[1], v.shape[2]
     mix = torch.cat([q.reshape(B, 1, -1), k.reshape(B, 1, -1), v.reshape(B, 1, -1)], -1)
     beta = beta_logits.reshape(B, 1, Hv).contiguous()
     gates = g.reshape(B, 1, Hv).float().contiguous()
     if pool.is_contiguous():
-        return seam.call(OP_NPU_RECURRENT, mix, pool, beta, scale, live.to(torch.int32),
-                         slots.to(torch.int32).view(B, 1), Hk, Hv, g=gates).reshape(B, Hv, V)
+        lengths = live.to(torch.int32) if lengths is None else lengths
+        slot_rows = slots.to(torch.int32).view(B, 1) if slot_rows is None else slot_rows
+        return seam.call(OP_NPU_RECURRENT, mix, pool, beta, scale, lengths, slot_rows, Hk, Hv,
+                         g=gates).reshape(B, Hv, V)
     slots = slots.long()
     states = pool.index_select(0, slots)   # the kernel updates in place: a gathered copy
     idx = torch.arange(B, dtype=torch.int32, device=q.device)

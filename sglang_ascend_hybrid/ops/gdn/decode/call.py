@@ -21,7 +21,7 @@ argument, its value and what was expected.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -57,7 +57,8 @@ class DecodeCall:
     scale: Optional[float] = None   # None: K ** -0.5
     qk_l2norm: bool = True          # False (precomputed gates only): q / k are used as given
     _gates: Optional[tuple] = None
-    _live: Optional[torch.Tensor] = None
+    _rows: Optional["StepRows"] = None
+    _signature: Optional[GdnSignature] = None
 
     @classmethod
     def with_gates(cls, q, k, v, g, beta, pool, cache_indices, *, scale: Optional[float] = None,
@@ -80,21 +81,28 @@ class DecodeCall:
         return self.heads[1] ** -0.5 if self.scale is None else self.scale
 
     def signature(self) -> GdnSignature:
-        Hk, K, Hv, V = self.heads
-        return GdnSignature(Hv, Hk, K, V, self.q.dtype, state_dtype=self.pool.dtype)
+        if self._signature is None:
+            Hk, K, Hv, V = self.heads
+            self._signature = GdnSignature(Hv, Hk, K, V, self.q.dtype, state_dtype=self.pool.dtype)
+        return self._signature
 
-    def live(self) -> torch.Tensor:
-        """``[B]`` bool: the slot is ``>= 0`` and the request's ``query_start_loc`` length is not 0 (tensor
-        ops only; the same for every layer of a step: kept across them, :mod:`...ops.step_cache`)."""
-        if self._live is None:
+    def rows(self) -> "StepRows":
+        """The step's request rows (tensor ops only; the same for every layer of a step: kept across
+        them, :mod:`...ops.step_cache`)."""
+        if self._rows is None:
             tensors = (self.cache_indices,) if self.query_start_loc is None else (
                 self.cache_indices, self.query_start_loc)
-            self._live = _STEP_LIVE.get(tensors, (), lambda: _live(*tensors))
-        return self._live
+            self._rows = _STEP_ROWS.get(tensors, (), lambda: _step_rows(*tensors))
+        return self._rows
+
+    def live(self) -> torch.Tensor:
+        """``[B]`` bool: the slot is ``>= 0`` and the request's ``query_start_loc`` length is not 0."""
+        return self.rows().live
 
     def slots_and_live(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(slots clamped to >= 0 as int64, live mask), tensor ops only."""
-        return self.cache_indices.reshape(-1).long().clamp(min=0), self.live()
+        rows = self.rows()
+        return rows.slots, rows.live
 
     def gates(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(g, beta) fp32 ``[B, Hv]``: the precomputed ones, or ``g = -exp(A_log) softplus(a + dt_bias)``,
@@ -126,15 +134,27 @@ class DecodeCall:
         return l2norm(self.q[0].float()), l2norm(self.k[0].float())
 
 
-def _live(cache_indices: torch.Tensor, query_start_loc: Optional[torch.Tensor] = None) -> torch.Tensor:
-    live = cache_indices.reshape(-1) >= 0
+class StepRows(NamedTuple):
+    """What every layer of a decode step derives from its slot indices and offsets."""
+
+    live: torch.Tensor       # [B] bool: the request is live (its slot and its one token are real)
+    padding: torch.Tensor    # [B, 1, 1] bool: not live (its output row is zeroed)
+    slots: torch.Tensor      # [B] int64: the slots, padding clamped to 0
+    lengths: torch.Tensor    # [B] int32: live as 1 / 0 (the recurrent op's actual_seq_lengths)
+    slot_rows: torch.Tensor  # [B, 1] int32: slots (the recurrent op's ssm_state_indices)
+
+
+def _step_rows(cache_indices: torch.Tensor, query_start_loc: Optional[torch.Tensor] = None) -> StepRows:
+    idx = cache_indices.reshape(-1)
+    live = idx >= 0
     if query_start_loc is not None:
         qsl = query_start_loc.reshape(-1)
         live = live & (qsl[1:] > qsl[:-1])
-    return live
+    slots = idx.long().clamp(min=0)
+    return StepRows(live, ~live.view(-1, 1, 1), slots, live.to(torch.int32), slots.to(torch.int32).view(-1, 1))
 
 
-_STEP_LIVE = StepValue("gdn decode live requests")
+_STEP_ROWS = StepValue("gdn decode request rows")
 
 
 # ---------------------------------------------------------------- input checks

@@ -31,6 +31,7 @@ import torch
 
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.ops import seam
+from sglang_ascend_hybrid.ops.decisions import Decisions, key_of
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 from sglang_ascend_hybrid.ops.gdn.decode import contract as dc
@@ -112,10 +113,10 @@ def _recurrent_supports(sig, call: DecodeCall) -> Optional[str]:
 
 
 def _recurrent_run(call: DecodeCall) -> torch.Tensor:
-    slots = call.cache_indices.reshape(-1).clamp(min=0)
+    rows = call.rows()
     g, _ = call.gates()
-    o = recurrent_on_rows(call.q[0], call.k[0], call.v[0], call.beta_logits(), g, call.pool, slots, call.live(),
-                          call.step_scale)
+    o = recurrent_on_rows(call.q[0], call.k[0], call.v[0], call.beta_logits(), g, call.pool, rows.slots, rows.live,
+                          call.step_scale, lengths=rows.lengths, slot_rows=rows.slot_rows)
     log_path("decode", "npu_recurrent", call.signature())
     return o
 
@@ -166,18 +167,29 @@ def decode_static_reasons(sig: GdnSignature, entry: Optional[str]) -> list[tuple
     return out
 
 
+def _decide(call: DecodeCall, backend: str) -> tuple[GdnSignature, int]:
+    """What a call's metadata decides: its inputs pass the checks, its signature, its first rung."""
+    check_decode_inputs(call)
+    sig = call.signature()
+    return sig, DECODE.first(sig, call, backend=backend)
+
+
+_DECIDED = Decisions("gdn decode")
+
+
 def run_decode(call: DecodeCall, backend: str = "auto", *, check_values: Optional[bool] = None) -> torch.Tensor:
     """Advance the live requests' pool rows by one token; return ``o [1, B, Hv, V]`` in q's dtype
     (padded requests' rows 0).  Shapes and dtypes are checked (metadata only: no host sync);
     ``check_values`` (None: ``SGLANG_ASCEND_HYBRID_DEBUG_CHECKS``) also reads the offsets and slots
     on the host first (:func:`check_decode_values`)."""
-    check_decode_inputs(call)
+    call._signature, first = _DECIDED.decide((backend, key_of(call)), lambda: _decide(call, backend))
     if ENV.DEBUG_CHECKS.get() if check_values is None else check_values:
         check_decode_values(call)
-    o = DECODE(call.signature(), call, backend=backend)
-    B = call.batch
-    Hv, V = call.heads[2], call.heads[3]
-    return torch.where(call.live().view(B, 1, 1), o.to(call.q.dtype), 0.0).reshape(1, B, Hv, V)
+    o = DECODE(call._signature, call, backend=backend, first=first)   # [B, Hv, V], a new tensor
+    if o.dtype != call.q.dtype:
+        o = o.to(call.q.dtype)
+    o.masked_fill_(call.rows().padding, 0.0)   # whatever a rung left in padded requests' rows
+    return o.reshape(1, *o.shape)
 
 
 def probe_before_serving(entry: Optional[str], q_dtype: torch.dtype, pool_dtype: torch.dtype, head_dim_k: int,
