@@ -84,6 +84,23 @@ def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
     return parse
 
 
+_ENCODED: dict[str, object] = {}
+
+
+def _read(name: str) -> str | None:
+    """``os.environ.get(name)``, without its exception for an unset variable (read on every serving
+    call): CPython's ``os.environ`` keeps its entries in ``_data`` under encoded keys, updated by every
+    assignment through ``os.environ``; elsewhere the public lookup."""
+    data = getattr(os.environ, "_data", None)
+    if not isinstance(data, dict):
+        return os.environ.get(name)
+    key = _ENCODED.get(name)
+    if key is None:
+        key = _ENCODED[name] = os.environ.encodekey(name)
+    raw = data.get(key)
+    return None if raw is None else os.environ.decodevalue(raw)
+
+
 @dataclass(frozen=True)
 class EnvVar(Generic[T]):
     name: str
@@ -100,7 +117,7 @@ class EnvVar(Generic[T]):
         return getattr(self.parse, "choices", None)
 
     def get(self) -> T:
-        raw = os.environ.get(self.name)
+        raw = _read(self.name)
         if raw is None or not raw.strip():
             return self.default
         try:

@@ -83,9 +83,9 @@ _facts: dict[str, object] = {}
 
 def package_available(name: str) -> bool:
     """Whether ``name`` (``torch_npu`` / ``sgl_kernel_npu``) imports; probed once per process."""
-    with _lock:
-        if name in _probe:
-            return _probe[name]
+    found = _probe.get(name)  # a dict read whole (writers hold the lock)
+    if found is not None:
+        return found
     ok = False
     if importlib.util.find_spec(name) is not None:
         try:

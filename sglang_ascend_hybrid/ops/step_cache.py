@@ -31,7 +31,7 @@ T = TypeVar("T")
 def tensor_identity(t: torch.Tensor) -> tuple:
     """What a kept value derived from ``t`` depends on besides the object: its storage address, its
     in-place version counter, dtype, shape and strides."""
-    return (t.data_ptr(), t._version, t.dtype, tuple(t.shape), t.stride())
+    return (t.data_ptr(), t._version, t.dtype, t.shape, t.stride())
 
 
 def _owner(t: torch.Tensor) -> torch.Tensor:
@@ -52,12 +52,15 @@ class StepValue:
         are unchanged (see the module docstring)."""
         if seam.capturing():
             return make()
-        key = (extra, tuple(tensor_identity(t) for t in tensors))
         kept = getattr(self._local, "entry", None)
-        if kept is not None and kept[0] == key and all(r() is _owner(t) for r, t in zip(kept[1], tensors)):
-            return kept[2]
+        if kept is not None and kept[0] == extra and len(kept[1]) == len(tensors):
+            for (ref, identity), t in zip(kept[1], tensors):  # the same objects, unchanged
+                if ref() is not _owner(t) or identity != tensor_identity(t):
+                    break
+            else:
+                return kept[2]
         value = make()
-        self._local.entry = (key, tuple(weakref.ref(_owner(t)) for t in tensors), value)
+        self._local.entry = (extra, tuple((weakref.ref(_owner(t)), tensor_identity(t)) for t in tensors), value)
         return value
 
     def forget(self) -> None:

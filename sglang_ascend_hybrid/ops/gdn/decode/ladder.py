@@ -189,7 +189,7 @@ def run_decode(call: DecodeCall, backend: str = "auto", *, check_values: Optiona
     if o.dtype != call.q.dtype:
         o = o.to(call.q.dtype)
     o.masked_fill_(call.rows().padding, 0.0)   # whatever a rung left in padded requests' rows
-    return o.reshape(1, *o.shape)
+    return o.unsqueeze(0)
 
 
 def probe_before_serving(entry: Optional[str], q_dtype: torch.dtype, pool_dtype: torch.dtype, head_dim_k: int,
