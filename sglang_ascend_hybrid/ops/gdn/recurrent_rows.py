@@ -26,7 +26,8 @@ def recurrent_on_rows(q, k, v, beta_logits, g, pool, slots, live, scale: float, 
     """``torch.ops.npu.recurrent_gated_delta_rule`` for one token per request on the pool rows ``slots``;
     only live requests' rows change.
 
-    q, k ``[B, Hk, K]`` raw (the op l2-normalises them); v ``[B, Hv, V]``; ``beta_logits`` ``[B, Hv]``
+    q, k ``[B, Hk, K]`` raw (the op l2-normalises them); v ``[B, Hv, V]`` (each may have a leading
+    dim of 1: a decode step's ``[1, B, ...]``); ``beta_logits`` ``[B, Hv]``
     (the op applies the sigmoid); g ``[B, Hv]`` fp32; ``slots`` ``[B]`` in ``[0, slots)`` (padding
     clamped there), ``live`` ``[B]`` bool.  Returns ``o [B, Hv, V]`` (padded requests' rows undefined).
 
@@ -37,11 +38,12 @@ def recurrent_on_rows(q, k, v, beta_logits, g, pool, slots, live, scale: float, 
     contiguous) goes through a gathered copy of the rows, written back for the live requests.
     ``lengths`` / ``slot_rows``: ``live`` as int32 ``[B]`` / ``slots`` as int32 ``[B, 1]`` where the
     caller has them already."""
-    B, Hk, K = q.shape
-    Hv, V = v.shape[1], v.shape[2]
+    B, Hv, V = v.shape[-3:]
+    Hk = q.shape[-2]
     mix = torch.cat([q.reshape(B, 1, -1), k.reshape(B, 1, -1), v.reshape(B, 1, -1)], -1)
     beta = beta_logits.reshape(B, 1, Hv).contiguous()
-    gates = g.reshape(B, 1, Hv).float().contiguous()
+    gates = g.reshape(B, 1, Hv)
+    gates = gates.float().contiguous() if gates.dtype != torch.float32 or not gates.is_contiguous() else gates
     if pool.is_contiguous():
         lengths = live.to(torch.int32) if lengths is None else lengths
         slot_rows = slots.to(torch.int32).view(B, 1) if slot_rows is None else slot_rows

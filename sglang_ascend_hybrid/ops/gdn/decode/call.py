@@ -56,7 +56,7 @@ class DecodeCall:
     precomputed_gates: Optional[tuple] = None   # (g, beta post-sigmoid) [B, Hv], instead of a / b / A_log / dt_bias
     scale: Optional[float] = None   # None: K ** -0.5
     qk_l2norm: bool = True          # False (precomputed gates only): q / k are used as given
-    _gates: Optional[tuple] = None
+    _decay: Optional[torch.Tensor] = None
     _rows: Optional["StepRows"] = None
     _signature: Optional[GdnSignature] = None
 
@@ -104,19 +104,23 @@ class DecodeCall:
         rows = self.rows()
         return rows.slots, rows.live
 
-    def gates(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(g, beta) fp32 ``[B, Hv]``: the precomputed ones, or ``g = -exp(A_log) softplus(a + dt_bias)``,
-        ``beta = sigmoid(b)``."""
-        if self._gates is None:
+    def decay(self) -> torch.Tensor:
+        """g fp32 ``[B, Hv]``: the precomputed one, or ``g = -exp(A_log) softplus(a + dt_bias)``."""
+        if self._decay is None:
             B, Hv = self.batch, self.heads[2]
             if self.precomputed_gates is not None:
-                g, beta = self.precomputed_gates
-                self._gates = (g.reshape(B, Hv).float(), beta.reshape(B, Hv).float())
+                self._decay = self.precomputed_gates[0].reshape(B, Hv).float()
             else:
                 x = self.a.reshape(B, Hv).float() + self.dt_bias.float()
                 sp = torch.nn.functional.softplus(x, beta=SOFTPLUS_BETA, threshold=SOFTPLUS_THRESHOLD)
-                self._gates = (-self.A_log.float().exp() * sp, torch.sigmoid(self.b.reshape(B, Hv).float()))
-        return self._gates
+                self._decay = -self.A_log.float().exp() * sp
+        return self._decay
+
+    def gates(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(g, beta) fp32 ``[B, Hv]``: :meth:`decay`, and the precomputed beta or ``beta = sigmoid(b)``."""
+        B, Hv = self.batch, self.heads[2]
+        beta = self.precomputed_gates[1] if self.precomputed_gates is not None else torch.sigmoid(self.b.float())
+        return self.decay(), beta.reshape(B, Hv).float()
 
     def beta_logits(self) -> torch.Tensor:
         """``[B, Hv]`` beta before its sigmoid (what the recurrent op takes): SGLang's ``b``, or the finite

@@ -114,8 +114,7 @@ def _recurrent_supports(sig, call: DecodeCall) -> Optional[str]:
 
 def _recurrent_run(call: DecodeCall) -> torch.Tensor:
     rows = call.rows()
-    g, _ = call.gates()
-    o = recurrent_on_rows(call.q[0], call.k[0], call.v[0], call.beta_logits(), g, call.pool, rows.slots, rows.live,
+    o = recurrent_on_rows(call.q, call.k, call.v, call.beta_logits(), call.decay(), call.pool, rows.slots, rows.live,
                           call.step_scale, lengths=rows.lengths, slot_rows=rows.slot_rows)
     log_path("decode", "npu_recurrent", call.signature())
     return o
