@@ -82,6 +82,7 @@ from sglang_ascend_hybrid.ops.gdn.decode import contract as decode_contract
 from sglang_ascend_hybrid.ops.gdn.prefill import entries
 from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature
 from sglang_ascend_hybrid.ops.host import host_list
+from sglang_ascend_hybrid.ops.step_cache import StepValue
 
 logger = logging.getLogger(__name__)
 
@@ -250,6 +251,17 @@ def triton_gdn_extend(original, self, q, k, v, g, beta, *, ssm_states, cache_ind
     return o, final, None if h is None else h.unsqueeze(0)
 
 
+def _graph_mode_counts(cache_indices, batch_size: int, seq_len: int):
+    """Upstream's graph-mode ``num_accepted_tokens`` (all 1) and ``actual_seq_lengths`` (all S)."""
+    device = cache_indices.device
+    return (torch.ones(batch_size, dtype=torch.int32, device=device),
+            torch.full((batch_size,), seq_len, dtype=torch.int32, device=device))
+
+
+# the same two tensors for every layer of a step (the verify rung keeps what it derives from them)
+_GRAPH_MODE_COUNTS = StepValue("gdn verify graph-mode counts")
+
+
 def ascend_verify_update(original, self, mix_qkv, num_heads, num_value_heads, head_k_dim, head_v_dim,
                          recurrent_state, beta, g, cache_indices, intermediate_state=None):
     """AROUND hook of ``AscendGDNAttnBackend.fused_recurrent_gated_delta_rule_update`` (see module
@@ -269,9 +281,8 @@ def ascend_verify_update(original, self, mix_qkv, num_heads, num_value_heads, he
                 f"{tuple(intermediate_state.stride())} is not contiguous; SGLang's commit reads it by raw offsets")
         intermediate_state = intermediate_state.view(-1, num_value_heads, head_v, head_k_dim)
     if getattr(self, "graph_mode", False):
-        device = cache_indices.device
-        num_accepted = torch.ones(batch_size, dtype=torch.int32, device=device)
-        lengths = torch.full((batch_size,), seq_len, dtype=torch.int32, device=device)
+        num_accepted, lengths = _GRAPH_MODE_COUNTS.get((cache_indices,), (batch_size, seq_len),
+                                                       lambda: _graph_mode_counts(cache_indices, batch_size, seq_len))
         ssm_state_indices = self.forward_metadata.mamba_cache_indices_gdn
     else:
         num_accepted, lengths = self.num_accept_tokens, self.actual_seq_lengths

@@ -55,12 +55,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops import seam
+from sglang_ascend_hybrid.ops.decisions import Decisions, key_of
 from sglang_ascend_hybrid.ops.errors import bad_input
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
@@ -94,6 +95,7 @@ class VerifyCall:
     intermediate_state: Optional[torch.Tensor] = None   # [M, nv, dv, dk]
     cache_indices: Optional[torch.Tensor] = None         # [B] pool slot of each request
     num_accepted_tokens: Optional[torch.Tensor] = None   # [B]
+    _signature: Optional[GdnSignature] = None
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -102,9 +104,11 @@ class VerifyCall:
                 self.recurrent_state.shape[2])
 
     def signature(self) -> GdnSignature:
-        B, S, dk, dv = self.shape
-        out = self.intermediate_state if self.intermediate_state is not None else self.recurrent_state
-        return GdnSignature(self.nv, self.nk, dk, dv, self.mix_qkv.dtype, state_dtype=out.dtype)
+        if self._signature is None:
+            B, S, dk, dv = self.shape
+            out = self.intermediate_state if self.intermediate_state is not None else self.recurrent_state
+            self._signature = GdnSignature(self.nv, self.nk, dk, dv, self.mix_qkv.dtype, state_dtype=out.dtype)
+        return self._signature
 
 
 def _fail(name: str, value, expected: str):
@@ -316,34 +320,51 @@ def _padding_row(idx: torch.Tensor, rows: int) -> torch.Tensor:
     return free.amax() - 1            # a max, not an argmin: no tie to break, the same row on every device
 
 
-def _step_indices(call: VerifyCall, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(ssm_state_indices as int32 with padding sent to the padding row, [B, S] not padding)``: the
-    same for every layer of a step (kept across them, :mod:`~sglang_ascend_hybrid.ops.step_cache`)."""
+class _StepRows(NamedTuple):
+    """What every layer of a verify step hands the op besides its own tensors, and the rows it zeroes."""
+
+    indices: torch.Tensor    # [B, S] int32: ssm_state_indices, padding sent to the padding row
+    cache: torch.Tensor      # [B] int32: cache_indices clamped to >= 0
+    accepted: Optional[torch.Tensor]   # [B] int32 num_accepted_tokens, or None
+    lengths: torch.Tensor    # [B] int32 actual_seq_lengths
+    dead: torch.Tensor       # [B, S, 1, 1] bool: past a request's length, or padding (output zeroed)
+
+
+def _step_rows(call: VerifyCall, rows: int) -> _StepRows:
+    """The same for every layer of a step (kept across them, :mod:`~sglang_ascend_hybrid.ops.step_cache`)."""
+    B, S, _, _ = call.shape
     idx = call.ssm_state_indices.to(torch.int32)
     padding = idx < 0
-    return torch.where(padding, _padding_row(idx, rows), idx).contiguous(), ~padding   # padding -> a free row
+    indices = torch.where(padding, _padding_row(idx, rows), idx).contiguous()   # padding -> a free row
+    lengths = call.actual_seq_lengths.to(torch.int32).contiguous()
+    in_len = torch.arange(S, device=idx.device).view(1, S) < lengths.view(B, 1)
+    nat = call.num_accepted_tokens
+    return _StepRows(indices, call.cache_indices.to(torch.int32).clamp(min=0).contiguous(),
+                     None if nat is None else nat.to(torch.int32).contiguous(), lengths,
+                     (~(in_len & ~padding)).view(B, S, 1, 1))
 
 
-_STEP_INDICES = StepValue("gdn verify indices")
+_STEP_ROWS = StepValue("gdn verify step rows")
 
 
 def _npu_run(call: VerifyCall) -> torch.Tensor:
-    B, S, _, _ = call.shape
     rows = call.intermediate_state.shape[0]
-    idx, named = _STEP_INDICES.get((call.ssm_state_indices,), (rows,), lambda: _step_indices(call, rows))
-    cache = call.cache_indices.to(torch.int32).clamp(min=0).contiguous()
-    nat = None if call.num_accepted_tokens is None else call.num_accepted_tokens.to(torch.int32).contiguous()
-    out = seam.call(OP_NPU_RECURRENT, call.mix_qkv.contiguous(), call.recurrent_state,
-                    call.beta.to(torch.bfloat16).contiguous(), call.scale,
-                    call.actual_seq_lengths.to(torch.int32).contiguous(), idx, call.nk, call.nv,
-                    intermediate_state=call.intermediate_state, cache_indices=cache, num_accepted_tokens=nat,
-                    g=None if call.g is None else call.g.float().contiguous())
+    index_tensors = (call.ssm_state_indices, call.actual_seq_lengths, call.cache_indices)
+    if call.num_accepted_tokens is not None:
+        index_tensors += (call.num_accepted_tokens,)
+    step = _STEP_ROWS.get(index_tensors, (rows,), lambda: _step_rows(call, rows))
+    beta = call.beta if call.beta.dtype == torch.bfloat16 else call.beta.to(torch.bfloat16)
+    g = call.g
+    if g is not None and g.dtype != torch.float32:
+        g = g.float()
+    out = seam.call(OP_NPU_RECURRENT, call.mix_qkv.contiguous(), call.recurrent_state, beta.contiguous(), call.scale,
+                    step.lengths, step.indices, call.nk, call.nv, intermediate_state=call.intermediate_state,
+                    cache_indices=step.cache, num_accepted_tokens=step.accepted,
+                    g=None if g is None else g.contiguous())
     log_once(logger, ("gdn-verify-path", "npu", call.signature()),
              "sglang-ascend-hybrid: GDN verify %s runs on torch.ops.npu.recurrent_gated_delta_rule",
              call.signature())
-    in_len = torch.arange(S, device=out.device).view(1, S) < call.actual_seq_lengths.view(B, 1)
-    live = in_len & named.to(out.device)
-    return torch.where(live.view(B, S, 1, 1), out, 0.0)  # rows the op leaves unwritten, padding
+    return out.masked_fill_(step.dead, 0.0)  # rows the op leaves unwritten, padding
 
 
 def _torch_run(call: VerifyCall) -> torch.Tensor:
@@ -363,12 +384,22 @@ def verify_rungs() -> tuple[str, ...]:
     return VERIFY.names
 
 
+def _decide(call: VerifyCall, backend: str) -> tuple[GdnSignature, int]:
+    """What a call's metadata decides: its inputs pass the checks, its signature, its first rung."""
+    check_verify_inputs(call)
+    sig = call.signature()
+    return sig, VERIFY.first(sig, call, backend=backend)
+
+
+_DECIDED = Decisions("gdn verify")
+
+
 def recurrent_verify(call: VerifyCall, *, backend: str = "auto", check_values: Optional[bool] = None
                      ) -> torch.Tensor:
     """Run one verify step through the ladder; returns ``[B, S, nv, dv]`` in mix_qkv's dtype
     (rows past a sequence's length are 0).  ``check_values`` (default True) reads the index
     tensors on the host first; the serving hook passes ``SGLANG_ASCEND_HYBRID_DEBUG_CHECKS``."""
-    check_verify_inputs(call)
+    call._signature, first = _DECIDED.decide((backend, key_of(call)), lambda: _decide(call, backend))
     if check_values is None or check_values:
         check_verify_values(call)
-    return VERIFY(call.signature(), call, backend=backend)
+    return VERIFY(call._signature, call, backend=backend, first=first)
