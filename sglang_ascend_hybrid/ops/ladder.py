@@ -238,17 +238,6 @@ class Ladder:
                 return r
         raise RuntimeError(f"{self.op}: no rung can serve {signature}")
 
-    def first(self, signature: Signature, *args, backend: str = "auto", **kwargs) -> int:
-        """The index of the rung a call runs first: the forced one (:class:`ForcedRungUnavailable`
-        when it cannot serve the call), else the first whose predicate admits it.  What a call site
-        keeps (:mod:`~sglang_ascend_hybrid.ops.decisions`) and hands back as ``__call__``'s ``first``."""
-        if backend != "auto":
-            return self.rungs.index(self.forced(backend, signature, *args, **kwargs))
-        for i, r in enumerate(self.rungs):
-            if self._serves(r, signature, *args, **kwargs):
-                return i
-        raise RuntimeError(f"{self.op}: every rung refused {signature}")
-
     def forced(self, name: str, signature: Signature, *args, **kwargs) -> Rung:
         """The rung ``name`` when it can serve the call, else :class:`ForcedRungUnavailable`."""
         r = self.rung(name)
@@ -260,6 +249,19 @@ class Ladder:
                 f"{self.op}: the forced kernel {name!r} is unavailable for {signature}{why}{need}; "
                 f"use 'auto' to let the ladder {self.names} choose")
         return r
+
+    def first(self, signature: Signature, *args, backend: str = "auto", **kwargs) -> Optional[int]:
+        """The index of the rung a call runs first: the forced one (None when it cannot serve the call:
+        ``__call__`` then raises :class:`ForcedRungUnavailable`, after the caller's value checks), else
+        the first whose predicate admits it.  What a call site keeps
+        (:mod:`~sglang_ascend_hybrid.ops.decisions`) and hands back as ``__call__``'s ``first``."""
+        if backend != "auto":
+            r = self.rung(backend)
+            return None if _reason(r, signature, *args, **kwargs) is not None else self.rungs.index(r)
+        for i, r in enumerate(self.rungs):
+            if self._serves(r, signature, *args, **kwargs):
+                return i
+        raise RuntimeError(f"{self.op}: every rung refused {signature}")
 
     def __call__(self, signature: Signature, *args, backend: str = "auto", first: Optional[int] = None,
                  **kwargs) -> Any:

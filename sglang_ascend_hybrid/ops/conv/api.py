@@ -37,7 +37,8 @@ from sglang_ascend_hybrid.ops.conv.dispatch import (
     FnCall,
     UpdateCall,
     VerifyCall,
-    run_ladder,
+    decide_call,
+    run_decided,
 )
 from sglang_ascend_hybrid.ops.conv.inputs import (
     FN,
@@ -95,20 +96,22 @@ def causal_conv1d_fn(
             query_start_loc = torch.arange(b + 1, device=x.device, dtype=torch.int32) * length
         else:
             query_start_loc = torch.tensor([0, x.shape[1]], dtype=torch.int32, device=x.device)
-    check_fn_inputs(x, weight, bias, query_start_loc, cache_indices, has_initial_state, conv_states)
-    activation_is_silu(activation, FN)
-    batch = query_start_loc.shape[0] - 1
-    if conv_states is not None and cache_indices is None and conv_states.shape[0] < batch:
-        raise bad_input("conv_states", conv_states, f"at least batch ({batch}) slots when cache_indices is None",
-                        op=FN)
+    call = FnCall(x, weight, bias, query_start_loc, cache_indices, has_initial_state, conv_states, activation,
+                  pad_slot_id)
+
+    def check() -> bool:
+        check_fn_inputs(x, weight, bias, query_start_loc, cache_indices, has_initial_state, conv_states)
+        activation_is_silu(activation, FN)
+        batch = query_start_loc.shape[0] - 1
+        if conv_states is not None and cache_indices is None and conv_states.shape[0] < batch:
+            raise bad_input("conv_states", conv_states, f"at least batch ({batch}) slots when cache_indices is None",
+                            op=FN)
+        return batch == 0 or x.shape[1] == 0   # nothing to compute, no state to touch (shapes only)
+
+    decision = decide_call(FN_LADDER, call, check)
     if _resolve_check(check_values):
         check_fn_values(query_start_loc, cache_indices, conv_states, x.shape[1], pad_slot_id)
-    if batch == 0 or x.shape[1] == 0:   # nothing to compute, no state to touch (shapes only)
-        out = torch.empty_like(x)
-    else:
-        call = FnCall(x, weight, bias, query_start_loc, cache_indices, has_initial_state, conv_states,
-                       activation, pad_slot_id)
-        out = run_ladder(FN_LADDER, call)
+    out = torch.empty_like(x) if decision.signature is None else run_decided(FN_LADDER, call, decision)
     if batched is not None:
         b, d, length = batched
         out = out.reshape(d, b, length).transpose(0, 1)
@@ -134,14 +137,17 @@ def causal_conv1d_update(
     if cache_seqlens is not None:
         raise bad_input("cache_seqlens", cache_seqlens, "None (circular-buffer conv states are not supported; "
                         "SGLang's Triton kernel ignores it as well)", op=UPDATE)
-    check_update_inputs(x, conv_state, weight, bias, conv_state_indices)
-    activation_is_silu(activation, UPDATE)
+    call = UpdateCall(x, conv_state, weight, bias, activation, conv_state_indices, pad_slot_id)
+
+    def check() -> bool:
+        check_update_inputs(x, conv_state, weight, bias, conv_state_indices)
+        activation_is_silu(activation, UPDATE)
+        return x.shape[0] == 0 or (x.dim() == 3 and x.shape[2] == 0)
+
+    decision = decide_call(UPDATE_LADDER, call, check)
     if _resolve_check(check_values):
         check_slot_values(conv_state_indices, "conv_state_indices", conv_state.shape[0], pad_slot_id, op=UPDATE)
-    if x.shape[0] == 0 or (x.dim() == 3 and x.shape[2] == 0):
-        return torch.empty_like(x)
-    call = UpdateCall(x, conv_state, weight, bias, activation, conv_state_indices, pad_slot_id)
-    return run_ladder(UPDATE_LADDER, call)
+    return torch.empty_like(x) if decision.signature is None else run_decided(UPDATE_LADDER, call, decision)
 
 
 def causal_conv1d_verify(
@@ -172,11 +178,14 @@ def causal_conv1d_verify(
     True).  With ``check_values=False`` nothing reads tensor values on the host (graph capture)."""
     if cache_indices is None:
         raise bad_input("cache_indices", None, "a tensor of shape (batch,): the slots of the draft pool", op=VERIFY)
-    check_verify_inputs(x, conv_window, weight, bias, cache_indices, draft_token_num)
-    activation_is_silu(activation, VERIFY)
+    call = VerifyCall(x, conv_window, weight, bias, activation, cache_indices, pad_slot_id, draft_token_num)
+
+    def check() -> bool:
+        check_verify_inputs(x, conv_window, weight, bias, cache_indices, draft_token_num)
+        activation_is_silu(activation, VERIFY)
+        return cache_indices.shape[0] == 0
+
+    decision = decide_call(VERIFY_LADDER, call, check)
     if _resolve_check(check_values):
         check_slot_values(cache_indices, "cache_indices", conv_window.shape[0], pad_slot_id, op=VERIFY)
-    if cache_indices.shape[0] == 0:
-        return torch.empty_like(x)
-    call = VerifyCall(x, conv_window, weight, bias, activation, cache_indices, pad_slot_id, draft_token_num)
-    return run_ladder(VERIFY_LADDER, call)
+    return torch.empty_like(x) if decision.signature is None else run_decided(VERIFY_LADDER, call, decision)

@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -63,6 +63,7 @@ from sglang_ascend_hybrid.ops.conv.inputs import activation_is_silu
 from sglang_ascend_hybrid.ops.conv.signature import ConvSignature, is_window_major
 from sglang_ascend_hybrid.ops.conv.torch_impl import causal_conv1d_fn_torch, update_rows_torch, verify_rows_torch
 from sglang_ascend_hybrid.ops.conv.weights import taps_major
+from sglang_ascend_hybrid.ops.decisions import Decisions, changed, key_of
 from sglang_ascend_hybrid.ops.ladder import Absent, Ladder, Rung, env_forced_rung
 from sglang_ascend_hybrid.ops.signature import dtype_name
 
@@ -128,9 +129,13 @@ def _tiling_reason(key: tuple, dtype: torch.dtype) -> Optional[str]:
 
 
 def _tiling_record(key: tuple, dtype: torch.dtype) -> None:
+    if key in _TILING_SEEN:  # the common case, read without the lock (a dict is read whole)
+        return
     with _TILING_LOCK:
-        if key not in _TILING_SEEN and len(_TILING_SEEN) < _TILING_CAPACITY:
-            _TILING_SEEN[key] = dtype
+        if key in _TILING_SEEN or len(_TILING_SEEN) >= _TILING_CAPACITY:
+            return
+        _TILING_SEEN[key] = dtype
+    changed()  # a predicate reads the record: kept decisions are decided again
 
 
 def reset_state() -> None:
@@ -142,6 +147,7 @@ def reset_state() -> None:
     VERIFY_LADDER.forget_refusals()
     with _TILING_LOCK:
         _TILING_SEEN.clear()
+    changed()
 
 
 # --------------------------------------------------------------------------- prefill ladder
@@ -158,13 +164,16 @@ class FnCall:
     conv_states: Optional[torch.Tensor]
     activation: object
     pad_slot_id: int
+    _signature: Optional[ConvSignature] = None
 
     @property
     def width(self) -> int:
         return int(self.weight.shape[1])
 
     def signature(self) -> ConvSignature:
-        return ConvSignature.of("fn", self.x, self.weight, self.conv_states, dim=self.x.shape[0])
+        if self._signature is None:
+            self._signature = ConvSignature.of("fn", self.x, self.weight, self.conv_states, dim=self.x.shape[0])
+        return self._signature
 
     def aclnn_key(self) -> tuple:
         """``CausalConv1dTilingKey`` of the call :func:`_fn_aclnn` makes (varlen, run mode 0)."""
@@ -247,13 +256,16 @@ class UpdateCall:
     activation: object
     conv_state_indices: Optional[torch.Tensor]
     pad_slot_id: int
+    _signature: Optional[ConvSignature] = None
 
     @property
     def width(self) -> int:
         return int(self.weight.shape[1])
 
     def signature(self) -> ConvSignature:
-        return ConvSignature.of("update", self.x, self.weight, self.conv_state, dim=self.x.shape[1])
+        if self._signature is None:
+            self._signature = ConvSignature.of("update", self.x, self.weight, self.conv_state, dim=self.x.shape[1])
+        return self._signature
 
     def tokens_major(self, private: bool = True) -> torch.Tensor:
         """x as a contiguous ``[B, L, dim]`` tensor: a private copy (never a view of the caller's x, for
@@ -372,6 +384,7 @@ class VerifyCall:
     cache_indices: torch.Tensor
     pad_slot_id: int
     draft_token_num: int
+    _signature: Optional[ConvSignature] = None
 
     @property
     def width(self) -> int:
@@ -383,7 +396,10 @@ class VerifyCall:
 
     def signature(self) -> ConvSignature:
         """Keyed by the ``[slots, dim, R]`` view of the draft window, like the other conv ops' states."""
-        return ConvSignature.of("verify", self.x, self.weight, self.conv_window.transpose(1, 2), dim=self.x.shape[1])
+        if self._signature is None:
+            self._signature = ConvSignature.of("verify", self.x, self.weight, self.conv_window.transpose(1, 2),
+                                               dim=self.x.shape[1])
+        return self._signature
 
     def accepted(self) -> torch.Tensor:
         """``num_accepted_tokens``: every request's whole block (the live state is the window's last
@@ -452,20 +468,51 @@ VERIFY_LADDER = Ladder("causal_conv1d_verify", [
 _TORCH_PATH_ASKED: set[ConvSignature] = set()
 
 
-def run_ladder(ladder: Ladder, call: FnCall | UpdateCall | VerifyCall):
-    """Serve ``call`` on ``ladder`` (the forced rung, else the first whose contract admits it).
-    The first NPU call of a signature that only the torch path admits is said once, with every NPU
-    rung's reason; later calls of that signature do not ask again (a call-time refusal is said by
-    the ladder itself)."""
-    sig = call.signature()
-    backend = env_forced_rung(ENV.CONV_BACKEND, ladder.names, "conv", ladder.op)
-    if backend == "auto" and sig not in _TORCH_PATH_ASKED and device_possible(call.x):
-        _TORCH_PATH_ASKED.add(sig)
-        if ladder.choose(sig, call).name == "torch":
-            def reasons() -> str:  # the predicates' own words, computed only when the line is said
-                why = "; ".join(f"{r.name}: {ladder.why_not(r, sig, call)}" for r in ladder.rungs if r.device)
-                return (f"sglang-ascend-hybrid: {ladder.op} {sig} is outside every installed NPU conv kernel's "
-                        f"contract or no kernel is installed ({why}); using the torch path for this shape")
+def _say_torch_path(ladder: Ladder, sig: ConvSignature, call) -> None:
+    """The first NPU call of a signature that only the torch path admits is said once, with every
+    NPU rung's reason."""
+    if sig in _TORCH_PATH_ASKED or not device_possible(call.x):
+        return
+    _TORCH_PATH_ASKED.add(sig)
+    if ladder.choose(sig, call).name == "torch":
+        def reasons() -> str:  # the predicates' own words, computed only when the line is said
+            why = "; ".join(f"{r.name}: {ladder.why_not(r, sig, call)}" for r in ladder.rungs if r.device)
+            return (f"sglang-ascend-hybrid: {ladder.op} {sig} is outside every installed NPU conv kernel's "
+                    f"contract or no kernel is installed ({why}); using the torch path for this shape")
 
-            log_once(logger, ("conv-torch-path", sig), reasons)
-    return ladder(sig, call, backend=backend)
+        log_once(logger, ("conv-torch-path", sig), reasons)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a conv call's metadata decides (:func:`decide_call`): its inputs passed the checks; an empty
+    call (nothing to compute) has no signature and no rung."""
+
+    backend: str
+    signature: Optional[ConvSignature]
+    first: Optional[int]
+
+
+_DECIDED = {name: Decisions(name) for name in ("causal_conv1d_fn", "causal_conv1d_update", "causal_conv1d_verify")}
+
+
+def decide_call(ladder: Ladder, call: FnCall | UpdateCall | VerifyCall, check: Callable[[], bool]) -> Decision:
+    """Run ``check`` (the call's shape / dtype checks; True: the call is empty) and choose the call's
+    first rung (the forced rung, else the first whose contract admits it), kept per metadata key
+    (:mod:`~sglang_ascend_hybrid.ops.decisions`)."""
+    backend = env_forced_rung(ENV.CONV_BACKEND, ladder.names, "conv", ladder.op)
+
+    def decide() -> Decision:
+        if check():
+            return Decision(backend, None, None)
+        sig = call.signature()
+        if backend == "auto":
+            _say_torch_path(ladder, sig, call)
+        return Decision(backend, sig, ladder.first(sig, call, backend=backend))
+
+    return _DECIDED[ladder.op].decide((backend, key_of(call)), decide)
+
+
+def run_decided(ladder: Ladder, call: FnCall | UpdateCall | VerifyCall, decision: Decision):
+    """Serve a non-empty ``call`` on ``ladder`` as decided (a call-time refusal is said by the ladder)."""
+    return ladder(decision.signature, call, backend=decision.backend, first=decision.first)
