@@ -19,7 +19,8 @@ launch; here it runs on CPU tensors of the serving shapes).  One table per verb,
 * ``plugin``: the plugin's AROUND hook called the way SGLang's HookRegistry calls it
   (``hook(original, self, *args)``), serving the call on the rung a real deployment takes:
 
-  ``gdn extend``          ``ascend_chunk_gdn`` -> prefill ladder -> ``npu_chunk`` (A3, bf16 pool)
+  ``gdn extend``          ``ascend_chunk_gdn`` -> q / k on ``l2norm_fwd`` (the l2norm ladder's
+                          ``npu_l2norm``, as upstream) -> prefill ladder -> ``npu_chunk`` (A3, bf16 pool)
   ``gdn decode triton``   ``ascend_gdn_decode`` -> ``triton_decode`` (its layout probe found the
                           installed entry value-first; the verdict is recorded, not probed)
   ``gdn decode npu_recurrent`` ``ascend_gdn_decode`` -> ``npu_recurrent`` (the probe found the entry
@@ -93,6 +94,15 @@ class Stub:
         return self.output
 
 
+class ShapedStub(Stub):
+    """A stub of an op whose output has its input's shape (``l2norm_fwd``): the preallocated output
+    viewed in the shape of the tensor it is given."""
+
+    def __call__(self, x, *args, **kwargs):
+        self.calls += 1
+        return self.output.view(x.shape)
+
+
 def _marked(*shape, dtype=BF16) -> torch.Tensor:
     """A preallocated stub output with recognisable values (so the plugin's result can be traced to it)."""
     n = 1
@@ -139,7 +149,7 @@ def gdn_extend() -> Verb:
     initial = pool[cache]
     chunk_indices = torch.tensor([[s, c] for s, n in enumerate(EXTEND_LENS) for c in range(-(-n // 64))])
     chunk = Stub(gdn_contract.OP_NPU_CHUNK, (_marked(T, HV, V), _marked(N, HV, V, K)))
-    l2 = Stub("l2norm_fwd", q)          # SGLang's Triton l2norm launch: returns its input's shape
+    l2 = ShapedStub(gdn_contract.OP_L2NORM, q)   # sgl-kernel-npu's Triton l2norm_fwd
     backend = SimpleNamespace(forward_metadata=SimpleNamespace(has_mamba_track_mask=False),
                               actual_seq_lengths=torch.diff(cu).to(torch.int32),
                               req_to_token_pool=SimpleNamespace(mamba_pool=SimpleNamespace(
@@ -162,7 +172,7 @@ def gdn_extend() -> Verb:
         return (torch.equal(o, chunk.output[0].reshape(T, HV, V)) and torch.equal(final, chunk.output[1])
                 and tuple(h.shape) == (len(chunk_indices), HV, V, K))
 
-    return Verb("gdn extend", "npu_chunk", upstream, plugin, {gdn_contract.OP_NPU_CHUNK: chunk}, expect,
+    return Verb("gdn extend", "npu_chunk", upstream, plugin, {gdn_contract.OP_NPU_CHUNK: chunk, l2.name: l2}, expect,
                 (chunk,), lambda: seam.install_device_facts(chip="A3"),
                 [f"{T} tokens in {N} requests, Hv {HV} Hk {HK} K {K} V {V}, bf16 pool (A3)"])
 
@@ -353,8 +363,7 @@ def verbs() -> list[Verb]:
 @contextlib.contextmanager
 def serving(verb: Verb):
     """The verb's stubs behind the seam (and its device facts / probe verdict)."""
-    ops = {name: stub for name, stub in verb.stubs.items() if name != "l2norm_fwd"}
-    with verb.setup(), seam.install_emulators(ops):
+    with verb.setup(), seam.install_emulators(verb.stubs):
         yield
 
 

@@ -14,6 +14,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from sglang_ascend_hybrid.ops.errors import EmulatorContractViolation
+
 pytestmark = pytest.mark.base_release_only
 
 _MODULE_PATH = (Path(__file__).resolve().parents[2] / "sglang_ascend_hybrid" / "testing" / "emulated_npu"
@@ -137,8 +139,12 @@ def test_l2norm_output_dtype_and_fp64():
     want = x.double() / torch.sqrt((x.double() ** 2).sum(-1, keepdim=True) + 1e-6)
     assert got.dtype == torch.bfloat16
     assert torch.allclose(got.double(), want, atol=1e-2)
-    with pytest.raises(ValueError, match="x: expected a contiguous"):
-        emu.l2norm_fwd(_randn(4, 8).t())
+    with pytest.raises(EmulatorContractViolation, match=r"read at row t \* 4 whatever its strides"):
+        emu.l2norm_fwd(_randn(4, 8).t())   # viewable as [8, 4], rows 1 element apart
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        emu.l2norm_fwd(_randn(4, 3, 8).transpose(0, 1))   # the source's x.view(-1, D) cannot merge the rows
+    with pytest.raises(RuntimeError, match="doesn't support feature dim >= 64KB"):
+        emu.l2norm_fwd(_randn(1, 16385))   # fp32 rows of more than 64 KB
 
 
 def test_chunk_indices_match_sglang_and_cache_by_identity():

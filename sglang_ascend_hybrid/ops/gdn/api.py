@@ -17,7 +17,8 @@ import torch
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.ops.errors import bad_input
 from sglang_ascend_hybrid.ops.gdn import decode, prefill
-from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
+from sglang_ascend_hybrid.ops.gdn.prefill.l2norm import qk_l2norm
+from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature
 from sglang_ascend_hybrid.ops.host import host_list
 from sglang_ascend_hybrid.ops.index_dtype import is_index_dtype
 from sglang_ascend_hybrid.ops.ladder import env_forced_rung
@@ -134,7 +135,8 @@ def chunk_with_states(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale
     if scale is None:
         scale = q.shape[-1] ** -0.5
     if use_qk_l2norm:
-        q, k = l2norm(q), l2norm(k)
+        sig = GdnSignature(v.shape[2], q.shape[2], q.shape[3], v.shape[3], q.dtype)
+        q, k = qk_l2norm(sig, q, k)
     call = prefill.ChunkCall(q, k, v, g, beta, cu_seqlens, initial_state, float(scale), chunk_states,
                              _lengths=lengths)
     if exact_chunks is not None:

@@ -98,6 +98,7 @@ OP_NPU_CHUNK = "chunk_gated_delta_rule"                                 # torch.
 OP_NPU_RECURRENT = "recurrent_gated_delta_rule"                         # torch.ops.npu
 OP_MEGA = "sgl_kernel_npu.fla.mega_chunk_gdn:run_mega_chunk_gdn"        # Python entry
 OP_TRITON = "sgl_kernel_npu.fla.chunk:chunk_gated_delta_rule_npu"       # Python entry (Triton)
+OP_L2NORM = "sgl_kernel_npu.fla.l2norm:l2norm_fwd"                      # Python entry (Triton)
 # What an operator sees for each op (kernel reports): its name, and a note on its builds.
 KERNEL_NOTES = {
     OP_NPU_CHUNK: ("torch.ops.npu.chunk_gated_delta_rule",
@@ -106,6 +107,7 @@ KERNEL_NOTES = {
                        "sgl-kernel-npu, bf16 only (not built for Ascend 950)"),
     OP_MEGA: ("sgl_kernel_npu run_mega_chunk_gdn", "absent before sgl-kernel-npu 2026.05.01.post3"),
     OP_TRITON: ("sgl_kernel_npu chunk_gated_delta_rule_npu (Triton)", ""),
+    OP_L2NORM: ("sgl_kernel_npu l2norm_fwd (Triton)", "what SGLang's chunk_gdn runs on q and k first"),
 }
 
 PairPredicate = Callable[[int, int], bool]
@@ -481,6 +483,31 @@ def recurrent_refusal_reason(nv: int, nk: int, dk: int, dv: int, tokens: int, dt
 def is_recurrent_refusal(exc: BaseException) -> bool:
     text = str(exc)
     return isinstance(exc, RuntimeError) and any(t in text for t in RECURRENT_HOST_TEXTS)
+
+
+# ----------------------------------------------------------------------------- l2norm_fwd
+# sgl-project/sgl-kernel-npu python/sgl_kernel_npu/sgl_kernel_npu/fla/l2norm.py (read at f425bdf1 and
+# 0c31ccf7, the same text): ``l2norm_fwd(x, eps=1e-6, output_dtype=None)`` views x as ``[-1, D]``
+# (``x.view``: an input whose rows cannot be merged raises) and addresses row t at ``t * D`` whatever
+# x's strides (``make_block_ptr(x, (T, D), (D, 1), ...)`` / ``x += i_t * D``): rows of a strided input
+# are read from the wrong places, so only a contiguous x is handed over.  Math in fp32
+# (``x * rsqrt(sum x^2 + eps)`` for D <= 512, ``1 / sqrt`` above), stored in ``output_dtype`` (default
+# x's dtype, via ``empty_like``).  Its one refusal: a row of more than 64 KB.
+
+L2NORM_MAX_ROW_BYTES = 65536
+L2NORM_TEXT = "This layer doesn't support feature dim >= 64KB."
+
+
+def l2norm_refusal_reason(dim: int, itemsize: int) -> Optional[str]:
+    """Why ``l2norm_fwd`` refuses rows of ``dim`` elements of ``itemsize`` bytes (None: it serves them):
+    its ``BD = min(65536 // itemsize, next_power_of_2(D))``, ``D > BD`` raising."""
+    if dim > L2NORM_MAX_ROW_BYTES // itemsize:
+        return f"rows of {dim} x {itemsize} bytes; it takes rows of at most {L2NORM_MAX_ROW_BYTES} bytes"
+    return None
+
+
+def is_l2norm_refusal(exc: BaseException) -> bool:
+    return isinstance(exc, RuntimeError) and L2NORM_TEXT in str(exc)
 
 
 # ----------------------------------------------------------------------------- triton chunk entry

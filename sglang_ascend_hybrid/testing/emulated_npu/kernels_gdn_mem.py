@@ -19,10 +19,11 @@ existing emulator.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable
 
 import torch
 
+from sglang_ascend_hybrid.emulators.gdn_l2norm import l2norm_fwd
 from sglang_ascend_hybrid.emulators.mamba_state_update import emulate_move_intermediate_cache
 
 SGL_KERNEL_NPU_COMMIT = "f425bdf1e191a7682296d3b2ed0b927d4e37d671"
@@ -264,27 +265,8 @@ def fused_gdn_gating_kernel_without_sigmoid(A_log, a, b, dt_bias, beta: float = 
 # ----------------------------------------------------------------------------- fla/l2norm.py
 
 
-def l2norm_fwd(x, eps: float = 1e-6, output_dtype: Optional[torch.dtype] = None):
-    """``sgl_kernel_npu.fla.l2norm.l2norm_fwd``: ``x / sqrt(sum(x^2) + eps)`` over the last dim.
-
-    Source: sgl-project/sgl-kernel-npu ``python/sgl_kernel_npu/sgl_kernel_npu/fla/l2norm.py`` at
-    f425bdf1e191a7682296d3b2ed0b927d4e37d671 (``l2norm_fwd``, ``l2norm_fwd_kernel_opt`` for D <= 512
-    using ``rsqrt``, ``l2norm_fwd_kernel1`` above using ``1 / sqrt``).  Math in float32, stored in
-    ``output_dtype`` (default ``x.dtype``); result has ``x``'s shape.  ``RuntimeError`` when a row
-    exceeds 64 KB, as the source.  Strict: ``x`` contiguous (the kernels address rows at ``t * D``).
-    SGLang: ``ascend_gdn_backend.py`` ``chunk_gdn`` ``l2norm_fwd(q)`` / ``l2norm_fwd(k)`` on
-    ``[T, H, D]`` (0.5.21-0.5.23); KDA backend only in 0.5.20.
-    """
-    _require_tensor("x", x)
-    _require_contiguous("x", x, "the kernels address row t at t * D")
-    d = x.shape[-1]
-    block_d = min(65536 // x.element_size(), _next_power_of_2(d))
-    if d > block_d:
-        raise RuntimeError("This layer doesn't support feature dim >= 64KB.")
-    xf = x.reshape(-1, d).float()
-    sum_sq = (xf * xf).sum(dim=1, keepdim=True)
-    scale = torch.rsqrt(sum_sq + eps) if d <= 512 else 1 / torch.sqrt(sum_sq + eps)
-    return (xf * scale).to(output_dtype or x.dtype).view(x.shape)
+# l2norm_fwd: the plugin's own emulator (sglang_ascend_hybrid/emulators/gdn_l2norm.py, its source cited
+# there), which the GDN prefill's seam op uses as well.
 
 
 # ----------------------------------------------------------------------------- fla/layernorm_gated.py

@@ -40,6 +40,7 @@ class ChunkCall:
     exact_chunks: Optional[tuple] = None
     _lengths: Optional[list] = None
     _max_abs: Optional[float] = None
+    _signature: Optional[GdnSignature] = None
 
     @property
     def num_sequences(self) -> int:
@@ -54,9 +55,11 @@ class ChunkCall:
         return self._lengths
 
     def signature(self) -> GdnSignature:
-        return GdnSignature(self.v.shape[2], self.q.shape[2], self.q.shape[3], self.v.shape[3],
-                            self.q.dtype, self.chunk_states,
-                            None if self.initial_state is None else self.initial_state.dtype)
+        if self._signature is None:
+            self._signature = GdnSignature(self.v.shape[2], self.q.shape[2], self.q.shape[3], self.v.shape[3],
+                                           self.q.dtype, self.chunk_states,
+                                           None if self.initial_state is None else self.initial_state.dtype)
+        return self._signature
 
     def key_first_state(self) -> Optional[torch.Tensor]:
         """Fresh key-first [N, Hv, K, V] fp32 copy of the initial state (FLA-layout kernels)."""
