@@ -91,7 +91,10 @@ class Decisions:
     def decide(self, key: Hashable, make: Callable[[], T]) -> T:
         """``make()``'s value for ``key``, kept while the serving state's generation is unchanged."""
         gen = _generation
-        kept = self._table.get(key)
+        try:
+            kept = self._table.get(key)
+        except TypeError:  # a field value that is not hashable: decided on every call
+            return make()
         if kept is not None and kept[0] == gen:
             return kept[1]  # type: ignore[return-value]
         value = make()

@@ -331,3 +331,44 @@ def test_eager_steps_on_buffers_refilled_in_place_see_each_steps_padding(layout,
                 assert torch.equal(o[0, n:], torch.zeros_like(o[0, n:]))
                 others = [s for s in range(SLOTS) if s not in live_slots]
                 assert torch.equal(x["pool"][others], before[others])
+
+
+def _env_backend():
+    from sglang_ascend_hybrid.ops.gdn.api import resolve_backend
+
+    return resolve_backend("auto", decode.decode_rungs(), "decode")
+
+
+def test_a_kept_decision_follows_the_probe_the_environment_and_a_refusal(monkeypatch):
+    """The decode ladder keeps each call's checks and first rung per metadata (``ops/decisions``): a call
+    after a change of what serves decides again, as a fresh process would."""
+    entry_calls = []
+    with _device("value_first"):
+        real = seam.installed_emulators()[dc.OP_DECODE_OPTIMIZED]
+
+        def counting(*args, **kwargs):
+            entry_calls.append(1)
+            return real(*args, **kwargs)
+
+        with seam.install_emulators({dc.OP_DECODE_OPTIMIZED: counting}):
+            x = _inputs(2)
+            with seam.capture_region():        # no verdict: the probe cannot run, the entry is passed over
+                decode.run_decode(_call(x, [1, 3]))
+            assert entry_calls == [] and probes.runs(decode_probe.PROBE.name) == 0
+            decode.run_decode(_call(x, [1, 3]))   # same metadata outside a capture: probes, then the entry
+            assert probes.runs(decode_probe.PROBE.name) == 1
+            served = len(entry_calls)                              # the probe's own calls and this one
+            decode.run_decode(_call(x, [1, 3]))
+            assert len(entry_calls) == served + 1
+            monkeypatch.setenv("SGLANG_ASCEND_HYBRID_GDN_BACKEND", "torch")
+            decode.run_decode(_call(x, [1, 3]), backend=_env_backend())
+            assert len(entry_calls) == served + 1
+            monkeypatch.delenv("SGLANG_ASCEND_HYBRID_GDN_BACKEND")
+            decode.run_decode(_call(x, [1, 3]), backend=_env_backend())
+            assert len(entry_calls) == served + 2
+            bad = dict(x, q=x["q"][..., :8])                       # other metadata: checked again
+            with pytest.raises(ValueError, match="GDN decode: k="):
+                decode.run_decode(_call(bad, [1, 3]))
+            decode.DECODE.mark_refused("triton_decode", _call(x, [1, 3]).signature())
+            decode.run_decode(_call(x, [1, 3]))
+            assert len(entry_calls) == served + 2                  # refused since: the next rung serves
