@@ -122,6 +122,8 @@ class Verb:
     counted: tuple                         # the stubs each plugin call must call once
     setup: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
     notes: list = field(default_factory=list)
+    # (name, fn): a piece of the plugin's call timed beside it, e.g. a copy that is device work on an NPU
+    context: list = field(default_factory=list)
 
 
 def _gen(seed=0):
@@ -325,7 +327,10 @@ def conv_prefill() -> Verb:
         return torch.equal(out, op.output.t())
 
     return Verb("conv prefill", "npu_aclnn", upstream, plugin, {op.name: op}, expect, (op,), notes=[
-        f"LFM2 dim {CONV_DIM} width {CONV_WIDTH}, {T} tokens in {len(EXTEND_LENS)} requests, bf16, window-major pool"])
+        f"LFM2 dim {CONV_DIM} width {CONV_WIDTH}, {T} tokens in {len(EXTEND_LENS)} requests, bf16, window-major pool",
+        "x copy: the plugin's transposed copy of x alone (SGLang hands [dim, T], the op takes [T, dim]); on an "
+        "NPU one launch whose copying is device time, here host time"],
+        context=[("x copy", lambda: x.t().contiguous())])
 
 
 def conv_decode() -> Verb:
@@ -399,7 +404,8 @@ def table(verb: Verb, threads: int, reps: int, inner: int) -> harness.Table:
         goal = harness.Goal(f"{verb.name}: plugin adds <= {GOAL_ADDED_S * 1e6:g} us per layer call", "plugin",
                             "upstream", GOAL_ADDED_S, at_least=False, difference=True)
         t = harness.measure(f"hook overhead, {verb.name} (plugin rung: {verb.rung})",
-                            [("upstream", _loop(verb.upstream, inner)), ("plugin", _loop(verb.plugin, inner))],
+                            [("upstream", _loop(verb.upstream, inner)), ("plugin", _loop(verb.plugin, inner)),
+                             *[(name, _loop(fn, inner)) for name, fn in verb.context]],
                             "plugin", [goal], reps=reps, threads=threads, notes=list(verb.notes))
     t.times = {name: [x / inner for x in ts] for name, ts in t.times.items()}   # per call
     t.notes.append(f"per call ({inner} calls per repetition); ATen ops per call: plugin {seen['plugin_aten_ops']}, "

@@ -76,13 +76,14 @@ import torch
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops.errors import bad_input
-from sglang_ascend_hybrid.ops.gdn import pool_layout, prefill
+from sglang_ascend_hybrid.ops.gdn import decode, pool_layout, prefill, verify
 from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states, resolve_backend
 from sglang_ascend_hybrid.ops.gdn.decode import contract as decode_contract
 from sglang_ascend_hybrid.ops.gdn.prefill import entries
 from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature
 from sglang_ascend_hybrid.ops.host import host_list
 from sglang_ascend_hybrid.ops.step_cache import StepValue
+from sglang_ascend_hybrid.ops.tensors import as_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -176,14 +177,15 @@ def _serve_extend(metadata, q, k, v, g, beta, initial_state, cu_seqlens):
         log_once(logger, ("gdn-hook-triton",), "sglang-ascend-hybrid: GDN_ATTN_BACKEND_TRITON=1: GDN prefill "
                  "uses the Triton chunk kernel (torch if it refuses)")
     o, final, h = chunk_with_states(
-        q, k, v, g.float(), beta, cu_seqlens=cu_seqlens, initial_state=initial_state, use_qk_l2norm=True,
-        chunk_states=need_h, exact_chunks=tracked_chunks(metadata, cu_seqlens) if need_h else None, skip=skip,
+        q, k, v, as_dtype(g, torch.float32), beta, cu_seqlens=cu_seqlens, initial_state=initial_state,
+        use_qk_l2norm=True, chunk_states=need_h,
+        exact_chunks=tracked_chunks(metadata, cu_seqlens) if need_h else None, skip=skip,
         host_offsets=step_offsets(metadata, cu_seqlens))
     # the per-chunk states in the pool's dtype: SGLang's _track_mamba_state_extend copies h[...] into
     # track slots, and a radix-cache hit resumes from them; rounding an fp32 pool's snapshot through
     # the activation dtype would make a hit differ from a fresh prefill of the same prefix
     state_dtype = initial_state.dtype if initial_state is not None else k.dtype
-    return o, final, None if h is None else h.to(state_dtype)
+    return o, final, None if h is None else as_dtype(h, state_dtype)
 
 
 def backend_pool_layout(backend) -> str:
@@ -267,8 +269,6 @@ def ascend_verify_update(original, self, mix_qkv, num_heads, num_value_heads, he
     """AROUND hook of ``AscendGDNAttnBackend.fused_recurrent_gated_delta_rule_update`` (see module
     docstring).  Mirrors upstream's argument preparation, then runs the verify ladder."""
     del original
-    from sglang_ascend_hybrid.ops.gdn import verify
-
     batch_size, seq_len = mix_qkv.shape[0], mix_qkv.shape[1]
     recurrent_state = pool_layout.value_first(recurrent_state, "recurrent_state")  # bytes [slots, nv, dv, dk]
     head_v = recurrent_state.shape[2]
@@ -299,8 +299,6 @@ def ascend_gdn_decode(original, self, q, k, v, a, b, *, A_log, dt_bias, ssm_stat
                       query_start_loc=None, **kwargs):
     """AROUND hook of ``TritonGDNKernel.decode`` (see module docstring); ``original`` is not called."""
     del original, self, kwargs
-    from sglang_ascend_hybrid.ops.gdn import decode
-
     call = decode.DecodeCall(q, k, v, a, b, A_log, dt_bias, pool_layout.value_first(ssm_states), cache_indices,
                              query_start_loc, entry=decode_contract.installed_decode_entry())
     return decode.run_decode(call, backend=resolve_backend("auto", decode.decode_rungs(), "decode"))
@@ -309,8 +307,6 @@ def ascend_gdn_decode(original, self, q, k, v, a, b, *, A_log, dt_bias, ssm_stat
 def probe_gdn_backend(runner, backend) -> None:
     """Run the GDN probes for a model at backend construction (on NPU, before any graph capture):
     only when the backend SGLang built serves GDN layers (``AscendGDNAttnBackend``)."""
-    from sglang_ascend_hybrid.ops.gdn import decode
-
     linear = getattr(backend, "linear_attn_backend", None)
     if not any(c.__name__ == "AscendGDNAttnBackend" for c in type(linear).__mro__):
         return

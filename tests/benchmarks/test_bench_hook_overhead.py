@@ -75,7 +75,8 @@ def test_smoke_prints_a_difference_verdict_per_verb_and_thread_count(bench, tmp_
     tables = json.loads(out_json.read_text())["tables"]
     assert [t["threads"] for t in tables] == [1] * len(VERBS) + [2] * len(VERBS)
     for t in tables:
-        assert set(t["times"]) == {"upstream", "plugin", "plugin (A/A)"}
+        context = {"x copy"} if "conv prefill" in t["title"] else set()   # a piece of the call timed beside it
+        assert set(t["times"]) == {"upstream", "plugin", "plugin (A/A)"} | context
         (goal,) = t["goals"]
         assert goal["difference"] and goal["bar"] == pytest.approx(30e-6) and not goal["at_least"]
     for verb in VERBS:

@@ -8,6 +8,7 @@ import torch
 from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 from sglang_ascend_hybrid.ops.gdn.scatter import scatter_live_rows
+from sglang_ascend_hybrid.ops.tensors import as_dtype
 
 # The op applies the sigmoid to beta itself (sgl-project/sgl-kernel-npu csrc/recurrent_gated_delta_rule/
 # op_kernel/recurrent_gated_delta_rule_kernel.cpp, CopyInGamaBeta, at f425bdf1), so a post-sigmoid beta is
@@ -42,8 +43,7 @@ def recurrent_on_rows(q, k, v, beta_logits, g, pool, slots, live, scale: float, 
     Hk = q.shape[-2]
     mix = torch.cat([q.reshape(B, 1, -1), k.reshape(B, 1, -1), v.reshape(B, 1, -1)], -1)
     beta = beta_logits.reshape(B, 1, Hv).contiguous()
-    gates = g.reshape(B, 1, Hv)
-    gates = gates.float().contiguous() if gates.dtype != torch.float32 or not gates.is_contiguous() else gates
+    gates = as_dtype(g.reshape(B, 1, Hv), torch.float32).contiguous()
     if pool.is_contiguous():
         lengths = live.to(torch.int32) if lengths is None else lengths
         slot_rows = slots.to(torch.int32).view(B, 1) if slot_rows is None else slot_rows

@@ -74,6 +74,7 @@ from sglang_ascend_hybrid.ops.index_dtype import is_index_dtype
 from sglang_ascend_hybrid.ops.ladder import Absent, Ladder, Rung
 from sglang_ascend_hybrid.ops.signature import dtype_name
 from sglang_ascend_hybrid.ops.step_cache import StepValue
+from sglang_ascend_hybrid.ops.tensors import as_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -353,14 +354,11 @@ def _npu_run(call: VerifyCall) -> torch.Tensor:
     if call.num_accepted_tokens is not None:
         index_tensors += (call.num_accepted_tokens,)
     step = _STEP_ROWS.get(index_tensors, (rows,), lambda: _step_rows(call, rows))
-    beta = call.beta if call.beta.dtype == torch.bfloat16 else call.beta.to(torch.bfloat16)
-    g = call.g
-    if g is not None and g.dtype != torch.float32:
-        g = g.float()
-    out = seam.call(OP_NPU_RECURRENT, call.mix_qkv.contiguous(), call.recurrent_state, beta.contiguous(), call.scale,
-                    step.lengths, step.indices, call.nk, call.nv, intermediate_state=call.intermediate_state,
-                    cache_indices=step.cache, num_accepted_tokens=step.accepted,
-                    g=None if g is None else g.contiguous())
+    out = seam.call(OP_NPU_RECURRENT, call.mix_qkv.contiguous(), call.recurrent_state,
+                    as_dtype(call.beta, torch.bfloat16).contiguous(), call.scale, step.lengths, step.indices,
+                    call.nk, call.nv, intermediate_state=call.intermediate_state, cache_indices=step.cache,
+                    num_accepted_tokens=step.accepted,
+                    g=None if call.g is None else as_dtype(call.g, torch.float32).contiguous())
     log_once(logger, ("gdn-verify-path", "npu", call.signature()),
              "sglang-ascend-hybrid: GDN verify %s runs on torch.ops.npu.recurrent_gated_delta_rule",
              call.signature())

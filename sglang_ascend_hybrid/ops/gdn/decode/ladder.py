@@ -47,6 +47,7 @@ from sglang_ascend_hybrid.ops.gdn.pool_step import step_on_pool
 from sglang_ascend_hybrid.ops.gdn.recurrent_rows import recurrent_on_rows
 from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature, log_path, rejection_line
 from sglang_ascend_hybrid.ops.ladder import Absent, Ladder, Rung
+from sglang_ascend_hybrid.ops.tensors import as_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -185,8 +186,7 @@ def run_decode(call: DecodeCall, backend: str = "auto", *, check_values: Optiona
     if ENV.DEBUG_CHECKS.get() if check_values is None else check_values:
         check_decode_values(call)
     o = DECODE(call._signature, call, backend=backend, first=first)   # [B, Hv, V], a new tensor
-    if o.dtype != call.q.dtype:
-        o = o.to(call.q.dtype)
+    o = as_dtype(o, call.q.dtype)
     o.masked_fill_(call.rows().padding, 0.0)   # whatever a rung left in padded requests' rows
     return o.unsqueeze(0)
 

@@ -52,6 +52,7 @@ from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature, keeps_precision
 from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch
 from sglang_ascend_hybrid.ops.ladder import Absent, DeclinedCall, Ladder, Rung
 from sglang_ascend_hybrid.ops.signature import dtype_name
+from sglang_ascend_hybrid.ops.tensors import as_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -108,18 +109,18 @@ def _npu_chunk_run(call: ChunkCall):
     state_dtype = npu_chunk_state_dtype(call.signature().state_dtype, seam.chip_generation())
     # the op reads the initial state and returns the final one apart (SKN-747 host: final_state is its
     # own output), so the caller's rows go in as they are when their dtype and layout are the op's
-    state = (call.initial_state.to(state_dtype).contiguous() if call.initial_state is not None
+    state = (as_dtype(call.initial_state, state_dtype).contiguous() if call.initial_state is not None
              else q.new_zeros(n, Hv, V, K, dtype=state_dtype))
     lens = torch.tensor(call.lengths, dtype=torch.int32, device=q.device)
     num_chunks = call.num_chunks()
     h = q.new_empty(max(num_chunks, caps.npu_chunk_min_chunk_states(T, n)), Hv, V, K, dtype=state_dtype)
     o, final = seam.call(OP_NPU_CHUNK, q.contiguous(), k.contiguous(), v.contiguous(),
-                         beta=call.beta.reshape(T, Hv).to(torch.bfloat16).contiguous(), initial_state=state,
+                         beta=as_dtype(call.beta.reshape(T, Hv), torch.bfloat16).contiguous(), initial_state=state,
                          actual_seq_lengths=lens, scale=call.scale, chunk_state=h,
-                         g=call.g.reshape(T, Hv).float().contiguous())
+                         g=as_dtype(call.g.reshape(T, Hv), torch.float32).contiguous())
     log_path("prefill", "npu_chunk", call.signature())
     # final and h in the op's state dtype, which keeps the pool's precision (no fp32 round trip)
-    return o.reshape(1, T, Hv, V).to(call.q.dtype), final, h[:num_chunks] if call.chunk_states else None
+    return as_dtype(o.reshape(1, T, Hv, V), call.q.dtype), final, h[:num_chunks] if call.chunk_states else None
 
 
 def plan_for_layout(value_heads: int, key_heads: int, head_dim_k: int, head_dim_v: int, dtype: torch.dtype,
