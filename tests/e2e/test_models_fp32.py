@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from sglang_ascend_hybrid.integration import short_conv
+from sglang_ascend_hybrid.ops.gdn.contract import OP_L2NORM
 from tests.e2e import device, harness
 from tests.e2e.runner import GDN_FAMILIES, run_family
 
@@ -65,7 +66,8 @@ def test_gdn_families_match_transformers(name):
     assert cmp.fp32_ok(), str(cmp)
     # every GDN layer's prefill went through the plugin's hook and ladder (torch rung); the
     # device ops' contracts exclude fp32 before any call (the decode-layout probe at backend
-    # construction is the one call: the emulated kernel is key-first, so decode runs on torch)
+    # construction is the one call: the emulated kernel is key-first, so decode runs on torch), but
+    # for sgl-kernel-npu's Triton l2norm_fwd, which normalises fp32 q and k too (one call each)
     assert run.calls == {"chunk_with_states": GDN_LAYERS * EXTENDS}
     assert "float32 state=float32 runs on the torch kernel" in run.log_text()
-    assert run.device_calls == {f"probe:{device.OP_GDN_DECODE}": 1}
+    assert run.device_calls == {f"probe:{device.OP_GDN_DECODE}": 1, OP_L2NORM: 2 * GDN_LAYERS * EXTENDS}

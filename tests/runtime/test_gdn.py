@@ -57,7 +57,9 @@ MOE_DEVICE_OPS = {"torch.ops.npu.npu_moe_gating_top_k_softmax", "sgl_kernel_npu.
                   "sgl_kernel_npu.activation.fused_sigmoid_mul:fused_sigmoid_mul_broadcast"}
 # the plugin's GDN ladders on an fp32 pool (A3): the rungs that keep fp32; on a bf16 pool: the NPU ops
 # (radix tracking asks 64-token chunk states, which rules the mega kernel's 128-token chunks out)
-FP32_POOL_RUNGS = {("gdn_prefill", "torch"), ("gdn_serving_decode", "torch")}
+# q / k normalised on sgl-kernel-npu's Triton l2norm_fwd before every prefill, as SGLang's chunk_gdn does
+L2NORM = ("gdn_qk_l2norm", "npu_l2norm")
+FP32_POOL_RUNGS = {L2NORM, ("gdn_prefill", "torch"), ("gdn_serving_decode", "torch")}
 
 
 def _fp32_pool_rungs() -> set:
@@ -68,8 +70,8 @@ def _fp32_pool_rungs() -> set:
     from tests.e2e.npu_standins import entry_route_serves_prefill
 
     prefill = "triton" if entry_route_serves_prefill() else "torch"
-    return {("gdn_prefill", prefill), ("gdn_serving_decode", "torch")}
-BF16_POOL_RUNGS = {("gdn_prefill", "npu_chunk"), ("gdn_serving_decode", "npu_recurrent")}
+    return {L2NORM, ("gdn_prefill", prefill), ("gdn_serving_decode", "torch")}
+BF16_POOL_RUNGS = {L2NORM, ("gdn_prefill", "npu_chunk"), ("gdn_serving_decode", "npu_recurrent")}
 
 
 def _gdn_rungs(served) -> set:
