@@ -60,6 +60,8 @@ def layout_of(t: torch.Tensor, name: str = "ssm_states") -> str:
 def value_first(t: torch.Tensor, name: str = "ssm_states") -> torch.Tensor:
     """The view of ``t`` whose logical order ``[.., Hv, V, K]`` is its physical order (``t`` itself,
     or ``t.transpose(-1, -2)`` for a transposed view).  Shares ``t``'s memory."""
+    if t.dim() >= 3 and t.stride(-1) == 1 and t.stride(-2) == t.shape[-1]:   # the common case, asked first
+        return t
     return t if layout_of(t, name) == VALUE_FIRST else t.transpose(-1, -2)
 
 
