@@ -21,15 +21,17 @@ REPO_ROOT = Path(__file__).parent.parent
 
 def forget_learnt_state() -> None:
     """Forget what the plugin learnt about the installed kernels: probe verdicts, and the refusals its
-    kernel ladders learnt (GDN prefill / decode / verify, short-conv prefill / update, with the conv
-    tiling record, packed attention).  Only modules already imported are touched, so no test imports
-    more than it asks for."""
+    kernel ladders learnt (GDN prefill and its q / k l2norm / decode / verify, short-conv prefill /
+    update, with the conv tiling record, packed attention).  Only modules already imported are
+    touched, so no test imports more than it asks for."""
     from sglang_ascend_hybrid.ops import seam
 
     seam.forget_verdicts()
     loaded = sys.modules.get
     if loaded("sglang_ascend_hybrid.ops.gdn.prefill.ladder") is not None:
         loaded("sglang_ascend_hybrid.ops.gdn.prefill.ladder").forget_refusals()
+    if loaded("sglang_ascend_hybrid.ops.gdn.prefill.l2norm") is not None:
+        loaded("sglang_ascend_hybrid.ops.gdn.prefill.l2norm").L2NORM.forget_refusals()
     if loaded("sglang_ascend_hybrid.ops.gdn.verify") is not None:
         loaded("sglang_ascend_hybrid.ops.gdn.verify").VERIFY.forget_refusals()
     if loaded("sglang_ascend_hybrid.ops.gdn.decode.ladder") is not None:
