@@ -226,3 +226,16 @@ def test_an_unset_variable_is_not_set_and_a_value_is(monkeypatch, var):
     assert not var.is_set()
     monkeypatch.setenv(var.name, " 1 ")
     assert var.is_set()
+
+
+def test_a_variable_is_read_through_the_public_lookup_where_os_environ_keeps_no_dict(monkeypatch):
+    """``envs._read`` takes CPython's ``os.environ._data`` fast path; elsewhere ``os.environ.get``."""
+    import types
+
+    import sglang_ascend_hybrid.envs as envs_module
+
+    plain = types.SimpleNamespace(environ={"SGLANG_ASCEND_HYBRID_GDN_BACKEND": "torch"}, path=os.path)
+    monkeypatch.setattr(envs_module, "os", plain)
+    assert envs_module.ENV.GDN_BACKEND.get() == "torch"
+    plain.environ.clear()
+    assert envs_module.ENV.GDN_BACKEND.get() == "auto"

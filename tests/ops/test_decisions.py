@@ -200,3 +200,64 @@ def test_a_forced_rung_that_cannot_serve_has_no_first_and_raises_when_called():
         ladder(sig, backend="a", first=None)
     with pytest.raises(ValueError, match="backend='nope'"):
         ladder.first(sig, backend="nope")
+
+
+# ----------------------------------------------------------------------------- the serving ops keep them
+
+
+class AskCount:
+    """Counts the predicate questions a ladder asks (its ``why_not``)."""
+
+    def __init__(self, monkeypatch, ladder):
+        self.asked = 0
+        real = ladder.why_not
+
+        def why_not(*args, **kwargs):
+            self.asked += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(ladder, "why_not", why_not)
+
+
+def test_the_serving_ops_ask_their_predicates_once_per_metadata(monkeypatch):
+    from sglang_ascend_hybrid.ops.conv import api as conv_api
+    from sglang_ascend_hybrid.ops.gdn import decode, verify
+    from tests.support import gdn_inputs
+
+    x = gdn_inputs.sglang_gating(2, hv=4, hk=2, k_dim=16, v_dim=16, slots=6, seed=0, dtype=torch.bfloat16,
+                                 pool_dtype=torch.float32)
+
+    def decode_call():
+        return decode.DecodeCall(x["q"], x["k"], x["v"], x["a"], x["b"], x["A_log"], x["dt_bias"], x["pool"],
+                                 torch.tensor([1, 3], dtype=torch.int32), torch.arange(3, dtype=torch.int32))
+
+    gen = torch.Generator().manual_seed(1)
+    B, S, nk, nv, dk, dv = 2, 2, 1, 2, 8, 8
+
+    def verify_call():
+        return verify.VerifyCall(torch.randn(B, S, 2 * nk * dk + nv * dv, generator=gen),
+                                 torch.zeros(4, nv, dv, dk), torch.randn(B, S, nv, generator=gen), None, dk ** -0.5,
+                                 torch.full((B,), S, dtype=torch.int32),
+                                 torch.arange(B * S, dtype=torch.int32).view(B, S), nk, nv,
+                                 intermediate_state=torch.zeros((B + 1) * S, nv, dv, dk),
+                                 cache_indices=torch.tensor([0, 2], dtype=torch.int32))
+
+    conv_state = torch.zeros(5, 16, 3)
+
+    def conv_update():
+        return conv_api.causal_conv1d_update(torch.randn(2, 16, generator=gen), conv_state,
+                                             torch.randn(16, 4, generator=gen), conv_state_indices=torch.tensor(
+                                                 [1, 4], dtype=torch.int32), check_values=False)
+
+    for ladder, run in ((decode.DECODE, lambda: decode.run_decode(decode_call(), check_values=False)),
+                        (verify.VERIFY, lambda: verify.recurrent_verify(verify_call(), check_values=False)),
+                        (conv_dispatch.UPDATE_LADDER, conv_update)):
+        count = AskCount(monkeypatch, ladder)
+        run()
+        first = count.asked
+        run()
+        run()
+        assert first >= 1 and count.asked == first, ladder.op    # the same metadata: decided once
+        decisions.changed()
+        run()
+        assert count.asked == 2 * first, ladder.op                # a new generation: decided again

@@ -16,6 +16,7 @@ from sglang_ascend_hybrid.ops.gdn.decode import contract as dc
 from sglang_ascend_hybrid.ops.gdn.decode import probe as decode_probe
 from sglang_ascend_hybrid.ops.gdn.decode.naive import naive_gated_decode
 from sglang_ascend_hybrid.ops.gdn.recurrent_rows import beta_logit
+from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature
 from sglang_ascend_hybrid.ops.ladder import ForcedRungUnavailable
 from tests.support import gdn_inputs
 from tests.support.op_log import StaticOpLog
@@ -339,10 +340,11 @@ def _env_backend():
     return resolve_backend("auto", decode.decode_rungs(), "decode")
 
 
-def test_a_kept_decision_follows_the_probe_the_environment_and_a_refusal(monkeypatch):
+def test_a_kept_decision_follows_the_probe_the_environment_and_a_refusal(monkeypatch, caplog):
     """The decode ladder keeps each call's checks and first rung per metadata (``ops/decisions``): a call
     after a change of what serves decides again, as a fresh process would."""
     entry_calls = []
+    caplog.set_level(logging.INFO, logger="sglang_ascend_hybrid")
     with _device("value_first"):
         real = seam.installed_emulators()[dc.OP_DECODE_OPTIMIZED]
 
@@ -372,3 +374,5 @@ def test_a_kept_decision_follows_the_probe_the_environment_and_a_refusal(monkeyp
             decode.DECODE.mark_refused("triton_decode", _call(x, [1, 3]).signature())
             decode.run_decode(_call(x, [1, 3]))
             assert len(entry_calls) == served + 2                  # refused since: the next rung serves
+    sig = GdnSignature(4, 2, 16, 16, torch.bfloat16, state_dtype=torch.float32)   # the call's facts, in its lines
+    assert f"GDN decode {sig} runs on the triton_decode kernel" in caplog.text

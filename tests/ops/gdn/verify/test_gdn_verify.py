@@ -154,16 +154,20 @@ def test_bf16_pool_runs_on_the_npu_op_and_fp32_pool_never_reaches_it(caplog):
 
 def test_npu_refusal_falls_back_with_the_scratch_untouched(caplog):
     c = _case(2, 2, seed=4)
+    calls = []
 
     def refusing(*a, **kw):
+        calls.append(1)
         raise RuntimeError("vStep should be bigger than 8, shape is too big")
 
     inter = c["inter"].clone()
     with seam.install_emulators({OP_NPU_RECURRENT: refusing}), caplog.at_level(logging.INFO):
         out = gv.recurrent_verify(_call(c, inter=inter))
+        again = gv.recurrent_verify(_call(c, inter=c["inter"].clone()))   # refused for this signature: not asked
     ref_inter = c["inter"].clone()
     ref = gv.recurrent_verify(_call(c, inter=ref_inter), backend="torch")
-    assert torch.equal(out, ref) and torch.equal(inter, ref_inter)
+    assert torch.equal(out, ref) and torch.equal(inter, ref_inter) and torch.equal(again, ref)
+    assert calls == [1]
     assert caplog.text.count("gdn_verify kernel npu_recurrent refused") == 1
 
 
