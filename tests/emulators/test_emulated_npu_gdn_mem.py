@@ -141,6 +141,9 @@ def test_l2norm_output_dtype_and_fp64():
     assert torch.allclose(got.double(), want, atol=1e-2)
     with pytest.raises(EmulatorContractViolation, match=r"read at row t \* 4 whatever its strides"):
         emu.l2norm_fwd(_randn(4, 8).t())   # viewable as [8, 4], rows 1 element apart
+    with pytest.raises(EmulatorContractViolation, match=r"read at row t \* 4 whatever its strides"):
+        emu.l2norm_fwd(_randn(2, 8)[:, :4])   # two rows 8 elements apart
+    assert emu.l2norm_fwd(_randn(1, 8)[:, :4]).shape == (1, 4)   # one row: nothing read out of place
     with pytest.raises(RuntimeError, match="view size is not compatible"):
         emu.l2norm_fwd(_randn(4, 3, 8).transpose(0, 1))   # the source's x.view(-1, D) cannot merge the rows
     with pytest.raises(RuntimeError, match="doesn't support feature dim >= 64KB"):
@@ -243,3 +246,15 @@ def test_ops_table_names_sglang_import_paths():
     for key, value in emu.OPS.items():
         module, _, attr = key.partition(":")
         assert module.startswith("sgl_kernel_npu.") and attr and (callable(value) or hasattr(value, "__getitem__"))
+
+
+@pytest.mark.parametrize("d", [512, 513, 600])
+def test_l2norm_adds_eps_under_the_root_as_both_kernels_do(d):
+    """``rsqrt(sum x^2 + eps)`` (D <= 512) / ``1 / sqrt(sum x^2 + eps)`` (above), on small inputs, where eps shows
+    in fp32.  (On this CPU torch's rsqrt and 1 / sqrt agree bit for bit, so which of the two a D selects is
+    not observable here.)"""
+    x = _randn(64, d) * 1e-4
+    sum_sq = (x * x).sum(dim=1, keepdim=True)
+    got = emu.l2norm_fwd(x)
+    assert torch.equal(got, x * torch.rsqrt(sum_sq + 1e-6))
+    assert not torch.equal(got, x * torch.rsqrt(sum_sq - 1e-6)) and not torch.equal(got, x * torch.rsqrt(sum_sq))

@@ -44,4 +44,5 @@ def assert_form(exc: BaseException, op: str, name: str) -> tuple[str, str]:
     assert type(exc) is ValueError and "\n" not in text, repr(exc)
     m = re.fullmatch(rf"{re.escape(op)}: {re.escape(name)}=(?P<value>.+?): expected (?P<what>.+)", text)
     assert m, f"not '{op}: {name}=<value>: expected ...': {text!r}"
+    assert m["what"].strip() not in ("", "None"), f"no expectation said: {text!r}"
     return m["value"], m["what"]

@@ -29,11 +29,6 @@ from sglang_ascend_hybrid.ops.ladder import Absent, Ladder, Rung
 logger = logging.getLogger(__name__)
 
 
-def npu_l2norm_reason(sig: GdnSignature) -> Optional[str]:
-    """Why ``l2norm_fwd`` cannot normalise q / k of ``sig`` (None: it can)."""
-    return caps.l2norm_refusal_reason(sig.head_dim_k, torch.empty((), dtype=sig.dtype).element_size())
-
-
 def _npu_supports(sig: GdnSignature, q: torch.Tensor, k: torch.Tensor) -> Optional[str]:
     if not seam.serves(OP_L2NORM, q, k):
         return Absent(f"{OP_L2NORM} is not installed for these tensors")

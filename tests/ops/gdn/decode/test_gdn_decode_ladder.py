@@ -376,3 +376,13 @@ def test_a_kept_decision_follows_the_probe_the_environment_and_a_refusal(monkeyp
             assert len(entry_calls) == served + 2                  # refused since: the next rung serves
     sig = GdnSignature(4, 2, 16, 16, torch.bfloat16, state_dtype=torch.float32)   # the call's facts, in its lines
     assert f"GDN decode {sig} runs on the triton_decode kernel" in caplog.text
+
+
+def test_a_real_recurrent_kernel_is_never_handed_cpu_tensors():
+    """``npu_recurrent`` serves only where the seam serves the call's tensors: a real (not emulated)
+    kernel takes NPU tensors only."""
+    calls = []
+    with seam.install_real_kernels({"recurrent_gated_delta_rule": lambda *a, **kw: calls.append(1)}):
+        x = _inputs(2, pool_dtype=torch.bfloat16)
+        o = decode.run_decode(_call(x, [1, 3], entry=None))
+    assert calls == [] and o.shape == (1, 2, 4, 16)

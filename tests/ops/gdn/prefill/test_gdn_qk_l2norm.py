@@ -64,15 +64,18 @@ def test_a_strided_q_reaches_the_kernel_as_a_contiguous_copy():
     assert torch.allclose(got_k.double(), _oracle(k), atol=1e-2)
 
 
-def test_rows_past_64_kb_go_to_the_torch_path_with_the_kernels_own_rule():
+def test_rows_past_64_kb_go_to_the_torch_path_with_the_kernels_own_rule(caplog):
     assert l2norm_refusal_reason(32768, 2) is None
     assert "at most 65536 bytes" in l2norm_refusal_reason(32769, 2)
     assert l2norm_refusal_reason(16384, 4) is None and l2norm_refusal_reason(16385, 4) is not None
     q, k = _qk(T=2, H=1, K=16385, dtype=torch.float32)
     kernel = Counting()
+    caplog.set_level(logging.INFO, logger="sglang_ascend_hybrid")
     with seam.install_emulators({OP_L2NORM: kernel}):
         got_q, _ = qk.qk_l2norm(_sig(q, hv=1), q, k)
     assert kernel.inputs == []
+    assert "normalises q and k (K=16385 float32) on the torch kernel" in caplog.text
+    assert "cannot use the npu_l2norm kernel: rows of 16385 x 4 bytes" in caplog.text
     assert torch.allclose(got_q.double(), _oracle(q), atol=1e-5)
 
 

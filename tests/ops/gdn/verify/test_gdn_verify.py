@@ -169,6 +169,23 @@ def test_npu_refusal_falls_back_with_the_scratch_untouched(caplog):
     assert torch.equal(out, ref) and torch.equal(inter, ref_inter) and torch.equal(again, ref)
     assert calls == [1]
     assert caplog.text.count("gdn_verify kernel npu_recurrent refused") == 1
+    served = []
+    real = gdn_npu_recurrent.make_npu_recurrent_emulator()
+
+    def serving(*a, **kw):
+        served.append(1)
+        return real(*a, **kw)
+
+    B, S, nk, nv, dk, dv = 2, 2, 1, 2, 8, 8                      # another head layout: another signature
+    other = gv.VerifyCall(torch.randn(B, S, 2 * nk * dk + nv * dv).to(torch.bfloat16),
+                          torch.zeros(4, nv, dv, dk, dtype=torch.bfloat16), torch.randn(B, S, nv), None, dk ** -0.5,
+                          torch.full((B,), S, dtype=torch.int32), torch.arange(B * S, dtype=torch.int32).view(B, S),
+                          nk, nv, intermediate_state=torch.zeros((B + 1) * S, nv, dv, dk, dtype=torch.bfloat16),
+                          cache_indices=torch.tensor([0, 2], dtype=torch.int32))
+    with seam.install_emulators({OP_NPU_RECURRENT: serving}):
+        gv.recurrent_verify(other)                                  # its own verdict: the op serves it
+        gv.recurrent_verify(_call(c, inter=c["inter"].clone()))   # the refused signature's stays
+    assert served == [1]
 
 
 # ----------------------------------------------------------------------------- the hooked upstream method
