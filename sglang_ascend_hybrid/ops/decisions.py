@@ -106,6 +106,15 @@ class Decisions:
             self._table[key] = (gen, value)
         return value
 
-    def forget(self) -> None:
-        """Drop every kept decision."""
-        self._table = {}
+
+def checked_first(table: Decisions, ladder, call, backend: str, check: Callable[[object], None]) -> tuple:
+    """``(call.signature(), ladder.first(...))`` after ``check(call)`` (the call's shape / dtype
+    checks), kept in ``table`` per metadata key and forced ``backend``: what the GDN decode and verify
+    ops decide for a call (:class:`~sglang_ascend_hybrid.ops.ladder.Ladder` ``__call__`` takes it back)."""
+
+    def decide() -> tuple:
+        check(call)
+        sig = call.signature()
+        return sig, ladder.first(sig, call, backend=backend)
+
+    return table.decide((backend, key_of(call)), decide)

@@ -35,8 +35,6 @@ def test_kept_while_the_generation_stands_and_decided_again_after_a_change():
     assert table.decide("other", make) == 2                   # another key: its own decision
     decisions.changed()
     assert table.decide("k", make) == 3 and table.decide("k", make) == 3
-    table.forget()
-    assert table.decide("k", make) == 4
 
 
 def test_a_failed_decision_is_not_kept():

@@ -493,7 +493,7 @@ class Decision:
     first: Optional[int]
 
 
-_DECIDED = {name: Decisions(name) for name in ("causal_conv1d_fn", "causal_conv1d_update", "causal_conv1d_verify")}
+_DECIDED = {ladder.op: Decisions(ladder.op) for ladder in (FN_LADDER, UPDATE_LADDER, VERIFY_LADDER)}
 
 
 def decide_call(ladder: Ladder, call: FnCall | UpdateCall | VerifyCall, check: Callable[[], bool]) -> Decision:

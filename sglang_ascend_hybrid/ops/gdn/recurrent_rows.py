@@ -22,8 +22,8 @@ def beta_logit(beta: torch.Tensor) -> torch.Tensor:
     return torch.logit(beta.float()).clamp(-BETA_LOGIT_BOUND, BETA_LOGIT_BOUND).to(torch.bfloat16)
 
 
-def recurrent_on_rows(q, k, v, beta_logits, g, pool, slots, live, scale: float, *, lengths=None,
-                      slot_rows=None) -> torch.Tensor:
+def recurrent_on_rows(q, k, v, beta_logits, g, pool, slots, live, scale: float, *, lengths,
+                      slot_rows) -> torch.Tensor:
     """``torch.ops.npu.recurrent_gated_delta_rule`` for one token per request on the pool rows ``slots``;
     only live requests' rows change.
 
@@ -37,16 +37,14 @@ def recurrent_on_rows(q, k, v, beta_logits, g, pool, slots, live, scale: float, 
     token t only for ``t < actual_seq_lengths[b]``; a padded request's row is read and never written;
     the op's host checks run before any write).  A pool the op cannot address in place (not
     contiguous) goes through a gathered copy of the rows, written back for the live requests.
-    ``lengths`` / ``slot_rows``: ``live`` as int32 ``[B]`` / ``slots`` as int32 ``[B, 1]`` where the
-    caller has them already."""
+    ``lengths`` / ``slot_rows``: ``live`` as int32 ``[B]`` / ``slots`` as int32 ``[B, 1]`` (the decode
+    step's, made once per step)."""
     B, Hv, V = v.shape[-3:]
     Hk = q.shape[-2]
     mix = torch.cat([q.reshape(B, 1, -1), k.reshape(B, 1, -1), v.reshape(B, 1, -1)], -1)
     beta = beta_logits.reshape(B, 1, Hv).contiguous()
     gates = as_dtype(g.reshape(B, 1, Hv), torch.float32).contiguous()
     if pool.is_contiguous():
-        lengths = live.to(torch.int32) if lengths is None else lengths
-        slot_rows = slots.to(torch.int32).view(B, 1) if slot_rows is None else slot_rows
         return seam.call(OP_NPU_RECURRENT, mix, pool, beta, scale, lengths, slot_rows, Hk, Hv,
                          g=gates).reshape(B, Hv, V)
     slots = slots.long()

@@ -61,7 +61,7 @@ import torch
 
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.decisions import Decisions, key_of
+from sglang_ascend_hybrid.ops.decisions import Decisions, checked_first
 from sglang_ascend_hybrid.ops.errors import bad_input
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
@@ -382,13 +382,6 @@ def verify_rungs() -> tuple[str, ...]:
     return VERIFY.names
 
 
-def _decide(call: VerifyCall, backend: str) -> tuple[GdnSignature, int]:
-    """What a call's metadata decides: its inputs pass the checks, its signature, its first rung."""
-    check_verify_inputs(call)
-    sig = call.signature()
-    return sig, VERIFY.first(sig, call, backend=backend)
-
-
 _DECIDED = Decisions("gdn verify")
 
 
@@ -397,7 +390,7 @@ def recurrent_verify(call: VerifyCall, *, backend: str = "auto", check_values: O
     """Run one verify step through the ladder; returns ``[B, S, nv, dv]`` in mix_qkv's dtype
     (rows past a sequence's length are 0).  ``check_values`` (default True) reads the index
     tensors on the host first; the serving hook passes ``SGLANG_ASCEND_HYBRID_DEBUG_CHECKS``."""
-    call._signature, first = _DECIDED.decide((backend, key_of(call)), lambda: _decide(call, backend))
+    call._signature, first = checked_first(_DECIDED, VERIFY, call, backend, check_verify_inputs)
     if check_values is None or check_values:
         check_verify_values(call)
     return VERIFY(call._signature, call, backend=backend, first=first)

@@ -63,10 +63,6 @@ def _require_power_of_two(name: str, value: int, why: str) -> None:
         raise ValueError(f"{name}={value}: expected a power of two ({why})")
 
 
-def _next_power_of_2(n: int) -> int:
-    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
-
-
 # ----------------------------------------------------------------------------- fla/utils.py
 
 

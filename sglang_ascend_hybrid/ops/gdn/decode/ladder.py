@@ -31,7 +31,7 @@ import torch
 
 from sglang_ascend_hybrid.envs import ENV
 from sglang_ascend_hybrid.ops import seam
-from sglang_ascend_hybrid.ops.decisions import Decisions, key_of
+from sglang_ascend_hybrid.ops.decisions import Decisions, checked_first
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 from sglang_ascend_hybrid.ops.gdn.decode import contract as dc
@@ -167,13 +167,6 @@ def decode_static_reasons(sig: GdnSignature, entry: Optional[str]) -> list[tuple
     return out
 
 
-def _decide(call: DecodeCall, backend: str) -> tuple[GdnSignature, int]:
-    """What a call's metadata decides: its inputs pass the checks, its signature, its first rung."""
-    check_decode_inputs(call)
-    sig = call.signature()
-    return sig, DECODE.first(sig, call, backend=backend)
-
-
 _DECIDED = Decisions("gdn decode")
 
 
@@ -182,7 +175,7 @@ def run_decode(call: DecodeCall, backend: str = "auto", *, check_values: Optiona
     (padded requests' rows 0).  Shapes and dtypes are checked (metadata only: no host sync);
     ``check_values`` (None: ``SGLANG_ASCEND_HYBRID_DEBUG_CHECKS``) also reads the offsets and slots
     on the host first (:func:`check_decode_values`)."""
-    call._signature, first = _DECIDED.decide((backend, key_of(call)), lambda: _decide(call, backend))
+    call._signature, first = checked_first(_DECIDED, DECODE, call, backend, check_decode_inputs)
     if ENV.DEBUG_CHECKS.get() if check_values is None else check_values:
         check_decode_values(call)
     o = DECODE(call._signature, call, backend=backend, first=first)   # [B, Hv, V], a new tensor

@@ -25,6 +25,7 @@ from sglang_ascend_hybrid.ops.gdn.contract import OP_L2NORM
 from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature, rejection_line
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.ladder import Absent, Ladder, Rung
+from sglang_ascend_hybrid.ops.signature import dtype_name
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ def _npu_supports(sig: GdnSignature, q: torch.Tensor, k: torch.Tensor) -> Option
 def _said(rung: str, q: torch.Tensor) -> None:
     log_once(logger, ("gdn-qk-l2norm", rung, q.shape[-1], q.dtype),
              "sglang-ascend-hybrid: GDN prefill normalises q and k (K=%d %s) on the %s kernel", q.shape[-1],
-             str(q.dtype).replace("torch.", ""), rung)
+             dtype_name(q.dtype), rung)
 
 
 def _npu_run(q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -58,8 +59,6 @@ L2NORM = Ladder("gdn_qk_l2norm", [
 ], rejection=rejection_line("qk l2norm"), log=logger)
 
 
-def qk_l2norm(sig: GdnSignature, q: torch.Tensor, k: torch.Tensor,
-              first: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """q and k (``[.., Hk, K]``) l2-normalised over the last dim, in their dtype.  ``first``: what
-    ``L2NORM.first(sig, q, k)`` answered for these tensors' metadata (kept by the caller)."""
-    return L2NORM(sig, q, k, first=first)
+def qk_l2norm(sig: GdnSignature, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """q and k (``[.., Hk, K]``) l2-normalised over the last dim, in their dtype."""
+    return L2NORM(sig, q, k)
