@@ -71,6 +71,7 @@ from typing import Callable, Optional
 import pytest
 import torch
 
+from sglang_ascend_hybrid.emulators.gdn_gating import fused_gdn_gating_kernel_without_sigmoid
 from tests.e2e import harness, npu_standins
 
 DRAFT_TOKENS = 4  # speculative_num_draft_tokens: the root + 3 MTP drafts (speculative_num_steps 3)
@@ -88,15 +89,6 @@ def engine_args(draft_tokens: int = DRAFT_TOKENS) -> dict:
 
 
 # --------------------------------------------------------------------------- NPU stand-ins
-
-
-def fused_gdn_gating_kernel_without_sigmoid(A_log, a, b, dt_bias, beta=1.0, threshold=20.0):
-    """sgl-kernel-npu ``fla/fused_gdn_gating.py`` ``fused_gdn_gating_kernel_without_sigmoid``:
-    ``g = -exp(A_log) * softplus(a + dt_bias)`` in fp32 as ``[1, T, H]``, and ``b`` returned
-    unchanged (the verify op applies the sigmoid itself)."""
-    x = a.float() + dt_bias.float()
-    softplus = torch.where(beta * x <= threshold, torch.log1p(torch.exp(beta * x)) / beta, x)
-    return (-A_log.float().exp() * softplus).unsqueeze(0), b
 
 
 def conv_state_rollback(conv_states, state_indices, step_indices, draft_token_num):
@@ -180,6 +172,7 @@ def spec_npu_ops(*, fp32_conv: bool = True):
         return op
 
     with pytest.MonkeyPatch.context() as mp:
+        # the plugin's emulator of it (emulators/gdn_gating.py: its tiling defect and its addressing included)
         mp.setattr(gdn_mod, "fused_gdn_gating_kernel_without_sigmoid", fused_gdn_gating_kernel_without_sigmoid)
         mp.setattr(hybrid_mod, "move_intermediate_cache",
                    counted("move_intermediate_cache", emulate_move_intermediate_cache))

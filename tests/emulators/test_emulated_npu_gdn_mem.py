@@ -81,43 +81,6 @@ def test_split_refuses_inputs_the_kernel_would_misread():
         emu.fused_qkvzba_split_reshape_cat_contiguous(_randn(3, 2 * 16 + 2 * 12), _randn(3, 6), 2, 3, 8, 4)
 
 
-# ----------------------------------------------------------------------------- gating
-
-
-@needs_triton_interpreter
-def test_gdn_gating_matches_sglang_triton():
-    from sglang.kernels.ops.attention.linear.fused_gdn_gating import fused_gdn_gating as ref
-    tokens, heads = 5, 4
-    a = _randn(tokens, heads, dtype=torch.bfloat16) * 8  # reaches the softplus threshold branch too
-    b = _randn(tokens, heads, dtype=torch.bfloat16, seed=1)
-    A_log, dt_bias = _randn(heads, seed=2), _randn(heads, seed=3) * 10
-    g, beta = emu.fused_gdn_gating_npu(A_log, a, b, dt_bias)
-    g_ref, beta_ref = ref(A_log, a, b, dt_bias)
-    assert g.dtype == torch.float32 and g.shape == (1, tokens, heads)
-    assert beta.dtype == b.dtype and beta.shape == (1, tokens, heads)  # NPU stores b's dtype
-    assert torch.allclose(g, g_ref, rtol=1e-5, atol=1e-5)
-    # The NPU kernel takes sigmoid in float32 and rounds once to b's dtype.
-    assert torch.equal(beta, torch.sigmoid(b.double()).to(b.dtype).unsqueeze(0))
-    assert torch.allclose(beta.float(), beta_ref, atol=1e-2)
-
-
-def test_gating_without_sigmoid_returns_b_itself_and_fp64_g():
-    tokens, heads = 3, 4
-    a, b = _randn(tokens, heads) * 30, _randn(tokens, heads, seed=1)
-    A_log, dt_bias = _randn(heads, seed=2), _randn(heads, seed=3)
-    g, beta = emu.fused_gdn_gating_kernel_without_sigmoid(A_log, a, b, dt_bias)
-    x = a.double() + dt_bias.double()
-    want = -A_log.double().exp() * F.softplus(x, beta=1.0, threshold=20.0)
-    assert beta is b and g.shape == (1, tokens, heads) and g.dtype == torch.float32
-    assert torch.allclose(g[0].double(), want, rtol=1e-5, atol=1e-5)
-
-
-def test_gating_refuses_strided_a():
-    a = _randn(4, 8)[:, ::2]
-    with pytest.raises(ValueError, match="a: expected a contiguous"):
-        emu.fused_gdn_gating_npu(_randn(4), a, _randn(4, 4), _randn(4))
-
-
 # ----------------------------------------------------------------------------- l2norm, chunk indices
 
 

@@ -99,6 +99,7 @@ OP_NPU_RECURRENT = "recurrent_gated_delta_rule"                         # torch.
 OP_MEGA = "sgl_kernel_npu.fla.mega_chunk_gdn:run_mega_chunk_gdn"        # Python entry
 OP_TRITON = "sgl_kernel_npu.fla.chunk:chunk_gated_delta_rule_npu"       # Python entry (Triton)
 OP_L2NORM = "sgl_kernel_npu.fla.l2norm:l2norm_fwd"                      # Python entry (Triton)
+OP_GATING = "sgl_kernel_npu.fla.fused_gdn_gating:fused_gdn_gating_npu"  # Python entry (Triton)
 # What an operator sees for each op (kernel reports): its name, and a note on its builds.
 KERNEL_NOTES = {
     OP_NPU_CHUNK: ("torch.ops.npu.chunk_gated_delta_rule",
@@ -108,6 +109,8 @@ KERNEL_NOTES = {
     OP_MEGA: ("sgl_kernel_npu run_mega_chunk_gdn", "absent before sgl-kernel-npu 2026.05.01.post3"),
     OP_TRITON: ("sgl_kernel_npu chunk_gated_delta_rule_npu (Triton)", ""),
     OP_L2NORM: ("sgl_kernel_npu l2norm_fwd (Triton)", "what SGLang's chunk_gdn runs on q and k first"),
+    OP_GATING: ("sgl_kernel_npu fused_gdn_gating_npu (Triton)",
+                "what SGLang's Ascend GDN backend runs for a step's gates; absent before sgl-kernel-npu 2026.01.09"),
 }
 
 PairPredicate = Callable[[int, int], bool]
@@ -508,6 +511,40 @@ def l2norm_refusal_reason(dim: int, itemsize: int) -> Optional[str]:
 
 def is_l2norm_refusal(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and L2NORM_TEXT in str(exc)
+
+
+# ----------------------------------------------------------------------------- fused_gdn_gating_npu
+# sgl-project/sgl-kernel-npu python/sgl_kernel_npu/sgl_kernel_npu/fla/fused_gdn_gating.py, read at f425bdf1
+# (the signature is the same in every version of the file, from its first commit ea4949d7, first tagged
+# 2026.01.09): ``fused_gdn_gating_npu(A_log, a, b, dt_bias, beta=1.0, threshold=20.0) -> (g, beta_output)``.
+# Host: ``batch, num_heads = a.shape`` (its only check: a must be 2-D), g ``torch.empty(1, batch, H)``
+# float32, beta_output ``torch.empty(1, batch, H)`` in b's dtype.  Kernel ``fused_gdn_gating_kernel``:
+# ``g = -exp(A_log) * softplus(a + dt_bias)`` in fp32 with its own softplus ``(1/beta) * log(1 + exp(beta*x))``
+# where ``beta*x <= threshold``, else x; ``beta_output = sigmoid(b)``.  It addresses a[t, h] and b[t, h] at
+# ``t * H + h`` and A_log / dt_bias at ``h`` whatever their strides (a strided a is read from the wrong
+# places: run under Triton's CPU interpreter, a column slice of a wider tensor gave g != the reference);
+# its loads and stores are masked by ``t < batch`` and ``h < H``.  Its batch tiling (``BLK_BATCHES`` a
+# power of two, at most 64) serves every batch size.  SKN PR #810 (open) reports that after PR #747 it
+# returns g / beta_output 2-D ``[batch, H]``: that source was not readable here, so the plugin reads g
+# by its element count (``reshape(B, H)``), which either form satisfies.
+# Its sibling ``fused_gdn_gating_kernel_without_sigmoid`` (which SGLang's target-verify step runs) tiles
+# ``BLK_BATCHES = cdiv(batch, cdiv(48, cdiv(H, 8)))`` into ``tl.arange``, which takes powers of two only:
+# it raises for such batches (e.g. H = 6 and 97..144 tokens) -- the plugin does not call it.
+
+GATING_ARANGE_TEXT = "arange's range must be a power of 2"
+
+
+def gating_refusal_reason(value_heads: int, A_log: torch.Tensor, dt_bias: torch.Tensor) -> Optional[str]:
+    """Why ``fused_gdn_gating_npu`` cannot compute the gates of a layer with ``value_heads`` heads from these
+    per-head weights (None: it can): the kernel reads ``A_log[h]`` / ``dt_bias[h]`` at ``h``, so each must be
+    one contiguous element per head."""
+    for name, t in (("A_log", A_log), ("dt_bias", dt_bias)):
+        if t.numel() != value_heads or not t.is_contiguous():
+            return (f"it reads {name} as {value_heads} contiguous elements (one per value head), got shape "
+                    f"{tuple(t.shape)} strides {tuple(t.stride())}")
+        if not t.dtype.is_floating_point:
+            return f"it loads {name} as a float, got {str(t.dtype).replace('torch.', '')}"
+    return None
 
 
 # ----------------------------------------------------------------------------- triton chunk entry

@@ -23,6 +23,7 @@ from typing import Callable
 
 import torch
 
+from sglang_ascend_hybrid.emulators.gdn_gating import fused_gdn_gating_kernel_without_sigmoid, fused_gdn_gating_npu
 from sglang_ascend_hybrid.emulators.gdn_l2norm import l2norm_fwd
 from sglang_ascend_hybrid.emulators.mamba_state_update import emulate_move_intermediate_cache
 
@@ -200,62 +201,11 @@ def prepare_chunk_indices(cu_seqlens, chunk_size):
 # ----------------------------------------------------------------------------- fla/fused_gdn_gating.py
 
 
-def _check_gating_inputs(A_log, a, dt_bias) -> int:
-    _require_ndim("a", a, 2)
-    num_heads = a.shape[1]
-    for name, t in (("A_log", A_log), ("dt_bias", dt_bias)):
-        _require_tensor(name, t)
-        if t.numel() != num_heads or not t.is_contiguous():
-            raise ValueError(f"{name}: expected {num_heads} contiguous elements (one per head; the kernel loads "
-                             f"{name} + head), got shape {tuple(t.shape)} strides {t.stride()}")
-    _require_contiguous("a", a, "the kernel addresses a[t, h] at t * num_heads + h")
-    return num_heads
-
-
-def _gdn_g(A_log, a, dt_bias, beta: float, threshold: float) -> torch.Tensor:
-    """``g = -exp(A_log) * softplus(a + dt_bias)`` in float32, with the kernel's own softplus:
-    ``(1/beta) * log(1 + exp(beta*x))`` where ``beta*x <= threshold``, else ``x``."""
-    x = a.float() + dt_bias.float().reshape(-1)
-    softplus_x = torch.where(beta * x <= threshold, (1 / beta) * torch.log(1 + torch.exp(beta * x)), x)
-    return -torch.exp(A_log.float().reshape(-1)) * softplus_x
-
-
-def fused_gdn_gating_npu(A_log, a, b, dt_bias, beta: float = 1.0, threshold: float = 20.0):
-    """``sgl_kernel_npu.fla.fused_gdn_gating.fused_gdn_gating_npu`` -> ``(g, beta_output)``.
-
-    Source: sgl-project/sgl-kernel-npu ``python/sgl_kernel_npu/sgl_kernel_npu/fla/fused_gdn_gating.py``
-    at f425bdf1e191a7682296d3b2ed0b927d4e37d671 (``fused_gdn_gating_npu``, ``fused_gdn_gating_kernel``).
-    ``g`` float32 ``[1, T, H]``; ``beta_output = sigmoid(b)`` computed in float32 and stored in
-    **b's dtype** ``[1, T, H]`` (SGLang's CUDA kernel stores float32: a difference copied here).
-    Strict: ``a`` 2-D contiguous, ``b`` of ``a``'s shape and contiguous (addressed ``t*H + h``),
-    ``A_log`` / ``dt_bias`` one contiguous element per head.
-    SGLang: ``layers/attention/linear/gdn_backend.py`` and ``hardware_backend/npu/attention/
-    ascend_gdn_backend.py`` (0.5.20-0.5.23), positional ``(layer.A_log, a, b, layer.dt_bias)``.
-    """
-    num_heads = _check_gating_inputs(A_log, a, dt_bias)
-    _require_tensor("b", b)
-    _require_shape("b", b, tuple(a.shape))
-    _require_contiguous("b", b, "the kernel addresses b[t, h] at t * num_heads + h")
-    g = _gdn_g(A_log, a, dt_bias, beta, threshold).reshape(1, a.shape[0], num_heads)
-    beta_output = torch.sigmoid(b.float()).to(b.dtype).reshape(1, a.shape[0], num_heads)
-    return g, beta_output
-
-
-def fused_gdn_gating_kernel_without_sigmoid(A_log, a, b, dt_bias, beta: float = 1.0, threshold: float = 20.0):
-    """``sgl_kernel_npu.fla.fused_gdn_gating.fused_gdn_gating_kernel_without_sigmoid`` -> ``(g, b)``.
-
-    Source: as :func:`fused_gdn_gating_npu` (``fused_gdn_gating_kernel_without_sigmoid`` and its kernel).
-    ``g`` float32 ``[1, T, H]``; ``b`` is returned **as given** (the same tensor object, no sigmoid).
-    Strict: ``a`` 2-D contiguous with at least one row (the host's ``BLK_BATCHES = cdiv(batch, ...)`` is
-    0 for an empty batch, which ``tl.arange`` rejects).
-    SGLang: ``ascend_gdn_backend.py`` ``forward_extend`` target-verify branch (0.5.20-0.5.23),
-    positional ``(layer.A_log, a, b, layer.dt_bias)``.
-    """
-    num_heads = _check_gating_inputs(A_log, a, dt_bias)
-    if a.shape[0] == 0:
-        raise ValueError("a: expected at least one row (BLK_BATCHES would be 0), got shape (0, ...)")
-    g = _gdn_g(A_log, a, dt_bias, beta, threshold).reshape(1, a.shape[0], num_heads)
-    return g, b
+# fused_gdn_gating_npu, fused_gdn_gating_kernel_without_sigmoid: the plugin's own emulators
+# (sglang_ascend_hybrid/emulators/gdn_gating.py, their source cited there), which the GDN decode's seam
+# op uses as well.  SGLang calls both positionally ``(layer.A_log, a, b, layer.dt_bias)``
+# (``layers/attention/linear/gdn_backend.py`` and ``hardware_backend/npu/attention/ascend_gdn_backend.py``,
+# 0.5.20-0.5.23); it stores beta_output in b's dtype where SGLang's CUDA kernel stores float32.
 
 
 # ----------------------------------------------------------------------------- fla/l2norm.py
