@@ -22,7 +22,7 @@ REPO_ROOT = Path(__file__).parent.parent
 def forget_learnt_state() -> None:
     """Forget what the plugin learnt about the installed kernels: probe verdicts, and the refusals its
     kernel ladders learnt (GDN prefill and its q / k l2norm / decode / verify, short-conv prefill /
-    update, with the conv tiling record, packed attention).  Only modules already imported are
+    update, with the conv tiling record, packed attention; the decode gates).  Only modules already imported are
     touched, so no test imports more than it asks for."""
     from sglang_ascend_hybrid.ops import seam
 
@@ -36,6 +36,8 @@ def forget_learnt_state() -> None:
         loaded("sglang_ascend_hybrid.ops.gdn.verify").VERIFY.forget_refusals()
     if loaded("sglang_ascend_hybrid.ops.gdn.decode.ladder") is not None:
         loaded("sglang_ascend_hybrid.ops.gdn.decode.ladder").DECODE.forget_refusals()
+    if loaded("sglang_ascend_hybrid.ops.gdn.decode.gates") is not None:
+        loaded("sglang_ascend_hybrid.ops.gdn.decode.gates").GATES.forget_refusals()
     if loaded("sglang_ascend_hybrid.ops.conv.dispatch") is not None:
         loaded("sglang_ascend_hybrid.ops.conv.dispatch").reset_state()
     if loaded("sglang_ascend_hybrid.ops.attention.dispatch") is not None:

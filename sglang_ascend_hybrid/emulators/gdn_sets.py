@@ -1,19 +1,27 @@
 """The GDN emulator set of one machine (:func:`emulators`, keyed by seam name for
 ``seam.install_emulators``) and :func:`missing_torch_op`, what a build without a registered op does.
-The emulators themselves: :mod:`.gdn_mega`, :mod:`.gdn_npu_chunk`, :mod:`.gdn_npu_recurrent`,
-:mod:`.gdn_triton_chunk` (each with its upstream source)."""
+The emulators themselves: :mod:`.gdn_gating`, :mod:`.gdn_l2norm`, :mod:`.gdn_mega`, :mod:`.gdn_npu_chunk`,
+:mod:`.gdn_npu_recurrent`, :mod:`.gdn_triton_chunk` (each with its upstream source)."""
 
 from __future__ import annotations
 
 from typing import Callable, Optional
 
+from sglang_ascend_hybrid.emulators.gdn_gating import fused_gdn_gating_npu
 from sglang_ascend_hybrid.emulators.gdn_l2norm import l2norm_fwd
 from sglang_ascend_hybrid.emulators.gdn_mega import make_mega_emulator
 from sglang_ascend_hybrid.emulators.gdn_npu_chunk import make_npu_chunk_emulator
 from sglang_ascend_hybrid.emulators.gdn_npu_recurrent import make_npu_recurrent_emulator
 from sglang_ascend_hybrid.emulators.gdn_triton_chunk import make_triton_chunk_emulator
 from sglang_ascend_hybrid.ops.gdn import contract as caps
-from sglang_ascend_hybrid.ops.gdn.contract import OP_L2NORM, OP_MEGA, OP_NPU_CHUNK, OP_NPU_RECURRENT, OP_TRITON
+from sglang_ascend_hybrid.ops.gdn.contract import (
+    OP_GATING,
+    OP_L2NORM,
+    OP_MEGA,
+    OP_NPU_CHUNK,
+    OP_NPU_RECURRENT,
+    OP_TRITON,
+)
 
 
 def missing_torch_op(op: str) -> Callable:
@@ -30,7 +38,8 @@ def missing_torch_op(op: str) -> Callable:
 def emulators(mega_predicate=None, npu_chunk_refuse=None, *, chip: Optional[str] = "A3",
               mega_variant: Optional[caps.MegaVariant] = caps.MEGA_CURRENT,
               recurrent: bool = True, npu_chunk: bool = True, triton: bool = False,
-              version: Optional[str] = None, environ=None, l2norm: bool = True) -> dict[str, Callable]:
+              version: Optional[str] = None, environ=None, l2norm: bool = True,
+              gating: bool = True) -> dict[str, Callable]:
     """The GDN emulators of one machine, keyed by seam name (for ``seam.install_emulators``).
 
     ``chip``: the chip generation.  On ``"950"`` the sgl-kernel-npu build has neither
@@ -43,8 +52,11 @@ def emulators(mega_predicate=None, npu_chunk_refuse=None, *, chip: Optional[str]
     ``mega_variant=None``: a release without the mega kernel (tags before ``2026.05.01.post3``).
     ``triton``: also the Triton entry (:func:`make_triton_chunk_emulator`, of ``version``, reading
     ``environ``).  ``l2norm``: also the Triton ``l2norm_fwd`` (:mod:`.gdn_l2norm`; every build has it).
+    ``gating``: also the Triton ``fused_gdn_gating_npu`` (:mod:`.gdn_gating`; builds from 2026.01.09 on).
     """
     ops: dict[str, Callable] = {OP_L2NORM: l2norm_fwd} if l2norm else {}
+    if gating:
+        ops[OP_GATING] = fused_gdn_gating_npu
     mega_registered = mega_variant is not None and chip != "950"
     if mega_registered:
         ops[OP_MEGA] = make_mega_emulator(mega_predicate, variant=mega_variant)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import fields
-from typing import Callable, Hashable, TypeVar
+from typing import Callable, Hashable, Optional, TypeVar
 
 import torch
 
@@ -79,6 +79,12 @@ def key_of(call) -> tuple:
     return tuple(key)
 
 
+def tensors_key(*tensors) -> tuple:
+    """The key of a few tensors (None entries as None): each by its metadata, as :func:`key_of` holds one."""
+    return tuple([None if t is None else (t.shape, t.stride(), t.storage_offset(), t.dtype, t.device)
+                  for t in tensors])
+
+
 class Decisions:
     """One call site's kept decisions: ``key -> (generation, value)``.  At most ``capacity`` entries
     (a serving process meets a few shapes per call site; past that the table starts afresh)."""
@@ -107,14 +113,17 @@ class Decisions:
         return value
 
 
-def checked_first(table: Decisions, ladder, call, backend: str, check: Callable[[object], None]) -> tuple:
-    """``(call.signature(), ladder.first(...))`` after ``check(call)`` (the call's shape / dtype
-    checks), kept in ``table`` per metadata key and forced ``backend``: what the GDN decode and verify
-    ops decide for a call (:class:`~sglang_ascend_hybrid.ops.ladder.Ladder` ``__call__`` takes it back)."""
+def checked_first(table: Decisions, ladder, call, backend: str, check: Callable[[object], None],
+                  then: Optional[Callable[[object, Optional[int]], object]] = None) -> tuple:
+    """``(call.signature(), ladder.first(...), then(call, first))`` after ``check(call)`` (the call's shape /
+    dtype checks), kept in ``table`` per metadata key and forced ``backend``: what the GDN decode and verify
+    ops decide for a call (:class:`~sglang_ascend_hybrid.ops.ladder.Ladder` ``__call__`` takes ``first``
+    back).  ``then``: a further decision of the same metadata given the rung chosen (None without it)."""
 
     def decide() -> tuple:
         check(call)
         sig = call.signature()
-        return sig, ladder.first(sig, call, backend=backend)
+        first = ladder.first(sig, call, backend=backend)
+        return sig, first, None if then is None else then(call, first)
 
     return table.decide((backend, key_of(call)), decide)

@@ -7,7 +7,14 @@ import pytest
 
 from sglang_ascend_hybrid.emulators import causal_conv1d as conv_emu
 from sglang_ascend_hybrid.emulators import gdn_sets
-from sglang_ascend_hybrid.ops.gdn.contract import OP_L2NORM, OP_MEGA, OP_NPU_CHUNK, OP_NPU_RECURRENT, OP_TRITON
+from sglang_ascend_hybrid.ops.gdn.contract import (
+    OP_GATING,
+    OP_L2NORM,
+    OP_MEGA,
+    OP_NPU_CHUNK,
+    OP_NPU_RECURRENT,
+    OP_TRITON,
+)
 
 
 def test_emulator_sets_by_chip():
@@ -19,10 +26,12 @@ def test_emulator_sets_by_chip():
 def test_the_emulated_ascend_950_build_offers_what_such_a_build_has():
     a3 = gdn_sets.emulators(chip="A3", triton=True)
     n950 = gdn_sets.emulators(chip="950", triton=True)
-    assert set(a3) == {OP_MEGA, OP_NPU_CHUNK, OP_NPU_RECURRENT, OP_TRITON, OP_L2NORM}
-    assert set(n950) == {OP_NPU_CHUNK, OP_TRITON, OP_L2NORM}  # no mega, no recurrent op
-    assert set(gdn_sets.emulators(chip="950", npu_chunk=False)) == {OP_L2NORM}   # a Triton kernel: every build
-    assert set(gdn_sets.emulators(chip="950", npu_chunk=False, l2norm=False)) == set()
+    assert set(a3) == {OP_MEGA, OP_NPU_CHUNK, OP_NPU_RECURRENT, OP_TRITON, OP_L2NORM, OP_GATING}
+    assert set(n950) == {OP_NPU_CHUNK, OP_TRITON, OP_L2NORM, OP_GATING}  # no mega, no recurrent op
+    # Triton kernels: every build (the gating one from 2026.01.09 on)
+    assert set(gdn_sets.emulators(chip="950", npu_chunk=False)) == {OP_L2NORM, OP_GATING}
+    assert set(gdn_sets.emulators(chip="950", npu_chunk=False, l2norm=False)) == {OP_GATING}
+    assert set(gdn_sets.emulators(chip="950", npu_chunk=False, l2norm=False, gating=False)) == set()
     conv = conv_emu.emulators(**conv_emu.VARIANTS["ascend950"])
     assert conv_emu.OP_ACLNN not in conv  # no torch.ops.npu.causal_conv1d either
     with pytest.raises(AttributeError, match="has no attribute 'mega_chunk_gdn'"):

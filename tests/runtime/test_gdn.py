@@ -71,7 +71,9 @@ def _fp32_pool_rungs() -> set:
 
     prefill = "triton" if entry_route_serves_prefill() else "torch"
     return {L2NORM, ("gdn_prefill", prefill), ("gdn_serving_decode", "torch")}
-BF16_POOL_RUNGS = {L2NORM, ("gdn_prefill", "npu_chunk"), ("gdn_serving_decode", "npu_recurrent")}
+# the recurrent op takes the decay computed: on sgl-kernel-npu's Triton fused_gdn_gating_npu
+BF16_POOL_RUNGS = {L2NORM, ("gdn_prefill", "npu_chunk"), ("gdn_serving_decode", "npu_recurrent"),
+                   ("gdn_decode_gates", "npu_gating")}
 
 
 def _gdn_rungs(served) -> set:

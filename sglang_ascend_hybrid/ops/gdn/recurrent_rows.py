@@ -28,8 +28,8 @@ def recurrent_on_rows(q, k, v, beta_logits, g, pool, slots, live, scale: float, 
     only live requests' rows change.
 
     q, k ``[B, Hk, K]`` raw (the op l2-normalises them); v ``[B, Hv, V]`` (each may have a leading
-    dim of 1: a decode step's ``[1, B, ...]``); ``beta_logits`` ``[B, Hv]``
-    (the op applies the sigmoid); g ``[B, Hv]`` fp32; ``slots`` ``[B]`` in ``[0, slots)`` (padding
+    dim of 1: a decode step's ``[1, B, ...]``); ``beta_logits`` (the op applies the sigmoid) and g
+    (fp32) ``B * Hv`` elements each, in row order (any shape); ``slots`` ``[B]`` in ``[0, slots)`` (padding
     clamped there), ``live`` ``[B]`` bool.  Returns ``o [B, Hv, V]`` (padded requests' rows undefined).
 
     A contiguous pool is handed to the op in place: request b reads row ``slots[b]`` and, with
@@ -41,7 +41,10 @@ def recurrent_on_rows(q, k, v, beta_logits, g, pool, slots, live, scale: float, 
     step's, made once per step)."""
     B, Hv, V = v.shape[-3:]
     Hk = q.shape[-2]
-    mix = torch.cat([q.reshape(B, 1, -1), k.reshape(B, 1, -1), v.reshape(B, 1, -1)], -1)
+    if q.shape[-1] == v.shape[-1] and q.dim() == v.dim():   # K == V: one cat over the heads, one view
+        mix = torch.cat([q, k, v], -2).reshape(B, 1, -1)
+    else:
+        mix = torch.cat([q.reshape(B, 1, -1), k.reshape(B, 1, -1), v.reshape(B, 1, -1)], -1)
     beta = beta_logits.reshape(B, 1, Hv).contiguous()
     gates = as_dtype(g.reshape(B, 1, Hv), torch.float32).contiguous()
     if pool.is_contiguous():

@@ -390,7 +390,7 @@ def recurrent_verify(call: VerifyCall, *, backend: str = "auto", check_values: O
     """Run one verify step through the ladder; returns ``[B, S, nv, dv]`` in mix_qkv's dtype
     (rows past a sequence's length are 0).  ``check_values`` (default True) reads the index
     tensors on the host first; the serving hook passes ``SGLANG_ASCEND_HYBRID_DEBUG_CHECKS``."""
-    call._signature, first = checked_first(_DECIDED, VERIFY, call, backend, check_verify_inputs)
+    call._signature, first, _ = checked_first(_DECIDED, VERIFY, call, backend, check_verify_inputs)
     if check_values is None or check_values:
         check_verify_values(call)
     return VERIFY(call._signature, call, backend=backend, first=first)

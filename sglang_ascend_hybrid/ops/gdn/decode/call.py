@@ -60,6 +60,7 @@ class DecodeCall:
     _decay: Optional[torch.Tensor] = None
     _rows: Optional["StepRows"] = None
     _signature: Optional[GdnSignature] = None
+    _gates_first: Optional[int] = None   # the gates ladder's rung kept for this metadata (.gates)
 
     @classmethod
     def with_gates(cls, q, k, v, g, beta, pool, cache_indices, *, scale: Optional[float] = None,
@@ -124,12 +125,11 @@ class DecodeCall:
         return self.decay(), beta.reshape(B, Hv).float()
 
     def beta_logits(self) -> torch.Tensor:
-        """``[B, Hv]`` beta before its sigmoid (what the recurrent op takes): SGLang's ``b``, or the finite
-        logit of a precomputed beta."""
-        B, Hv = self.batch, self.heads[2]
+        """Beta before its sigmoid (what the recurrent op takes), ``B * Hv`` elements in row order (any
+        shape): SGLang's ``b`` as given, or the finite logit of a precomputed beta."""
         if self.precomputed_gates is not None:
-            return beta_logit(self.precomputed_gates[1].reshape(B, Hv))
-        return self.b.reshape(B, Hv)
+            return beta_logit(self.precomputed_gates[1])
+        return self.b
 
     def step_qk(self) -> tuple[torch.Tensor, torch.Tensor]:
         """q, k ``[B, Hk, K]`` as the step uses them: l2-normalised in fp32 (as the device kernels do: a

@@ -35,7 +35,7 @@ from sglang_ascend_hybrid.ops.decisions import Decisions, checked_first
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT
 from sglang_ascend_hybrid.ops.gdn.decode import contract as dc
-from sglang_ascend_hybrid.ops.gdn.decode import probe
+from sglang_ascend_hybrid.ops.gdn.decode import gates, probe
 from sglang_ascend_hybrid.ops.gdn.decode.call import (
     SOFTPLUS_BETA,
     SOFTPLUS_THRESHOLD,
@@ -115,7 +115,8 @@ def _recurrent_supports(sig, call: DecodeCall) -> Optional[str]:
 
 def _recurrent_run(call: DecodeCall) -> torch.Tensor:
     rows = call.rows()
-    o = recurrent_on_rows(call.q, call.k, call.v, call.beta_logits(), call.decay(), call.pool, rows.slots, rows.live,
+    g = gates.decay(call, call._gates_first) if call.precomputed_gates is None else call.decay()
+    o = recurrent_on_rows(call.q, call.k, call.v, call.beta_logits(), g, call.pool, rows.slots, rows.live,
                           call.step_scale, lengths=rows.lengths, slot_rows=rows.slot_rows)
     log_path("decode", "npu_recurrent", call.signature())
     return o
@@ -139,6 +140,15 @@ DECODE = Ladder("gdn_serving_decode", [
          ops=(OP_NPU_RECURRENT,)),
     Rung("torch", lambda sig, call: None, _torch_run),
 ], rejection=rejection_line("decode"), log=logger)
+
+
+_RECURRENT = DECODE.names.index("npu_recurrent")
+
+
+def _gates_first(call: DecodeCall, first: Optional[int]) -> Optional[int]:
+    """Kept beside the rung: the gates ladder's first rung when npu_recurrent runs first (None otherwise;
+    a fallback that reaches npu_recurrent lets the gates ladder decide then)."""
+    return gates.GATES.first(call.signature(), call) if first == _RECURRENT else None
 
 
 def decode_rungs() -> tuple[str, ...]:
@@ -175,7 +185,8 @@ def run_decode(call: DecodeCall, backend: str = "auto", *, check_values: Optiona
     (padded requests' rows 0).  Shapes and dtypes are checked (metadata only: no host sync);
     ``check_values`` (None: ``SGLANG_ASCEND_HYBRID_DEBUG_CHECKS``) also reads the offsets and slots
     on the host first (:func:`check_decode_values`)."""
-    call._signature, first = checked_first(_DECIDED, DECODE, call, backend, check_decode_inputs)
+    call._signature, first, call._gates_first = checked_first(_DECIDED, DECODE, call, backend, check_decode_inputs,
+                                                              _gates_first)
     if ENV.DEBUG_CHECKS.get() if check_values is None else check_values:
         check_decode_values(call)
     o = DECODE(call._signature, call, backend=backend, first=first)   # [B, Hv, V], a new tensor

@@ -9,10 +9,12 @@ import pytest
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from sglang_ascend_hybrid.emulators import gdn_decode, gdn_npu_recurrent
+from sglang_ascend_hybrid.emulators import gdn_decode, gdn_gating, gdn_npu_recurrent
 from sglang_ascend_hybrid.ops import probes, seam
 from sglang_ascend_hybrid.ops.gdn import decode
+from sglang_ascend_hybrid.ops.gdn.contract import OP_GATING
 from sglang_ascend_hybrid.ops.gdn.decode import contract as dc
+from sglang_ascend_hybrid.ops.gdn.decode import gates
 from sglang_ascend_hybrid.ops.gdn.decode import probe as decode_probe
 from sglang_ascend_hybrid.ops.gdn.decode.naive import naive_gated_decode
 from sglang_ascend_hybrid.ops.gdn.recurrent_rows import beta_logit
@@ -56,10 +58,12 @@ def _opaque(kernel):
     return launch
 
 
-def _device(layout="key_first", entry=ENTRY, recurrent=True):
+def _device(layout="key_first", entry=ENTRY, recurrent=True, gating=True):
     ops = dict(gdn_decode.emulators(entry, layout=layout))
     if recurrent:
         ops["recurrent_gated_delta_rule"] = gdn_npu_recurrent.make_npu_recurrent_emulator()
+    if gating:   # True: the emulator; a callable: that op
+        ops[OP_GATING] = gdn_gating.fused_gdn_gating_npu if gating is True else gating
     return seam.install_emulators({name: _opaque(fn) for name, fn in ops.items()})
 
 
@@ -386,3 +390,106 @@ def test_a_real_recurrent_kernel_is_never_handed_cpu_tensors():
         x = _inputs(2, pool_dtype=torch.bfloat16)
         o = decode.run_decode(_call(x, [1, 3], entry=None))
     assert calls == [] and o.shape == (1, 2, 4, 16)
+
+
+# ---------------------------------------------------------------- the gates npu_recurrent takes computed
+
+
+def _counting(fn, calls):
+    def op(*args, **kwargs):
+        calls.append(1)
+        return fn(*args, **kwargs)
+    return op
+
+
+def _recurrent_step(x, **device):
+    """One npu_recurrent step (key-first Triton entry, bf16 pool) of ``x``: (o, the pool after it)."""
+    with _device("key_first", **device):
+        o = decode.run_decode(_call(x, [5, -1, 2], torch.tensor([0, 1, 1, 2], dtype=torch.int32)))
+    return o, x["pool"]
+
+
+def test_npu_recurrent_takes_its_gates_from_the_fused_gating_kernel_once_per_step(caplog):
+    """SGLang's gating inputs go through sgl-kernel-npu's fused_gdn_gating_npu (one launch, its g only: the
+    recurrent op takes beta before its sigmoid); where it is absent the torch path computes the same g."""
+    caplog.set_level(logging.INFO, logger="sglang_ascend_hybrid")
+    calls = []
+    x = _inputs(3, pool_dtype=torch.bfloat16, seed=4)
+    y = {n: t.clone() for n, t in x.items()}
+    before = x["pool"].clone()
+    o, pool = _recurrent_step(x, gating=_counting(gdn_gating.fused_gdn_gating_npu, calls))
+    assert len(calls) == 1
+    _recurrent_step({n: t.clone() for n, t in x.items()}, gating=_counting(gdn_gating.fused_gdn_gating_npu, calls))
+    assert len(calls) == 2
+    sig = _call(x, [5, -1, 2]).signature()
+    assert f"GDN decode gates {sig} runs on the npu_gating kernel" in caplog.text
+    o_torch, pool_torch = _recurrent_step(y, gating=False)
+    assert f"GDN decode gates {sig} runs on the torch kernel" in caplog.text
+    o_ref, new = _oracle(y, before, [5, -1, 2], [True, False, True])
+    assert torch.allclose(o[0, 0].double(), o_ref[0], rtol=2e-2, atol=2e-2 * float(o_ref[0].abs().max()))
+    assert torch.allclose(o.float(), o_torch.float(), atol=1e-2)   # one step: the same g to fp32 rounding
+    assert torch.equal(o[0, 1], torch.zeros_like(o[0, 1]))
+
+
+@pytest.mark.parametrize("form", ["3-D", "2-D"])
+def test_the_gates_are_read_by_their_elements_whatever_the_kernels_output_rank(form):
+    """f425bdf1 returns g ``[1, B, Hv]``; the form reported after SKN PR #747 is ``[B, Hv]``: both serve."""
+    def two_d(*args, **kwargs):
+        g, beta = gdn_gating.fused_gdn_gating_npu(*args, **kwargs)
+        return g[0], beta[0]
+
+    x = _inputs(3, pool_dtype=torch.bfloat16, seed=5)
+    y = {n: t.clone() for n, t in x.items()}
+    o3, pool3 = _recurrent_step(x)
+    o, pool = _recurrent_step(y, gating=two_d if form == "2-D" else True)
+    assert torch.equal(o, o3) and torch.equal(pool, pool3)
+
+
+def test_a_gating_kernel_that_fails_is_a_refusal_and_torch_computes_the_gates(caplog):
+    """A failure the contract did not predict never takes the step down: said once at WARNING, the torch
+    gates serve that call and every later one (the kept decision is decided again), with the same result."""
+    caplog.set_level(logging.INFO, logger="sglang_ascend_hybrid")
+    calls = []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        raise RuntimeError("EZ9999: an unexpected kernel error")
+
+    x = _inputs(3, pool_dtype=torch.bfloat16, seed=6)
+    y = {n: t.clone() for n, t in x.items()}
+    o, pool = _recurrent_step(x, gating=failing)
+    _recurrent_step({n: t.clone() for n, t in x.items()}, gating=failing)
+    assert len(calls) == 1
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING and "gdn_decode_gates" in r.getMessage()]
+    assert len(warnings) == 1 and "EZ9999" in warnings[0].getMessage()
+    o_torch, pool_torch = _recurrent_step(y, gating=False)
+    assert torch.equal(o, o_torch) and torch.equal(pool, pool_torch)
+
+
+def test_gates_of_weights_the_kernel_cannot_address_are_computed_in_torch(caplog):
+    """The kernel reads A_log / dt_bias at ``h`` whatever their strides: a strided per-head weight never
+    reaches it (the reason said once), and the torch path gives the step's result."""
+    caplog.set_level(logging.INFO, logger="sglang_ascend_hybrid")
+    x = _inputs(3, pool_dtype=torch.bfloat16, seed=7)
+    x["dt_bias"] = torch.stack([x["dt_bias"], x["dt_bias"]], -1)[:, 0]   # [Hv], stride 2
+    y = {n: t.clone() for n, t in x.items()}
+    calls = []
+    o, _ = _recurrent_step(x, gating=_counting(gdn_gating.fused_gdn_gating_npu, calls))
+    assert calls == []
+    assert "cannot use the npu_gating kernel: it reads dt_bias as 4 contiguous elements" in caplog.text
+    o_torch, _ = _recurrent_step(y, gating=False)
+    assert torch.equal(o, o_torch)
+
+
+def test_precomputed_gates_never_reach_the_gating_kernel():
+    """The public op's precomputed g / beta go to the recurrent op as given (beta as its logit)."""
+    calls = []
+    x = _inputs(2, pool_dtype=torch.bfloat16, seed=8)
+    g = -torch.rand(2, 4)
+    beta = torch.rand(2, 4)
+    call = decode.DecodeCall.with_gates(x["q"], x["k"], x["v"], g, beta, x["pool"],
+                                        torch.tensor([1, 3], dtype=torch.int32))
+    with _device("key_first", gating=_counting(gdn_gating.fused_gdn_gating_npu, calls)):
+        decode.run_decode(call)
+    assert calls == [] and call.decay() is not None
+    assert gates.GATES.first(call.signature(), call) == gates.GATES.names.index("torch")
