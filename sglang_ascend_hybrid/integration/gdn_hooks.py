@@ -118,22 +118,27 @@ def step_offsets(metadata, cu_seqlens) -> list:
     """``cu_seqlens`` on the host, read once per step: kept on the step's metadata (SGLang builds one
     per forward step) for as long as the step's offsets are the same tensor at the same version
     (every layer of the step); without metadata that takes attributes, read per call."""
+    return _step_read(metadata, cu_seqlens)[0]
+
+
+def _step_read(metadata, cu_seqlens) -> tuple:
+    """(:func:`step_offsets`, :func:`step_chunk_offsets`), kept on the step's metadata."""
     cached = getattr(metadata, _OFFSETS_ATTR, None)
     if cached is not None and cached[0] is cu_seqlens and cached[1] == cu_seqlens._version:
         return cached[2]
     bounds = [int(b) for b in host_list(cu_seqlens)]
+    read = (bounds, prefill.chunk_offsets(b - a for a, b in zip(bounds, bounds[1:])))
     try:
-        setattr(metadata, _OFFSETS_ATTR, (cu_seqlens, cu_seqlens._version, bounds))
+        setattr(metadata, _OFFSETS_ATTR, (cu_seqlens, cu_seqlens._version, read))
     except (AttributeError, TypeError):
         pass
-    return bounds
+    return read
 
 
 def step_chunk_offsets(metadata, cu_seqlens) -> list:
     """Where each sequence's 64-token chunk states start in ``h``, the total last
-    (:func:`prefill.chunk_offsets` of :func:`step_offsets`)."""
-    bounds = step_offsets(metadata, cu_seqlens)
-    return prefill.chunk_offsets(b - a for a, b in zip(bounds, bounds[1:]))
+    (:func:`prefill.chunk_offsets` of :func:`step_offsets`), kept with them."""
+    return _step_read(metadata, cu_seqlens)[1]
 
 
 def tracked_chunks(metadata, cu_seqlens):

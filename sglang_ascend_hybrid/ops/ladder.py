@@ -195,7 +195,8 @@ class Ladder:
         raise bad_input("backend", repr(name), f"'auto' or one of the rungs {self.names}", op=self.op)
 
     def refused(self, rung: str, signature: Signature) -> bool:
-        return (rung, signature) in self._refused  # a set read whole (writers hold the lock)
+        refused = self._refused   # a set read whole (writers hold the lock); empty: no signature hashed
+        return bool(refused) and (rung, signature) in refused
 
     def mark_refused(self, rung: str, signature: Signature) -> None:
         with self._lock:

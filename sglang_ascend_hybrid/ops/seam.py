@@ -242,20 +242,30 @@ def classify_chip(device_name: str) -> Optional[str]:
 _METADATA_VERSION = " sgl-kernel-npu metadata version"  # a key of _resolved no op name can take
 
 
+_CHIP_READ = " chip generation read from torch_npu"  # a key of _resolved no op name can take
+
+
 def chip_generation() -> Optional[str]:
-    """``"A2"``, ``"A3"``, ``"950"``, or None (no NPU, or a chip the contracts do not cover)."""
-    with _lock:
-        if "chip" in _facts:
-            return _facts["chip"]  # type: ignore[return-value]
+    """``"A2"``, ``"A3"``, ``"950"``, or None (no NPU, or a chip the contracts do not cover).  Read from
+    torch_npu once per process (serving predicates ask on every call); the device facts override it."""
+    chip = _facts.get("chip", _UNSET)   # a dict read whole (writers hold the lock)
+    if chip is not _UNSET:
+        return chip  # type: ignore[return-value]
+    chip = _resolved.get(_CHIP_READ, _UNSET)
+    if chip is not _UNSET:
+        return chip  # type: ignore[return-value]
     if not package_available("torch_npu"):
         return None
     try:
         import torch_npu  # noqa: F401  (probed above; never imported at module top)
 
-        return classify_chip(torch_npu.npu.get_device_name())
-    except Exception as exc:  # no visible device, or an API change
+        chip = classify_chip(torch_npu.npu.get_device_name())
+    except Exception as exc:  # no visible device, or an API change: said once, the answer kept
         logger.info("sglang-ascend-hybrid: could not read the NPU device name (%s)", exc)
-        return None
+        chip = None
+    with _lock:
+        _resolved[_CHIP_READ] = chip  # type: ignore[assignment]
+    return chip
 
 
 def kernel_package_version() -> Optional[str]:

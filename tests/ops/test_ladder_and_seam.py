@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -283,3 +284,27 @@ def test_served_rungs_are_recorded_once_and_told_to_listeners():
         assert demo(SIG) == 7 and forced(SIG, backend="only") == 1
     assert heard == [(new_op, "only")]  # a new pair once, a known pair never again
     ladder_module._served_listeners.clear()
+
+
+@pytest.mark.parametrize("device_name,expected", [("Ascend910_9382", "A3"), (RuntimeError("no device"), None)])
+def test_the_chip_is_read_from_torch_npu_once_per_process(monkeypatch, caplog, device_name, expected):
+    """Serving predicates ask for the chip on every call: torch_npu's device name is read once, a failure
+    said once, and the device facts still override it."""
+    reads = []
+
+    def get_device_name():
+        reads.append(1)
+        if isinstance(device_name, Exception):
+            raise device_name
+        return device_name
+
+    monkeypatch.setattr(seam, "_resolved", {})   # this test's process-wide answer goes with it
+    monkeypatch.setitem(sys.modules, "torch_npu", SimpleNamespace(npu=SimpleNamespace(get_device_name=get_device_name)))
+    caplog.set_level(logging.INFO, logger="sglang_ascend_hybrid")
+    with seam.install_package_probes({"torch_npu": True}):
+        assert [seam.chip_generation() for _ in range(3)] == [expected] * 3
+        with seam.install_device_facts(chip="950"):
+            assert seam.chip_generation() == "950"
+        assert seam.chip_generation() == expected
+    assert len(reads) == 1
+    assert caplog.text.count("could not read the NPU device name") == (expected is None)

@@ -15,9 +15,10 @@ from typing import Optional
 import torch
 
 from sglang_ascend_hybrid.envs import ENV
+from sglang_ascend_hybrid.ops.decisions import Decisions, tensors_key
 from sglang_ascend_hybrid.ops.errors import bad_input
 from sglang_ascend_hybrid.ops.gdn import decode, prefill
-from sglang_ascend_hybrid.ops.gdn.prefill.l2norm import qk_l2norm
+from sglang_ascend_hybrid.ops.gdn.prefill.l2norm import L2NORM, qk_l2norm
 from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature
 from sglang_ascend_hybrid.ops.host import host_list
 from sglang_ascend_hybrid.ops.index_dtype import is_index_dtype
@@ -126,22 +127,48 @@ def chunk_with_states(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale
     which lets a kernel that rounds its chunk states serve (it recomputes those few).
     ``skip`` names rungs not to try (used by integration hooks); ``host_offsets``: ``cu_seqlens`` as
     the caller already read it on the host (checked against it, not read again)."""
-    lengths = _checked_lengths   # given by a caller that ran the checks (they read the offsets on the host)
-    if lengths is None:
-        lengths = _check_prefill(q, k, v, g, beta, cu_seqlens, initial_state, host_offsets)
-        backend = resolve_backend(backend, prefill.prefill_rungs(), "prefill")
     if exact_chunks is not None and not chunk_states:
         _fail("exact_chunks", exact_chunks, "None unless chunk_states=True (they name chunk states)")
     if scale is None:
         scale = q.shape[-1] ** -0.5
+    lengths, l2_first, first = _checked_lengths, None, None   # given: a caller that ran the checks
+    if lengths is None:
+        backend = resolve_backend(backend, prefill.prefill_rungs(), "prefill")
+        if host_offsets is None:
+            lengths = _check_prefill(q, k, v, g, beta, cu_seqlens, initial_state)
+        else:   # the serving hook: checks and first rungs kept per metadata and offsets (ops/decisions.py)
+            key = (backend, skip, use_qk_l2norm, chunk_states, float(scale), tuple(host_offsets),
+                   tensors_key(q, k, v, g, beta, cu_seqlens, initial_state))
+            lengths, l2_first, first = _SERVED.decide(key, lambda: _served_decision(
+                q, k, v, g, beta, cu_seqlens, initial_state, host_offsets, float(scale), chunk_states,
+                use_qk_l2norm, backend, skip))
     if use_qk_l2norm:
         sig = GdnSignature(v.shape[2], q.shape[2], q.shape[3], v.shape[3], q.dtype)
-        q, k = qk_l2norm(sig, q, k)
+        q, k = qk_l2norm(sig, q, k, first=l2_first)
     call = prefill.ChunkCall(q, k, v, g, beta, cu_seqlens, initial_state, float(scale), chunk_states,
                              _lengths=lengths)
     if exact_chunks is not None:
         call.exact_chunks = _check_exact_chunks(exact_chunks, call.lengths)
-    return prefill.run_prefill(call, backend, skip=skip)
+    return prefill.run_prefill(call, backend, skip=skip, first=first)
+
+
+# What a serving prefill call decides from its metadata and host offsets: its checks' lengths, the first
+# rung of the q / k l2norm and of the prefill ladder (None: decided per call).
+_SERVED = Decisions("gdn extend")
+
+
+def _served_decision(q, k, v, g, beta, cu_seqlens, initial_state, host_offsets, scale, chunk_states,
+                     use_qk_l2norm, backend, skip) -> tuple:
+    lengths = _check_prefill(q, k, v, g, beta, cu_seqlens, initial_state, host_offsets)
+    l2_first = None
+    if use_qk_l2norm:
+        sig = GdnSignature(v.shape[2], q.shape[2], q.shape[3], v.shape[3], q.dtype)
+        l2_first = L2NORM.first(sig, q, k)   # the rungs read q / k metadata only
+    if backend != "auto":   # a forced rung is checked on every call (its predicate may read values)
+        return lengths, l2_first, None
+    # the prefill rungs are asked with q / k before their normalisation: the same metadata
+    call = prefill.ChunkCall(q, k, v, g, beta, cu_seqlens, initial_state, scale, chunk_states, _lengths=lengths)
+    return lengths, l2_first, prefill.first_without_values(call, skip)
 
 
 def _check_exact_chunks(exact_chunks, lengths: list) -> tuple:

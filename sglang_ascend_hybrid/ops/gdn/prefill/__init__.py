@@ -11,6 +11,7 @@ entry past the hooks that wrap it (:mod:`.entries`) and its chunk-stride probe
 from sglang_ascend_hybrid.ops.gdn.prefill.call import ChunkCall, chunk_offsets, without_empty_sequences
 from sglang_ascend_hybrid.ops.gdn.prefill.ladder import (
     PREFILL,
+    first_without_values,
     forget_refusals,
     is_triton_entry_refusal,
     mega_reason,
@@ -27,7 +28,7 @@ from sglang_ascend_hybrid.ops.gdn.prefill.ladder import (
     triton_runs_mega,
 )
 
-__all__ = ["ChunkCall", "chunk_offsets", "without_empty_sequences", "PREFILL", "forget_refusals",
-           "is_triton_entry_refusal", "mega_reason", "npu_chunk_reason", "npu_chunk_state_dtype", "plan_for_layout",
-           "prefill_rungs", "prefill_static_reasons", "probe_triton_entry_before_serving", "run_prefill",
-           "triton_needs_probe", "triton_reason", "triton_rounds_chunk_states", "triton_runs_mega"]
+__all__ = ["ChunkCall", "chunk_offsets", "without_empty_sequences", "PREFILL", "first_without_values",
+           "forget_refusals", "is_triton_entry_refusal", "mega_reason", "npu_chunk_reason", "npu_chunk_state_dtype",
+           "plan_for_layout", "prefill_rungs", "prefill_static_reasons", "probe_triton_entry_before_serving",
+           "run_prefill", "triton_needs_probe", "triton_reason", "triton_rounds_chunk_states", "triton_runs_mega"]

@@ -59,6 +59,8 @@ L2NORM = Ladder("gdn_qk_l2norm", [
 ], rejection=rejection_line("qk l2norm"), log=logger)
 
 
-def qk_l2norm(sig: GdnSignature, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """q and k (``[.., Hk, K]``) l2-normalised over the last dim, in their dtype."""
-    return L2NORM(sig, q, k)
+def qk_l2norm(sig: GdnSignature, q: torch.Tensor, k: torch.Tensor,
+              first: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """q and k (``[.., Hk, K]``) l2-normalised over the last dim, in their dtype (``first``: what
+    ``L2NORM.first`` answered for this metadata, kept by the caller)."""
+    return L2NORM(sig, q, k, first=first)

@@ -52,6 +52,7 @@ from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature, keeps_precision
 from sglang_ascend_hybrid.ops.gdn.torch_impl import chunk_gdn_torch
 from sglang_ascend_hybrid.ops.ladder import Absent, DeclinedCall, Ladder, Rung
 from sglang_ascend_hybrid.ops.signature import dtype_name
+from sglang_ascend_hybrid.ops.step_cache import StepValue
 from sglang_ascend_hybrid.ops.tensors import as_dtype
 
 logger = logging.getLogger(__name__)
@@ -102,6 +103,11 @@ def _npu_chunk_supports(sig: GdnSignature, call: ChunkCall) -> Optional[str]:
     return None if reason is None else Absent(reason)  # a value of this call, not of the signature: not said
 
 
+# The op's actual_seq_lengths, the chunk count and the chunk_state rows: the same for every layer of a step
+# (derived from its offsets tensor, whose values the call's lengths were read from)
+_STEP_LENGTHS = StepValue("gdn npu_chunk lengths")
+
+
 def _npu_chunk_run(call: ChunkCall):
     q, k, v = call.q[0], call.k[0], call.v[0]
     T, Hv, V, K = q.shape[0], v.shape[1], v.shape[2], q.shape[2]
@@ -111,9 +117,10 @@ def _npu_chunk_run(call: ChunkCall):
     # own output), so the caller's rows go in as they are when their dtype and layout are the op's
     state = (as_dtype(call.initial_state, state_dtype).contiguous() if call.initial_state is not None
              else q.new_zeros(n, Hv, V, K, dtype=state_dtype))
-    lens = torch.tensor(call.lengths, dtype=torch.int32, device=q.device)
-    num_chunks = call.num_chunks()
-    h = q.new_empty(max(num_chunks, caps.npu_chunk_min_chunk_states(T, n)), Hv, V, K, dtype=state_dtype)
+    lens, num_chunks, rows = _STEP_LENGTHS.get((call.cu_seqlens,), (T, q.device), lambda: (
+        torch.tensor(call.lengths, dtype=torch.int32, device=q.device), call.num_chunks(),
+        max(call.num_chunks(), caps.npu_chunk_min_chunk_states(T, n))))
+    h = q.new_empty(rows, Hv, V, K, dtype=state_dtype)
     o, final = seam.call(OP_NPU_CHUNK, q.contiguous(), k.contiguous(), v.contiguous(),
                          beta=as_dtype(call.beta.reshape(T, Hv), torch.bfloat16).contiguous(), initial_state=state,
                          actual_seq_lengths=lens, scale=call.scale, chunk_state=h,
@@ -397,11 +404,22 @@ def prefill_static_reasons(sig: GdnSignature, *, chip: Optional[str] = None, meg
     return out
 
 
-def run_prefill(call: ChunkCall, backend: str = "auto", *, skip: tuple = ()):
-    """Walk the prefill ladder (``skip``: rung names not to try, e.g. the caller's own kernel)."""
+def first_without_values(call: ChunkCall, skip: tuple = ()) -> Optional[int]:
+    """The rung a prefill call runs first, where that is decided from metadata, the call's lengths (read on
+    the host already) and the serving state alone, so a caller may keep it per metadata and lengths: the
+    npu_chunk rung when its predicate admits the call; None otherwise (the mega rung's predicate reads the
+    inputs' magnitudes: those calls decide per call), and None when ``skip`` names rungs."""
+    if skip:
+        return None
+    return 0 if PREFILL.why_not(PREFILL.rungs[0], call.signature(), call) is None else None
+
+
+def run_prefill(call: ChunkCall, backend: str = "auto", *, skip: tuple = (), first: Optional[int] = None):
+    """Walk the prefill ladder (``skip``: rung names not to try, e.g. the caller's own kernel; ``first``:
+    :func:`first_without_values`'s answer for this call's metadata and lengths, kept by the caller)."""
     sig = call.signature()
     if backend != "auto" or not skip:
-        return PREFILL(sig, call, backend=backend)
+        return PREFILL(sig, call, backend=backend, first=first)
     # Mark the skipped rungs as unsuitable for this call only, via the capability check.
     for name in skip:
         PREFILL.rung(name)  # validates the names
