@@ -75,12 +75,17 @@ def test_smoke_prints_a_difference_verdict_per_verb_and_thread_count(bench, tmp_
     tables = json.loads(out_json.read_text())["tables"]
     assert [t["threads"] for t in tables] == [1] * len(VERBS) + [2] * len(VERBS)
     for t in tables:
-        context = {"x copy"} if "conv prefill" in t["title"] else set()   # a piece of the call timed beside it
+        prefill = "conv prefill" in t["title"]
+        # a piece of the call timed beside it, and upstream with the copy the plugin must add, a second baseline
+        context = {"x copy", "upstream + x copy"} if prefill else set()
         assert set(t["times"]) == {"upstream", "plugin", "plugin (A/A)"} | context
-        (goal,) = t["goals"]
-        assert goal["difference"] and goal["bar"] == pytest.approx(30e-6) and not goal["at_least"]
+        assert [(g["numerator"], g["denominator"]) for g in t["goals"]] == [("plugin", "upstream")] + (
+            [("plugin", "upstream + x copy")] if prefill else [])
+        for goal in t["goals"]:
+            assert goal["difference"] and goal["bar"] == pytest.approx(30e-6) and not goal["at_least"]
     for verb in VERBS:
-        assert sum("VERDICT" in line and f": {verb}: plugin adds <= 30 us" in line
+        assert sum("VERDICT" in line and f": {verb}: plugin adds <= 30 us per layer call:" in line
                    for line in printed.splitlines()) == 2, verb
+    assert sum("VERDICT" in line and "beyond upstream + x copy" in line for line in printed.splitlines()) == 2
     assert "plugin - upstream <= 30 us" in printed and " us (median)" in printed
     assert "== summary" in printed and "overall:" in printed
