@@ -79,7 +79,8 @@ def test_gating_a_that_is_not_2d_raises_the_hosts_unpacking_error(shape):
 def test_gating_inputs_read_at_an_index_whatever_their_strides_are_violations():
     a, b, w = _randn(4, 4), _randn(4, 4, seed=1), _randn(4, seed=2)
     strided = _randn(4, 8)[:, ::2]
-    with pytest.raises(EmulatorContractViolation, match="a of shape"):
+    with pytest.raises(EmulatorContractViolation, match=r"a of shape \(4, 4\) strides \(8, 2\) is read at t \* "
+                                                        r"num_heads \+ h whatever its strides"):
         emu.fused_gdn_gating_npu(w, strided, b, w)
     with pytest.raises(EmulatorContractViolation, match="b of shape"):
         emu.fused_gdn_gating_npu(w, a, strided, w)
@@ -93,6 +94,8 @@ def test_gating_inputs_read_at_an_index_whatever_their_strides_are_violations():
         emu.fused_gdn_gating_kernel_without_sigmoid(w, strided, b, w)
     with pytest.raises(EmulatorContractViolation, match="dt_bias has 3 elements"):
         emu.fused_gdn_gating_kernel_without_sigmoid(w, a, b, _randn(3))
+    with pytest.raises(EmulatorContractViolation, match=r"A_log has 3 elements, the kernel reads A_log\[h\]"):
+        emu.fused_gdn_gating_kernel_without_sigmoid(_randn(3), a, b, w)
 
 
 def test_gating_an_empty_batch_is_not_emulated():

@@ -493,3 +493,38 @@ def test_precomputed_gates_never_reach_the_gating_kernel():
         decode.run_decode(call)
     assert calls == [] and call.decay() is not None
     assert gates.GATES.first(call.signature(), call) == gates.GATES.names.index("torch")
+
+
+@pytest.mark.parametrize("shape", ["flat", "[1, B, Hv]"])
+def test_gating_inputs_of_another_shape_reach_the_kernel_as_b_rows_by_hv(shape):
+    """SGLang's a / b may come as any shape of ``B * Hv`` elements: the kernel's host unpacks a 2-D a and
+    addresses ``t * Hv + h``, so it gets them as contiguous ``[B, Hv]``."""
+    seen = []
+
+    def recording(A_log, a, b, dt_bias, *args):
+        seen.append((tuple(a.shape), tuple(b.shape), a.is_contiguous(), b.is_contiguous()))
+        return gdn_gating.fused_gdn_gating_npu(A_log, a, b, dt_bias, *args)
+
+    x = _inputs(3, pool_dtype=torch.bfloat16, seed=9)
+    y = {n: t.clone() for n, t in x.items()}
+    for name in ("a", "b"):
+        x[name] = x[name].reshape(-1) if shape == "flat" else x[name].reshape(1, 3, 4)
+    o, pool = _recurrent_step(x, gating=recording)
+    assert seen == [((3, 4), (3, 4), True, True)]
+    o2, pool2 = _recurrent_step(y)
+    assert torch.equal(o, o2) and torch.equal(pool, pool2)
+
+
+def test_npu_recurrent_with_value_and_key_dims_apart_matches_the_oracle(caplog):
+    """K != V: q / k / v are laid into the op's mixed rows one flattened tensor after the other."""
+    caplog.set_level(logging.INFO, logger="sglang_ascend_hybrid")
+    indices = [5, 2]
+    x = _inputs(2, K=16, V=32, pool_dtype=torch.bfloat16, seed=10)
+    before = x["pool"].clone()
+    with _device("key_first"):
+        o = decode.run_decode(_call(x, indices))
+    assert "runs on the npu_recurrent kernel" in caplog.text
+    o_ref, new = _oracle(x, before, indices, [True, True])
+    for i, slot in enumerate(indices):
+        assert float((o[0, i].double() - o_ref[i]).abs().max()) <= 2e-2 * float(o_ref[i].abs().max())
+        assert float((x["pool"][slot].double() - new[i]).abs().max()) <= 2e-2 * float(new[i].abs().max())

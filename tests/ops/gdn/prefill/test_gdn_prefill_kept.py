@@ -106,6 +106,32 @@ def test_bad_offsets_raise_on_every_call():
             _serve(x, offsets=[0, 75])
 
 
+@pytest.mark.parametrize("bad", ["k", "cu_seqlens", "initial_state"])
+def test_a_bad_tensor_beside_a_kept_decision_is_checked(bad):
+    """Every tensor's metadata is in the key: after a good call, one bad tensor with the same offsets and
+    everything else unchanged is checked (and refused) again."""
+    q, k, v, g, beta, cu, state = _inputs()
+    facts, ops = _device()
+    with facts, ops:
+        _serve((q, k, v, g, beta, cu, state))
+        if bad == "k":
+            k = k.float()
+        elif bad == "cu_seqlens":
+            cu = cu.float()
+        else:
+            state = state[:, :, :, :8]
+        with pytest.raises(ValueError, match=bad if bad != "k" else "k.dtype"):
+            _serve((q, k, v, g, beta, cu, state), offsets=[0, 5, 75])
+
+
+def test_a_call_without_an_initial_state_is_kept_too(counted):
+    q, k, v, g, beta, cu, _ = _inputs()
+    facts, ops = _device()
+    with facts, ops:
+        outs = [_serve((q, k, v, g, beta, cu, None)) for _layer in range(2)]
+    assert counted["_check_prefill"] == 1 and torch.equal(outs[0][0], outs[1][0])
+
+
 def test_the_forced_backend_and_a_refusal_since_are_obeyed(counted, monkeypatch):
     x = _inputs()
     facts, ops = _device()
