@@ -17,6 +17,7 @@ from sglang_ascend_hybrid.ops.gdn.prefill import l2norm
 from sglang_ascend_hybrid.ops.gdn.prefill import ladder as prefill_ladder
 from tests.support import gdn_inputs
 from tests.support.call_counter import Counting
+from tests.support.sync_counter import SyncCounter
 
 
 def _inputs(lens=(5, 70), seed=0):
@@ -70,9 +71,13 @@ def test_later_layers_of_a_step_ask_no_predicate_and_get_the_same_result(counted
         first = _serve(x)
         seen = dict(counted)
         later = [_serve(x) for _layer in range(3)]
+        offsets = x[5].tolist()                      # read on the host once per step, by the hook
+        with SyncCounter(device_of_interest="cpu") as reads:   # the lengths come with the kept decision
+            _serve(x, offsets=offsets)
+    assert reads.total == 0, reads.counts
     assert seen["_check_prefill"] == 1 and seen["_npu_chunk_supports"] == 1 and seen["l2norm"] == 1
     assert counted == seen                        # nothing asked again
-    assert npu_chunk.calls == 4                   # every layer still runs the op
+    assert npu_chunk.calls == 5                   # every layer still runs the op
     assert all(torch.equal(o[0], first[0]) and torch.equal(o[1], first[1]) for o in later)
 
 
