@@ -416,9 +416,10 @@ def checks() -> list[Check]:
     """Each check names the rung it exercises; the ops it expects to see served are that rung's
     (:attr:`Rung.ops`), so a rung that calls another op changes the expectation with it."""
     from sglang_ascend_hybrid.ops import catalog
-    from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK, OP_NPU_RECURRENT
+    from sglang_ascend_hybrid.ops.gdn.contract import OP_GATING, OP_MEGA, OP_NPU_CHUNK, OP_NPU_RECURRENT
     from sglang_ascend_hybrid.ops.gdn.decode import DECODE
     from sglang_ascend_hybrid.ops.gdn.decode import contract as decode_contract
+    from sglang_ascend_hybrid.ops.gdn.decode.gates import GATES
 
     DECODE_LADDER = DECODE.op
 
@@ -461,6 +462,10 @@ def checks() -> list[Check]:
         Check("gdn decode", "SGLang's decode step D=128 bf16 pool, padded row (npu recurrent)",
               _gdn_serving_decode_case, TOL_GDN_BF16, _gdn_emulators(OP_NPU_RECURRENT),
               served(DECODE_LADDER, "npu_recurrent"), npu_env={"SGLANG_ASCEND_HYBRID_GDN_BACKEND": "npu_recurrent"}),
+        Check("gdn decode", "SGLang's decode step D=128 bf16 pool, padded row (npu recurrent, fused gating)",
+              _gdn_serving_decode_case, TOL_GDN_BF16, _gdn_emulators(OP_NPU_RECURRENT, OP_GATING),
+              served(DECODE_LADDER, "npu_recurrent") + served(GATES.op, "npu_gating"),
+              npu_env={"SGLANG_ASCEND_HYBRID_GDN_BACKEND": "npu_recurrent"}),
         Check("recurrent_gated_delta_rule", "decode D=128 bf16 pad slot (npu recurrent)", _gdn_decode_case,
               TOL_GDN_BF16, _gdn_emulators(OP_NPU_RECURRENT), served(DECODE_LADDER, "npu_recurrent"),
               npu_env={"SGLANG_ASCEND_HYBRID_GDN_BACKEND": "npu_recurrent"}),

@@ -145,30 +145,44 @@ def gdn_decode_only(monkeypatch):
 
 
 def test_the_decode_ladders_device_rungs_are_each_checked(gdn_decode_only):
-    """One check per device rung of the one GDN decode ladder, each expecting its rung's kernel."""
+    """One check per device rung of the one GDN decode ladder, each expecting its rung's kernel, and one of
+    the npu_recurrent rung with its gates on the gating ladder's device rung."""
     from sglang_ascend_hybrid.ops.gdn import decode
     from sglang_ascend_hybrid.ops.gdn.decode import contract as decode_contract
+    from sglang_ascend_hybrid.ops.gdn.decode.gates import GATES
 
     checks = selftest.checks()
     device_rungs = [r for r in decode.DECODE.rungs if r.device]
-    assert len(checks) == len(device_rungs)
+    gate_rungs = [r for r in GATES.rungs if r.device]
+    assert len(checks) == len(device_rungs) + len(gate_rungs)
     entry = decode_contract.installed_decode_entry() or "optimized"
     assert checks[0].expect == (decode_contract.DECODE_ENTRIES[entry],)
     assert checks[1].expect == decode.DECODE.rung("npu_recurrent").ops
-    assert [c.npu_env["SGLANG_ASCEND_HYBRID_GDN_BACKEND"] for c in checks] == [r.name for r in device_rungs]
+    assert checks[2].expect == decode.DECODE.rung("npu_recurrent").ops + GATES.rung("npu_gating").ops
+    assert [c.npu_env["SGLANG_ASCEND_HYBRID_GDN_BACKEND"] for c in checks] == [
+        *(r.name for r in device_rungs), "npu_recurrent"]
 
 
-@pytest.mark.parametrize("broken", ["triton", "recurrent"])
+@pytest.mark.parametrize("broken", ["triton", "recurrent", "gating"])
 def test_a_broken_decode_device_rung_is_reported(monkeypatch, capsys, gdn_decode_only, broken):
-    """A device rung of the GDN decode ladder that returns wrong numbers fails its check, by name;
-    the other rung's check still passes."""
+    """A device rung of the GDN decode ladder (or the gating kernel its npu_recurrent rung takes its gates
+    from) that returns wrong numbers fails its checks, by name; the other checks still pass."""
     from sglang_ascend_hybrid.ops import probes
+    from sglang_ascend_hybrid.ops.gdn.contract import OP_GATING
     from sglang_ascend_hybrid.ops.gdn.decode import contract as decode_contract
     from sglang_ascend_hybrid.ops.gdn.decode import ladder
 
     if broken == "recurrent":   # the rung's kernel call on the pool rows comes back off by one
         real_rows = ladder.recurrent_on_rows
         monkeypatch.setattr(ladder, "recurrent_on_rows", lambda *a, **k: real_rows(*a, **k) + 1)
+    elif broken == "gating":    # the gating kernel's g off by one
+        real_gating = seam.call
+
+        def gating(name, *a, **k):
+            out = real_gating(name, *a, **k)
+            return (out[0] - 1, out[1]) if name == OP_GATING else out
+
+        monkeypatch.setattr(seam, "call", gating)
     else:                       # the Triton decode kernel off by one when the rung calls it (not in its probe)
         real_call = seam.call
 
@@ -181,10 +195,11 @@ def test_a_broken_decode_device_rung_is_reported(monkeypatch, capsys, gdn_decode
     out = capsys.readouterr().out
     assert rc == 1, out
     rows = _rows(out, "gdn decode")
-    label = "triton decode" if broken == "triton" else "npu recurrent"
+    labels = {"triton": ["(triton decode)"], "recurrent": ["(npu recurrent)", "(npu recurrent, fused gating)"],
+              "gating": ["(npu recurrent, fused gating)"]}[broken]
     failed = [row for row in rows if row.rstrip().endswith("FAIL")]
-    assert len(failed) == 1 and f"({label})" in failed[0], out
-    assert sum(row.rstrip().endswith("PASS") for row in rows) == 1, out
+    assert len(failed) == len(labels) and all(label in row for label, row in zip(labels, failed)), out
+    assert sum(row.rstrip().endswith("PASS") for row in rows) == 3 - len(labels), out
     assert "FAILED: gdn decode" in out
 
 
