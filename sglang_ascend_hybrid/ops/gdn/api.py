@@ -131,7 +131,8 @@ def chunk_with_states(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale
         _fail("exact_chunks", exact_chunks, "None unless chunk_states=True (they name chunk states)")
     if scale is None:
         scale = q.shape[-1] ** -0.5
-    lengths, l2_first, first = _checked_lengths, None, None   # given: a caller that ran the checks
+    # given: a caller that ran the checks; the signatures are made here unless a kept decision has them
+    lengths, l2_first, first, l2_sig, sig = _checked_lengths, None, None, None, None
     if lengths is None:
         backend = resolve_backend(backend, prefill.prefill_rungs(), "prefill")
         if host_offsets is None:
@@ -139,36 +140,38 @@ def chunk_with_states(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale
         else:   # the serving hook: checks and first rungs kept per metadata and offsets (ops/decisions.py)
             key = (backend, skip, use_qk_l2norm, chunk_states, float(scale), tuple(host_offsets),
                    tensors_key(q, k, v, g, beta, cu_seqlens, initial_state))
-            lengths, l2_first, first = _SERVED.decide(key, lambda: _served_decision(
+            lengths, l2_first, first, l2_sig, sig = _SERVED.decide(key, lambda: _served_decision(
                 q, k, v, g, beta, cu_seqlens, initial_state, host_offsets, float(scale), chunk_states,
                 use_qk_l2norm, backend, skip))
     if use_qk_l2norm:
-        sig = GdnSignature(v.shape[2], q.shape[2], q.shape[3], v.shape[3], q.dtype)
-        q, k = qk_l2norm(sig, q, k, first=l2_first)
+        q, k = qk_l2norm(l2_sig or _l2norm_signature(q, v), q, k, first=l2_first)
     call = prefill.ChunkCall(q, k, v, g, beta, cu_seqlens, initial_state, float(scale), chunk_states,
-                             _lengths=lengths)
+                             _lengths=lengths, _signature=sig)
     if exact_chunks is not None:
         call.exact_chunks = _check_exact_chunks(exact_chunks, call.lengths)
     return prefill.run_prefill(call, backend, skip=skip, first=first)
 
 
+def _l2norm_signature(q, v) -> GdnSignature:
+    return GdnSignature(v.shape[2], q.shape[2], q.shape[3], v.shape[3], q.dtype)
+
+
 # What a serving prefill call decides from its metadata and host offsets: its checks' lengths, the first
-# rung of the q / k l2norm and of the prefill ladder (None: decided per call).
+# rung of the q / k l2norm and of the prefill ladder (None: decided per call), and the two ladders'
+# signatures (metadata only).
 _SERVED = Decisions("gdn extend")
 
 
 def _served_decision(q, k, v, g, beta, cu_seqlens, initial_state, host_offsets, scale, chunk_states,
                      use_qk_l2norm, backend, skip) -> tuple:
     lengths = _check_prefill(q, k, v, g, beta, cu_seqlens, initial_state, host_offsets)
-    l2_first = None
-    if use_qk_l2norm:
-        sig = GdnSignature(v.shape[2], q.shape[2], q.shape[3], v.shape[3], q.dtype)
-        l2_first = L2NORM.first(sig, q, k)   # the rungs read q / k metadata only
-    if backend != "auto":   # a forced rung is checked on every call (its predicate may read values)
-        return lengths, l2_first, None
+    l2_sig = _l2norm_signature(q, v)
+    l2_first = L2NORM.first(l2_sig, q, k) if use_qk_l2norm else None   # its rungs read q / k metadata only
     # the prefill rungs are asked with q / k before their normalisation: the same metadata
     call = prefill.ChunkCall(q, k, v, g, beta, cu_seqlens, initial_state, scale, chunk_states, _lengths=lengths)
-    return lengths, l2_first, prefill.first_without_values(call, skip)
+    # a forced rung is checked on every call (its predicate may read values)
+    first = prefill.first_without_values(call, skip) if backend == "auto" else None
+    return lengths, l2_first, first, l2_sig, call.signature()
 
 
 def _check_exact_chunks(exact_chunks, lengths: list) -> tuple:
