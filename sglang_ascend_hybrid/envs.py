@@ -87,10 +87,12 @@ def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
 _ENCODED: dict[str, object] = {}
 
 
-def _read(name: str) -> str | None:
-    """``os.environ.get(name)``, without its exception for an unset variable (read on every serving
-    call): CPython's ``os.environ`` keeps its entries in ``_data`` under encoded keys, updated by every
-    assignment through ``os.environ``; elsewhere the public lookup."""
+def read_environ(name: str) -> str | None:
+    """``os.environ.get(name)`` for a variable read on every serving call (this registry's and the
+    upstream ones the hooks mirror, e.g. sgl-kernel-npu's ``GDN_ATTN_BACKEND_TRITON``), without the
+    public lookup's exception for an unset variable: CPython's ``os.environ`` keeps its entries in
+    ``_data`` under encoded keys, updated by every assignment through ``os.environ``; elsewhere the
+    public lookup."""
     data = getattr(os.environ, "_data", None)
     if not isinstance(data, dict):
         return os.environ.get(name)
@@ -117,7 +119,7 @@ class EnvVar(Generic[T]):
         return getattr(self.parse, "choices", None)
 
     def get(self) -> T:
-        raw = _read(self.name)
+        raw = read_environ(self.name)
         if raw is None or not raw.strip():
             return self.default
         try:

@@ -229,7 +229,7 @@ def test_an_unset_variable_is_not_set_and_a_value_is(monkeypatch, var):
 
 
 def test_a_variable_is_read_through_the_public_lookup_where_os_environ_keeps_no_dict(monkeypatch):
-    """``envs._read`` takes CPython's ``os.environ._data`` fast path; elsewhere ``os.environ.get``."""
+    """``envs.read_environ`` takes CPython's ``os.environ._data`` fast path; elsewhere ``os.environ.get``."""
     import types
 
     import sglang_ascend_hybrid.envs as envs_module

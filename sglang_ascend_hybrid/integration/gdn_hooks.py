@@ -69,11 +69,10 @@ from __future__ import annotations
 import bisect
 import contextvars
 import logging
-import os
 
 import torch
 
-from sglang_ascend_hybrid.envs import ENV
+from sglang_ascend_hybrid.envs import ENV, read_environ
 from sglang_ascend_hybrid.logutil import log_once
 from sglang_ascend_hybrid.ops.errors import bad_input
 from sglang_ascend_hybrid.ops.gdn import decode, pool_layout, prefill, verify
@@ -89,7 +88,7 @@ logger = logging.getLogger(__name__)
 
 
 def _triton_requested() -> bool:
-    return os.environ.get("GDN_ATTN_BACKEND_TRITON", "0").strip() == "1"
+    return (read_environ("GDN_ATTN_BACKEND_TRITON") or "0").strip() == "1"
 
 
 # The prefill rungs ``GDN_ATTN_BACKEND_TRITON=1`` takes out of ascend_chunk_gdn's ladder (also read by ``plan``).
@@ -203,6 +202,12 @@ def backend_pool_layout(backend) -> str:
     return pool_layout.layout_of(temporal, "mamba pool temporal state")
 
 
+def _packed_batch(t: torch.Tensor, T: int, Hv: int) -> torch.Tensor:
+    """g / beta as the prefill op takes them, ``[1, T, Hv]``: SGLang's gating output as it is when it has
+    that shape (no view made), else viewed so (``[T, Hv]``)."""
+    return t if t.shape == (1, T, Hv) else t.reshape(1, T, Hv)
+
+
 def ascend_chunk_gdn(original, self, q, k, v, g, beta, initial_state, cu_seqlens):
     """AROUND hook of ``AscendGDNAttnBackend.chunk_gdn`` (see module docstring); ``original``
     is not called.  ``initial_state`` is SGLang's gathered copy ``ssm_states[cache_indices]`` in the
@@ -212,8 +217,9 @@ def ascend_chunk_gdn(original, self, q, k, v, g, beta, initial_state, cu_seqlens
     Hv, V = v.shape[-2], v.shape[-1]
     layout = backend_pool_layout(self)
     o, final, h = _serve_extend(getattr(self, "forward_metadata", None), q.reshape(1, T, Hk, K),
-                                k.reshape(1, T, Hk, K), v.reshape(1, T, Hv, V), g.reshape(1, T, Hv),
-                                beta.reshape(1, T, Hv), pool_layout.in_view_order(initial_state, layout), cu_seqlens)
+                                k.reshape(1, T, Hk, K), v.reshape(1, T, Hv, V), _packed_batch(g, T, Hv),
+                                _packed_batch(beta, T, Hv), pool_layout.in_view_order(initial_state, layout),
+                                cu_seqlens)
     if h is None:  # upstream's shape, never read: SGLang's _track_mamba_state_extend reads h only
         # under forward_metadata.has_mamba_track_mask, the flag that asked for no chunk states here
         num_chunks = step_chunk_offsets(getattr(self, "forward_metadata", None), cu_seqlens)[-1]

@@ -100,7 +100,7 @@ def render_report(info: dict, write, model_path: Optional[str] = None, tp: int =
         w(f"could not be probed: {kernels['error']}\n")
     else:
         _table(w, ("kernel", "present", "variant", "rungs"),
-               [(k["kernel"], "yes" if k["present"] else "no", k["variant"], ", ".join(k.get("used_by", ())))
+               [(k["kernel"], "yes" if k["present"] else "no", k["variant"], ", ".join(k["used_by"]))
                 for k in kernels.get("kernels", [])])
     from sglang_ascend_hybrid.tools.doctor import qualified_op
 

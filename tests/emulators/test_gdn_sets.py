@@ -36,3 +36,24 @@ def test_the_emulated_ascend_950_build_offers_what_such_a_build_has():
     assert conv_emu.OP_ACLNN not in conv  # no torch.ops.npu.causal_conv1d either
     with pytest.raises(AttributeError, match="has no attribute 'mega_chunk_gdn'"):
         gdn_sets.missing_torch_op("mega_chunk_gdn")()
+
+
+def test_the_set_mega_op_is_of_the_variant_asked_for():
+    """(Hv, Hk) = (8, 2): the current kernel takes it, post3's compiled pair list does not (and post3's
+    texts carry no hint)."""
+    import torch
+
+    from sglang_ascend_hybrid.ops.gdn import contract as caps
+
+    T, D = 2, caps.MEGA_HEAD_DIM
+    q = torch.randn(1, T, 2, D) * 0.1
+    v = torch.randn(1, T, 8, D) * 0.1
+    g = -torch.rand(1, T, 8)
+    beta = torch.rand(1, T, 8)
+    cu = torch.tensor([0, T], dtype=torch.int32)
+    current = gdn_sets.emulators(mega_variant=caps.MEGA_CURRENT)[OP_MEGA]
+    assert current(q, q, v, g, beta, None, None, True, cu)[1].shape == v.shape  # (g, o, ...)
+    post3 = gdn_sets.emulators(mega_variant=caps.MEGA_POST3)[OP_MEGA]
+    with pytest.raises(RuntimeError) as err:
+        post3(q, q, v, g, beta, None, None, True, cu)
+    assert str(err.value) == caps.MEGA_PAIR_TEXT

@@ -268,3 +268,25 @@ def test_ascend_hook_without_forward_metadata_keeps_the_chunk_states(monkeypatch
     _, _, ref_h = fla(q[None], k[None], v[None], g, beta, cu.long(), state, 16 ** -0.5, l2=True, chunk_starts=True)
     torch.testing.assert_close(h.float(), ref_h, atol=2e-2, rtol=2e-2)
     assert torch.count_nonzero(h[0]) > 0
+
+
+def test_ascend_hook_takes_the_gates_packed_or_batched(monkeypatch):
+    """g / beta ``[1, T, Hv]`` (SGLang's gating output) go to the prefill as they are, no view made;
+    ``[T, Hv]`` ones are viewed so, with the same result."""
+    monkeypatch.delenv("GDN_ATTN_BACKEND_TRITON", raising=False)
+    q, k, v, g, beta, state, cu = _ascend_inputs(seed=48)
+    backend = SimpleNamespace(forward_metadata=SimpleNamespace(has_mamba_track_mask=False))
+    seen = []
+    serve = gdn_hooks._serve_extend
+
+    def spy(metadata, q, k, v, g, beta, *rest):
+        seen.append((g, beta))
+        return serve(metadata, q, k, v, g, beta, *rest)
+
+    monkeypatch.setattr(gdn_hooks, "_serve_extend", spy)
+    batched = gdn_hooks.ascend_chunk_gdn(None, backend, q, k, v, g, beta, state, cu)
+    assert seen[0][0] is g and seen[0][1] is beta
+    packed = gdn_hooks.ascend_chunk_gdn(None, backend, q, k, v, g[0], beta[0], state, cu)
+    assert tuple(seen[1][0].shape) == tuple(g.shape) and tuple(seen[1][1].shape) == tuple(beta.shape)
+    for a, b in zip(batched[:2], packed[:2]):
+        assert torch.equal(a, b)
