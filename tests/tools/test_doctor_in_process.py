@@ -156,3 +156,13 @@ def test_plan_help_says_what_it_plans_and_what_config_takes(capsys):
     with pytest.raises(SystemExit):
         parser.parse_args(["plan", "--help"])
     assert "a Hugging Face config.json, or a directory holding one" in " ".join(capsys.readouterr().out.split())
+
+
+def test_the_report_says_unset_for_a_kernel_variable_not_set(info, monkeypatch):
+    for name in doctor_report.KERNEL_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(doctor_report.KERNEL_ENV[0], "1")
+    text = _text(lambda w: doctor_report.render_report(dict(info), w))
+    assert f"| {doctor_report.KERNEL_ENV[0]} | 1 |" in text
+    for name in doctor_report.KERNEL_ENV[1:]:
+        assert f"| {name} | unset |" in text, name
