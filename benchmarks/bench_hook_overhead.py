@@ -46,10 +46,14 @@ and thread count: ``plugin - upstream <= 30 us`` (a difference goal, on the medi
 minima).  Conv prefill is also checked against ``upstream + x copy``: the op takes x token-major while
 SGLang hands it dim-major, so the plugin must add one transposed copy (no released kernel takes x as
 SGLang hands it), a launch whose copying is device time on an NPU and host time here; that goal is the
-plugin's host work beyond the copy.  Before timing, every verb is checked once: the plugin's output is the stub's (its
-recognisable values), each call ran its verb's stub once, and no matmul-class ATen op ran (no real
-math); the ATen op count of one call of each method is printed beside the table (each op is one
-launch on an NPU).
+plugin's host work beyond the copy.  GDN decode and verify are also checked against ``upstream + zeroing``:
+the recurrent op and the Triton decode entry leave the rows of padded requests (verify: also the rows past a
+request's length) unwritten, so the plugin zeroes them with one ``masked_fill_``, a launch whose fill is device
+time on an NPU and host time here (about 10 us of it at verify's output size); that goal is the plugin's host
+work beyond the fill (the baseline includes the fill's launch, about 1 us).  Before timing, every verb is
+checked once: the plugin's output is the stub's (its recognisable values), each call ran its verb's stub
+once, and no matmul-class ATen op ran (no real math); the ATen op count of one call of each method is
+printed beside the table (each op is one launch on an NPU).
 """
 
 from __future__ import annotations
@@ -132,6 +136,23 @@ class Verb:
     # names of context entries the goal is also checked against (a second baseline: upstream plus a device
     # op the plugin must add, whose copying is device time on an NPU)
     baselines: tuple = ()
+
+
+ZEROING_NOTE = ("zeroing: the plugin's masked_fill_ of the {what} alone (one bf16 {shape} output, as the op leaves "
+                "them unwritten); on an NPU one launch whose fill is device time, here host time; 'upstream + "
+                "zeroing': that fill (its launch included), then upstream's call")
+
+
+def _zeroing(upstream, out: torch.Tensor, mask: torch.Tensor):
+    """The plugin's zeroing of the rows a kernel leaves unwritten, alone and before upstream's call: a device
+    launch whose fill the CPU does here (``out.masked_fill_(mask, 0)`` on the served output's shape)."""
+    def zeroing():
+        return out.masked_fill_(mask, 0.0)
+
+    def with_zeroing():
+        return zeroing(), upstream()
+
+    return zeroing, with_zeroing
 
 
 def _gen(seed=0):
@@ -298,8 +319,12 @@ def gdn_decode(route: str) -> Verb:
             yield
 
     dtype = str(pool_dtype).replace("torch.", "")
+    zeroing, with_zeroing = _zeroing(upstream, _marked(B, HV, V), torch.zeros(B, 1, 1, dtype=torch.bool))
     return Verb(f"gdn decode {route}", route, upstream, plugin, stubs, expect, counted, setup,
-                [f"batch {B}, Hv {HV} Hk {HK} K {K} V {V}, {dtype} pool, entry {ENTRY!r} probed {layout}"])
+                [f"batch {B}, Hv {HV} Hk {HK} K {K} V {V}, {dtype} pool, entry {ENTRY!r} probed {layout}",
+                 ZEROING_NOTE.format(what="padded requests' rows", shape=f"[{B}, {HV}, {V}]")],
+                context=[("zeroing", zeroing), ("upstream + zeroing", with_zeroing)],
+                baselines=("upstream + zeroing",))
 
 
 # ----------------------------------------------------------------------------- GDN verify
@@ -336,8 +361,13 @@ def gdn_verify() -> Verb:
     def expect(out):
         return torch.equal(out, op.output)
 
+    zeroing, with_zeroing = _zeroing(upstream, _marked(B, S, HV, V), torch.zeros(B, S, 1, 1, dtype=torch.bool))
     return Verb("gdn verify", "npu_recurrent", upstream, plugin, {op.name: op}, expect, (op,), notes=[
-        f"batch {B} x {S} draft tokens, Hv {HV} Hk {HK} K {K} V {V}, bf16 pool and scratch, graph mode"])
+        f"batch {B} x {S} draft tokens, Hv {HV} Hk {HK} K {K} V {V}, bf16 pool and scratch, graph mode",
+        ZEROING_NOTE.format(what="rows past each request's length and padded requests' rows",
+                            shape=f"[{B}, {S}, {HV}, {V}]")],
+        context=[("zeroing", zeroing), ("upstream + zeroing", with_zeroing)],
+        baselines=("upstream + zeroing",))
 
 
 # ----------------------------------------------------------------------------- conv

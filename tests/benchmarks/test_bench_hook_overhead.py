@@ -75,17 +75,20 @@ def test_smoke_prints_a_difference_verdict_per_verb_and_thread_count(bench, tmp_
     tables = json.loads(out_json.read_text())["tables"]
     assert [t["threads"] for t in tables] == [1] * len(VERBS) + [2] * len(VERBS)
     for t in tables:
-        prefill = "conv prefill" in t["title"]
-        # a piece of the call timed beside it, and upstream with the copy the plugin must add, a second baseline
-        context = {"x copy", "upstream + x copy"} if prefill else set()
+        # a device op the plugin must add, timed alone and before upstream's call: a second baseline
+        added = ("x copy" if "conv prefill" in t["title"]
+                 else "zeroing" if "gdn decode" in t["title"] or "gdn verify" in t["title"] else None)
+        context = {added, f"upstream + {added}"} if added else set()
         assert set(t["times"]) == {"upstream", "plugin", "plugin (A/A)"} | context
         assert [(g["numerator"], g["denominator"]) for g in t["goals"]] == [("plugin", "upstream")] + (
-            [("plugin", "upstream + x copy")] if prefill else [])
+            [("plugin", f"upstream + {added}")] if added else [])
         for goal in t["goals"]:
             assert goal["difference"] and goal["bar"] == pytest.approx(30e-6) and not goal["at_least"]
     for verb in VERBS:
         assert sum("VERDICT" in line and f": {verb}: plugin adds <= 30 us per layer call:" in line
                    for line in printed.splitlines()) == 2, verb
     assert sum("VERDICT" in line and "beyond upstream + x copy" in line for line in printed.splitlines()) == 2
+    # decode on both rungs and verify, at two thread counts
+    assert sum("VERDICT" in line and "beyond upstream + zeroing" in line for line in printed.splitlines()) == 6
     assert "plugin - upstream <= 30 us" in printed and " us (median)" in printed
     assert "== summary" in printed and "overall:" in printed
