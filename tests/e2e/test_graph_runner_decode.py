@@ -23,6 +23,7 @@ import torch
 
 from sglang_ascend_hybrid.integration import short_conv
 from sglang_ascend_hybrid.ops.gdn import decode
+from sglang_ascend_hybrid.ops.gdn.contract import OP_GATING
 from tests.e2e import device, harness
 from tests.e2e import graph_runner as gr
 from tests.e2e.runner import run_family
@@ -155,6 +156,9 @@ def test_qwen3_5_graph_decode_replays_through_the_decode_hook():
     _assert_watched(graph, "gdn_decode", GDN_LAYERS)
     assert "runs on the npu_recurrent kernel" in run.log_text()
     assert run.device_calls["recurrent_gated_delta_rule"] == GDN_LAYERS * FORWARDS, run.device_calls
+    # its gates on sgl-kernel-npu's gating kernel, captured and replayed with it
+    assert run.device_calls[OP_GATING] == GDN_LAYERS * FORWARDS, run.device_calls
+    assert "decode gates" in run.log_text() and "runs on the npu_gating kernel" in run.log_text()
     assert all(PAD_SLOT not in changed for changed in graph.changed)  # the hook leaves padded rows alone
     cmp = run.compare()
     assert cmp.bf16_ok(), str(cmp)
