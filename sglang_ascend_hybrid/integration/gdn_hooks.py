@@ -82,7 +82,7 @@ from sglang_ascend_hybrid.ops.gdn.prefill import entries
 from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature
 from sglang_ascend_hybrid.ops.host import host_list
 from sglang_ascend_hybrid.ops.step_cache import StepValue
-from sglang_ascend_hybrid.ops.tensors import as_dtype
+from sglang_ascend_hybrid.ops.tensors import as_dtype, as_shape
 
 logger = logging.getLogger(__name__)
 
@@ -202,12 +202,6 @@ def backend_pool_layout(backend) -> str:
     return pool_layout.layout_of(temporal, "mamba pool temporal state")
 
 
-def _packed_batch(t: torch.Tensor, T: int, Hv: int) -> torch.Tensor:
-    """g / beta as the prefill op takes them, ``[1, T, Hv]``: SGLang's gating output as it is when it has
-    that shape (no view made), else viewed so (``[T, Hv]``)."""
-    return t if t.shape == (1, T, Hv) else t.reshape(1, T, Hv)
-
-
 def ascend_chunk_gdn(original, self, q, k, v, g, beta, initial_state, cu_seqlens):
     """AROUND hook of ``AscendGDNAttnBackend.chunk_gdn`` (see module docstring); ``original``
     is not called.  ``initial_state`` is SGLang's gathered copy ``ssm_states[cache_indices]`` in the
@@ -217,8 +211,8 @@ def ascend_chunk_gdn(original, self, q, k, v, g, beta, initial_state, cu_seqlens
     Hv, V = v.shape[-2], v.shape[-1]
     layout = backend_pool_layout(self)
     o, final, h = _serve_extend(getattr(self, "forward_metadata", None), q.reshape(1, T, Hk, K),
-                                k.reshape(1, T, Hk, K), v.reshape(1, T, Hv, V), _packed_batch(g, T, Hv),
-                                _packed_batch(beta, T, Hv), pool_layout.in_view_order(initial_state, layout),
+                                k.reshape(1, T, Hk, K), v.reshape(1, T, Hv, V), as_shape(g, (1, T, Hv)),
+                                as_shape(beta, (1, T, Hv)), pool_layout.in_view_order(initial_state, layout),
                                 cu_seqlens)
     if h is None:  # upstream's shape, never read: SGLang's _track_mamba_state_extend reads h only
         # under forward_metadata.has_mamba_track_mask, the flag that asked for no chunk states here

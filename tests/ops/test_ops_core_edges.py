@@ -80,3 +80,13 @@ def test_an_unknown_rung_or_ladder_is_named_with_what_exists():
     with pytest.raises(ValueError, match=re.escape(f"ladder='no_such_op': expected one of {known}")):
         catalog.rung("no_such_op", "torch")
     assert catalog.rung("gdn_serving_decode", "torch") is decode.DECODE.rung("torch")
+
+
+def test_as_shape_gives_the_tensor_itself_when_it_has_the_shape_else_a_view_of_it():
+    from sglang_ascend_hybrid.ops.tensors import as_shape
+
+    t = torch.arange(6.0).reshape(1, 2, 3)
+    assert as_shape(t, (1, 2, 3)) is t
+    flat = as_shape(t, (2, 3))
+    assert flat is not t and tuple(flat.shape) == (2, 3) and flat.data_ptr() == t.data_ptr()
+    assert torch.equal(flat, t[0])

@@ -27,6 +27,7 @@ from sglang_ascend_hybrid.ops.gdn.contract import OP_GATING
 from sglang_ascend_hybrid.ops.gdn.decode.call import SOFTPLUS_BETA, SOFTPLUS_THRESHOLD, DecodeCall
 from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature, log_path, rejection_line
 from sglang_ascend_hybrid.ops.ladder import Absent, Ladder, Rung
+from sglang_ascend_hybrid.ops.tensors import as_shape
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ def _npu_supports(sig: GdnSignature, call: DecodeCall) -> Optional[str]:
 
 def _rows_by_heads(t: torch.Tensor, shape: tuple) -> torch.Tensor:
     """``t`` as the contiguous ``[B, Hv]`` the kernel addresses at ``t * Hv + h`` (its host unpacks a 2-D shape)."""
-    return (t if t.shape == shape else t.reshape(shape)).contiguous()
+    return as_shape(t, shape).contiguous()
 
 
 def _npu_run(call: DecodeCall) -> torch.Tensor:
