@@ -29,6 +29,11 @@ ascend_gdn_backend.AscendGDNAttnBackend.chunk_gdn``, SGLang 0.5.21-0.5.23)
     tensors) go through the verify ladder of :mod:`sglang_ascend_hybrid.ops.gdn.verify`
     (the op where its bf16 contract holds, else an exact torch path keeping the
     pool's dtype).  Capture-safe; the original is never called.
+``ascend_verify_gates`` (AROUND sgl-kernel-npu ``fla.fused_gdn_gating.fused_gdn_gating_kernel_without_sigmoid``)
+    The verify step's gates, computed just before that call: the kernel's tiling raises for most token
+    counts that are not a power-of-two multiple of its per-program share, so the gates go through the
+    verify-gates ladder of :mod:`sglang_ascend_hybrid.ops.gdn.verify_gates` (the original where it tiles
+    the call, else ``fused_gdn_gating_npu``, else torch).  Capture-safe.
 ``ascend_gdn_decode`` (AROUND ``sglang.srt.layers.attention.linear.kernels.gdn_triton.TritonGDNKernel.decode``)
     Plain decode: SGLang's Ascend GDN backend (``forward_decode`` -> ``GDNKernelDispatcher.decode``)
     calls the sgl-kernel-npu Triton decode kernel on the pool, and that kernel's readable source
@@ -80,6 +85,7 @@ from sglang_ascend_hybrid.ops.gdn.api import chunk_with_states, resolve_backend
 from sglang_ascend_hybrid.ops.gdn.decode import contract as decode_contract
 from sglang_ascend_hybrid.ops.gdn.prefill import entries
 from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature
+from sglang_ascend_hybrid.ops.gdn.verify_gates import verify_gates
 from sglang_ascend_hybrid.ops.host import host_list
 from sglang_ascend_hybrid.ops.step_cache import StepValue
 from sglang_ascend_hybrid.ops.tensors import as_dtype, as_shape
@@ -298,6 +304,13 @@ def ascend_verify_update(original, self, mix_qkv, num_heads, num_value_heads, he
                       num_heads, num_value_heads, intermediate_state=intermediate_state,
                       cache_indices=cache_indices, num_accepted_tokens=num_accepted)
     return verify.recurrent_verify(call, check_values=ENV.DEBUG_CHECKS.get())
+
+
+def ascend_verify_gates(original, A_log, a, b, dt_bias, beta=1.0, threshold=20.0):
+    """AROUND hook of sgl-kernel-npu's ``fused_gdn_gating_kernel_without_sigmoid`` (SGLang's target-verify
+    gates): ``(g, b)`` through the verify-gates ladder, ``original`` its first rung where its tiling serves
+    the call's token count (:mod:`sglang_ascend_hybrid.ops.gdn.verify_gates`)."""
+    return verify_gates(A_log, a, b, dt_bias, beta, threshold, kernel=original)
 
 
 def ascend_gdn_decode(original, self, q, k, v, a, b, *, A_log, dt_bias, ssm_states, cache_indices,

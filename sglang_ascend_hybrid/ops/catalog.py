@@ -13,16 +13,15 @@ from sglang_ascend_hybrid.ops.ladder import Ladder
 def ladders() -> tuple[Ladder, ...]:
     """The ladders in serving order: short conv (prefill, decode, speculative verify), GDN prefill (its
     q / k l2-normalisation, then the chunk ladder) / decode (then the gates its npu_recurrent rung takes computed) /
-    verify, packed attention (imports the op
-    families)."""
+    verify (its gates, then the verify ladder), packed attention (imports the op families)."""
     from sglang_ascend_hybrid.ops.attention import dispatch as attention
     from sglang_ascend_hybrid.ops.conv import dispatch as conv
-    from sglang_ascend_hybrid.ops.gdn import decode, prefill, verify
+    from sglang_ascend_hybrid.ops.gdn import decode, prefill, verify, verify_gates
     from sglang_ascend_hybrid.ops.gdn.decode import gates
     from sglang_ascend_hybrid.ops.gdn.prefill import l2norm
 
     return (conv.FN_LADDER, conv.UPDATE_LADDER, conv.VERIFY_LADDER, l2norm.L2NORM, prefill.PREFILL, decode.DECODE,
-            gates.GATES, verify.VERIFY, attention.LADDER)
+            gates.GATES, verify_gates.VERIFY_GATES, verify.VERIFY, attention.LADDER)
 
 
 def rung(ladder: str, name: str):

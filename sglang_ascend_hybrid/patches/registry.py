@@ -300,6 +300,30 @@ PATCHES: tuple[Patch, ...] = (
         removal="when upstream fixes sglang issue #40419 (the verify path honours the SSM state dtype)",
     ),
     Patch(
+        name="gdn-verify-gates",
+        target="sgl_kernel_npu.fla.fused_gdn_gating.fused_gdn_gating_kernel_without_sigmoid",
+        kind="hook",
+        hook_type="around",
+        requires=("sgl_kernel_npu",),
+        hook="sglang_ascend_hybrid.integration.gdn_hooks:ascend_verify_gates",
+        extra_targets=("sglang.srt.hardware_backend.npu.attention.ascend_gdn_backend."
+                       "fused_gdn_gating_kernel_without_sigmoid",),
+        why="speculative decoding (MTP) of GDN models computes every target-verify step's gates with this "
+            "kernel over the batch's B * draft tokens; its tiling hands tl.arange a block count that is a power "
+            "of two only for some token counts and raises \"arange's range must be a power of 2\" for the "
+            "others (6 value heads per rank, Qwen3.6-27B at TP=8, 4 draft tokens: batches of 25-36 and 49-84 "
+            "requests), so the server fails at those batch sizes and at graph capture of those buckets",
+        how="AROUND (SGLang's HookRegistry rebinds the from-import alias in ascend_gdn_backend): the same "
+            "arguments go through the GDN verify-gates ladder: the original where its tiling serves the token "
+            "count (a build that still raises the tiling error is marked refused and the next rung serves), "
+            "else sgl-kernel-npu's fused_gdn_gating_npu (the same g, tiled in powers of two), else torch; b is "
+            "returned as given; decided from metadata only, capture-safe",
+        upstream="none: no upstream report found; the fix upstream is a power-of-two batch tile in "
+                 "sgl-kernel-npu's fused_gdn_gating_kernel_without_sigmoid, as fused_gdn_gating_npu tiles",
+        removal="when sgl-kernel-npu's fused_gdn_gating_kernel_without_sigmoid tiles every batch size in every "
+                "build SGLang pairs with, or SGLang's verify step computes its gates otherwise",
+    ),
+    Patch(
         name="gdn-decode-ladder",
         target="sglang.srt.layers.attention.linear.kernels.gdn_triton.TritonGDNKernel.decode",
         kind="hook",

@@ -151,6 +151,20 @@ def causal_conv1d(x, weight, conv_states, bias=None, query_start_loc=None, cache
     return out
 
 
+def _gating_kernel() -> Callable:
+    """SGLang's verify gating kernel as the run calls it: the emulator, wrapped in the plugin's hook when the
+    run's plugin has the gdn-verify-gates patch applied."""
+    from sglang_ascend_hybrid.patches.status import APPLIED, STATUS
+
+    state = STATUS.patches.get("gdn-verify-gates")
+    if state is None or state.state != APPLIED:
+        return fused_gdn_gating_kernel_without_sigmoid
+    from sglang_ascend_hybrid.integration.gdn_hooks import ascend_verify_gates
+
+    return functools.wraps(fused_gdn_gating_kernel_without_sigmoid)(
+        functools.partial(ascend_verify_gates, fused_gdn_gating_kernel_without_sigmoid))
+
+
 @contextlib.contextmanager
 def spec_npu_ops(*, fp32_conv: bool = True):
     """The NPU ops SGLang's verify and commit call directly, bound where SGLang's modules bound
@@ -172,8 +186,10 @@ def spec_npu_ops(*, fp32_conv: bool = True):
         return op
 
     with pytest.MonkeyPatch.context() as mp:
-        # the plugin's emulator of it (emulators/gdn_gating.py: its tiling defect and its addressing included)
-        mp.setattr(gdn_mod, "fused_gdn_gating_kernel_without_sigmoid", fused_gdn_gating_kernel_without_sigmoid)
+        # the plugin's emulator of it (emulators/gdn_gating.py: its tiling defect and its addressing included),
+        # under the plugin's gdn-verify-gates hook where that patch is in place, as SGLang's HookRegistry wraps
+        # the kernel sgl-kernel-npu's module holds (here the stub of tests/npu_stubs)
+        mp.setattr(gdn_mod, "fused_gdn_gating_kernel_without_sigmoid", _gating_kernel())
         mp.setattr(hybrid_mod, "move_intermediate_cache",
                    counted("move_intermediate_cache", emulate_move_intermediate_cache))
         mp.setattr(hybrid_mod, "conv_state_rollback", counted("conv_state_rollback", conv_state_rollback))

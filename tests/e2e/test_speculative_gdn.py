@@ -25,6 +25,7 @@ import sglang
 import torch
 
 from sglang_ascend_hybrid.emulators import mamba_state_update
+from sglang_ascend_hybrid.ops.gdn import contract as gdn_contract
 from sglang_ascend_hybrid.ops.gdn import pool_layout
 from sglang_ascend_hybrid.ops.gdn.contract import OP_NPU_RECURRENT, RECURRENT_MAX_TOKENS
 from tests.e2e import device, harness, spec
@@ -233,3 +234,30 @@ def test_sixteen_draft_tokens_match_plain_decoding_with_drafts_partly_rejected()
     assert res.pool_shapes["conv"][2] == CONV_WIDTH - 1 + DEEP_DRAFT - 1, res.pool_shapes
     assert "runs on the torch verify path" in run.log_text()
     assert not (run.device_calls or {}).get(OP_NPU_RECURRENT), run.device_calls
+
+
+# 16 draft tokens on graph-replay metadata with one bucket of 7 requests: every verify step computes the gates
+# of 7 x 16 = 112 tokens, which sgl-kernel-npu's fused_gdn_gating_kernel_without_sigmoid cannot tile for the
+# 6 value heads of Qwen3.6-27B at TP=8 (blocks of 3; the same failure as 25..36 requests of 4 draft tokens)
+GATES_PLAN = dataclasses.replace(DEEP_PLAN, graph_buckets=(7,))
+
+
+@pytest.mark.base_release_only  # the patch's route on every release: tests/integration/test_verify_gates_hook.py
+def test_verify_gates_the_kernel_cannot_tile_are_served_and_match_plain_decoding():
+    """SGLang's verify step calls the without-sigmoid gating kernel on token counts its tiling refuses (the
+    emulator raises the kernel's error there); the plugin's gdn-verify-gates hook serves them on
+    fused_gdn_gating_npu and the run equals plain decoding and transformers."""
+    tokens, heads = GATES_PLAN.graph_buckets[0] * DEEP_DRAFT, 6
+    assert gdn_contract.without_sigmoid_tiling_reason(tokens, heads) is not None   # upstream fails here
+    base = run_family("qwen3_5", dtype=FP32, device=spec.fast_split(_device(FP32)), ssm_dtype=FP32,
+                      plan=harness.StepPlan(decodes=GATES_PLAN.tokens_needed() - 1))
+    run, res = spec.run_spec("qwen3_5", dtype=FP32, ssm_dtype=FP32, device=_device(FP32), plan=GATES_PLAN,
+                             known={r.name: r.tokens for r in base.reqs}, fallback=False)
+    assert run.compare().fp32_ok(), str(run.compare())
+    for got, want in zip(run.reqs, base.reqs):
+        assert got.generated == want.generated[:len(got.generated)], (got.name, got.generated, want.generated)
+    assert [(s.name, s.accepted) for s in res.steps] == GATES_PLAN.planned_accepts()
+    assert (f"cannot use the without_sigmoid kernel: it tiles {tokens} tokens x {heads} heads"
+            in run.log_text()), run.log_text()
+    # one gating launch per GDN layer and verify step, on the sibling kernel
+    assert run.device_calls.get(gdn_contract.OP_GATING) == GDN_LAYERS * len(GATES_PLAN.batches), run.device_calls

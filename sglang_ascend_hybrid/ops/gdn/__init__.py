@@ -11,7 +11,8 @@ Laid out by SGLang's three linear-attention verbs, one ladder each:
 - :mod:`.decode` (``decode``): one token per request, the ``gdn_serving_decode`` ladder serving both
   SGLang's gated decode and :func:`recurrent_gated_delta_rule`, the Triton decode kernels' contract
   and layout probe;
-- :mod:`.verify` (``target_verify``): speculative verify (MTP), the ``gdn_verify`` ladder.
+- :mod:`.verify` (``target_verify``): speculative verify (MTP), the ``gdn_verify`` ladder, and
+  :mod:`.verify_gates`, the ``gdn_verify_gates`` ladder of the gates SGLang computes just before it.
 
 Shared by them: :mod:`.signature` (what the ladders key on), :mod:`.contract` (the NPU GDN ops),
 :mod:`.torch_impl` / :mod:`.pool_step` (torch rungs), :mod:`.naive` (the `naive_*` oracles),

@@ -100,6 +100,9 @@ OP_MEGA = "sgl_kernel_npu.fla.mega_chunk_gdn:run_mega_chunk_gdn"        # Python
 OP_TRITON = "sgl_kernel_npu.fla.chunk:chunk_gated_delta_rule_npu"       # Python entry (Triton)
 OP_L2NORM = "sgl_kernel_npu.fla.l2norm:l2norm_fwd"                      # Python entry (Triton)
 OP_GATING = "sgl_kernel_npu.fla.fused_gdn_gating:fused_gdn_gating_npu"  # Python entry (Triton)
+# Python entry (Triton) SGLang's target-verify step calls; the verify-gates ladder's first rung runs the one
+# its hook is handed (the original: once the hook is applied, this name resolves to the hook itself)
+OP_GATING_WITHOUT_SIGMOID = "sgl_kernel_npu.fla.fused_gdn_gating:fused_gdn_gating_kernel_without_sigmoid"
 # What an operator sees for each op (kernel reports): its name, and a note on its builds.
 KERNEL_NOTES = {
     OP_NPU_CHUNK: ("torch.ops.npu.chunk_gated_delta_rule",
@@ -111,6 +114,9 @@ KERNEL_NOTES = {
     OP_L2NORM: ("sgl_kernel_npu l2norm_fwd (Triton)", "what SGLang's chunk_gdn runs on q and k first"),
     OP_GATING: ("sgl_kernel_npu fused_gdn_gating_npu (Triton)",
                 "what SGLang's Ascend GDN backend runs for a step's gates; absent before sgl-kernel-npu 2026.01.09"),
+    OP_GATING_WITHOUT_SIGMOID: ("sgl_kernel_npu fused_gdn_gating_kernel_without_sigmoid (Triton)",
+                                "SGLang's target-verify gates; its tiling raises for most token counts that are "
+                                "not a power-of-two multiple of its per-program share"),
 }
 
 PairPredicate = Callable[[int, int], bool]
@@ -527,11 +533,37 @@ def is_l2norm_refusal(exc: BaseException) -> bool:
 # power of two, at most 64) serves every batch size.  SKN PR #810 (open) reports that after PR #747 it
 # returns g / beta_output 2-D ``[batch, H]``: that source was not readable here, so the plugin reads g
 # by its element count (``reshape(B, H)``), which either form satisfies.
-# Its sibling ``fused_gdn_gating_kernel_without_sigmoid`` (which SGLang's target-verify step runs) tiles
-# ``BLK_BATCHES = cdiv(batch, cdiv(48, cdiv(H, 8)))`` into ``tl.arange``, which takes powers of two only:
-# it raises for such batches (e.g. H = 6 and 97..144 tokens) -- the plugin does not call it.
+# Its sibling ``fused_gdn_gating_kernel_without_sigmoid(A_log, a, b, dt_bias, beta=1.0, threshold=20.0) ->
+# (g, b)`` (same file, same commit), which SGLang 0.5.20 .. 0.5.23's Ascend GDN backend runs for every
+# target-verify step (``forward_extend``: ``g, beta = fused_gdn_gating_kernel_without_sigmoid(layer.A_log,
+# a, b, layer.dt_bias)`` over the batch's ``B * draft`` tokens), computes the same g and returns b as given.
+# Its host sets ``num_cores = 48`` and ``BLK_HEADS = 8`` and tiles ``BLK_BATCHES = cdiv(batch, cdiv(48,
+# cdiv(H, 8)))`` into ``tl.arange(0, BLK_BATCHES)``, which takes powers of two only: it raises ``arange's
+# range must be a power of 2`` for every other token count (e.g. H = 6: 97..144 and 193..336 tokens, i.e.
+# 25..36 and 49..84 requests of 4 draft tokens), and an empty batch an empty range.  The plugin's
+# gdn-verify-gates hook hands those calls to ``fused_gdn_gating_npu`` (same g, tiled in powers of two).
 
 GATING_ARANGE_TEXT = "arange's range must be a power of 2"
+WITHOUT_SIGMOID_CORES = 48   # the host's ``num_cores = 48  # num_vectorcore of NPU``
+WITHOUT_SIGMOID_BLK_HEADS = 8
+
+
+def without_sigmoid_tiling_reason(tokens: int, heads: int) -> Optional[str]:
+    """Why ``fused_gdn_gating_kernel_without_sigmoid`` cannot tile ``tokens`` x ``heads`` gates (None: it
+    can): its ``BLK_BATCHES = cdiv(tokens, cdiv(48, cdiv(heads, 8)))`` must be a power of two."""
+    if tokens <= 0 or heads <= 0:
+        return f"{tokens} tokens x {heads} heads: its tl.arange gets an empty range"
+    per_program = -(-WITHOUT_SIGMOID_CORES // -(-heads // WITHOUT_SIGMOID_BLK_HEADS))
+    block = -(-tokens // per_program)
+    if block & (block - 1):
+        return (f"it tiles {tokens} tokens x {heads} heads into blocks of {block} tokens and tl.arange takes "
+                f"powers of two only ({GATING_ARANGE_TEXT})")
+    return None
+
+
+def is_gating_tiling_refusal(exc: BaseException) -> bool:
+    """The without-sigmoid kernel's tiling error (Triton raises it while compiling; any wrapper type)."""
+    return GATING_ARANGE_TEXT in str(exc)
 
 
 def gating_refusal_reason(value_heads: int, A_log: torch.Tensor, dt_bias: torch.Tensor) -> Optional[str]:
