@@ -14,7 +14,8 @@ launch; here it runs on CPU tensors of the serving shapes).  One table per verb,
   indices from ``prepare_chunk_indices``, a hit of its ``tensor_cache`` as in every layer after a
   step's first (:class:`RecentCallCache`), ``h = k.new_empty(...)``, ``torch.ops.npu.chunk_gated_delta_rule``),
   ``TritonGDNKernel.decode`` (one call of the sgl-kernel-npu Triton decode entry),
-  ``fused_recurrent_gated_delta_rule_update`` (casts, the graph-mode index tensors,
+  ``forward_extend``'s target-verify gates (``fused_gdn_gating_kernel_without_sigmoid`` and SGLang's views of
+  g / beta) then ``fused_recurrent_gated_delta_rule_update`` (casts, the graph-mode index tensors,
   ``torch.ops.npu.recurrent_gated_delta_rule``), ``causal_conv1d_fn`` / ``causal_conv1d_update`` off
   CUDA (the Triton entry, here the stub, with ``seq_lens_cpu``);
 * ``plugin``: the plugin's AROUND hook called the way SGLang's HookRegistry calls it
@@ -29,7 +30,9 @@ launch; here it runs on CPU tensors of the serving shapes).  One table per verb,
                           runs on the pool in place; this route also computes the gates, on
                           sgl-kernel-npu's ``fused_gdn_gating_npu`` (the decode gates ladder's
                           ``npu_gating``; the Triton entry computes them itself)
-  ``gdn verify``          ``ascend_verify_update`` (graph mode) -> verify ladder -> ``npu_recurrent``
+  ``gdn verify``          ``ascend_verify_gates`` -> verify-gates ladder -> ``without_sigmoid`` (the kernel
+                          SGLang calls, handed as the original), then ``ascend_verify_update`` (graph mode) ->
+                          verify ladder -> ``npu_recurrent``
   ``conv prefill``        ``causal_conv1d_fn_around`` -> ``torch.ops.npu.causal_conv1d`` (run mode 0)
   ``conv decode``         ``causal_conv1d_update_around`` -> ``torch.ops.npu.causal_conv1d`` (run mode 1)
 
@@ -336,13 +339,21 @@ def gdn_verify() -> Verb:
     mix = _r(gen, B, S, 2 * HK * K + HV * V)
     pool = _r(gen, SLOTS, HV, V, K) * 0.1
     scratch = torch.zeros((B + 1) * S, HV, V, K, dtype=BF16)   # SGLang's [size + 1, S] scratch, rows flat
-    beta, g = _r(gen, B * S, HV), torch.randn(B * S, HV, generator=gen)
+    a, b = _r(gen, B * S, HV), _r(gen, B * S, HV)   # the step's gating inputs, [B * S, Hv]
+    A_log, dt_bias = torch.randn(HV, generator=gen), torch.randn(HV, generator=gen)
     cache = torch.randperm(SLOTS, generator=gen)[:B].to(torch.int32)
     backend = SimpleNamespace(graph_mode=True, forward_metadata=SimpleNamespace(
         mamba_cache_indices_gdn=torch.arange(B * S, dtype=torch.int32).view(B, S)))
     op = Stub(gdn_contract.OP_NPU_RECURRENT, _marked(B, S, HV, V))
+    # sgl-kernel-npu's fused_gdn_gating_kernel_without_sigmoid: (g [1, B * S, Hv] fp32, b as given)
+    gating = Stub(gdn_contract.OP_GATING_WITHOUT_SIGMOID, (torch.randn(1, B * S, HV, generator=gen), b))
 
-    def upstream():   # AscendGDNAttnBackend.fused_recurrent_gated_delta_rule_update (graph mode), op stubbed
+    def gates(gating_call):
+        """forward_extend's target-verify branch up to the update call: the gates, SGLang's views of them."""
+        g, beta = gating_call(A_log, a, b, dt_bias)
+        return beta.unsqueeze(0).view(B, -1, HV), g.view(B, -1, HV)
+
+    def update(beta, g):   # AscendGDNAttnBackend.fused_recurrent_gated_delta_rule_update (graph mode), op stubbed
         b16, gf = beta.to(BF16), g.to(torch.float32)
         scale = 1 / (K ** 0.5)
         inter = scratch.view(-1, HV, K, V)
@@ -354,16 +365,21 @@ def gdn_verify() -> Verb:
         inter.view(-1, S, HV, K, V)
         return out
 
-    def plugin():
-        return gdn_hooks.ascend_verify_update(upstream, backend, mix, HK, HV, K, V, pool, beta, g, cache,
-                                              intermediate_state=scratch)
+    def upstream():   # the gating kernel, then the update
+        return update(*gates(gating))
+
+    def plugin():   # the gdn-verify-gates hook around the gating kernel, then the gdn-verify-ladder hook
+        beta, g = gates(lambda *args: gdn_hooks.ascend_verify_gates(gating, *args))
+        return gdn_hooks.ascend_verify_update(update, backend, mix, HK, HV, K, V, pool, beta,
+                                              g, cache, intermediate_state=scratch)
 
     def expect(out):
         return torch.equal(out, op.output)
 
     zeroing, with_zeroing = _zeroing(upstream, _marked(B, S, HV, V), torch.zeros(B, S, 1, 1, dtype=torch.bool))
-    return Verb("gdn verify", "npu_recurrent", upstream, plugin, {op.name: op}, expect, (op,), notes=[
-        f"batch {B} x {S} draft tokens, Hv {HV} Hk {HK} K {K} V {V}, bf16 pool and scratch, graph mode",
+    return Verb("gdn verify", "npu_recurrent", upstream, plugin, {op.name: op}, expect, (op, gating), notes=[
+        f"batch {B} x {S} draft tokens, Hv {HV} Hk {HK} K {K} V {V}, bf16 pool and scratch, graph mode; the step's "
+        f"gates first ({B * S} tokens: the without-sigmoid kernel tiles them, the verify-gates ladder's first rung)",
         ZEROING_NOTE.format(what="rows past each request's length and padded requests' rows",
                             shape=f"[{B}, {S}, {HV}, {V}]")],
         context=[("zeroing", zeroing), ("upstream + zeroing", with_zeroing)],

@@ -63,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mamba-ssm-dtype", choices=("float32", "bfloat16", "float16"),
                    help="the SSM state dtype you will launch with (default: SGLang's: the model config's, "
                         "else float32); decides which GDN kernels can serve")
+    p.add_argument("--speculative-num-draft-tokens", type=int, metavar="N",
+                   help="tokens per request of a speculative (MTP) verify step you will launch with (default 4, "
+                        "SGLang's for these models); decides which batch sizes' verify gates the kernel tiles")
     st = sub.add_parser("selftest", help="check the plugin's ops against the pure-torch references on a device")
     add_selftest_arguments(st)
     r = sub.add_parser("rehearse", help="rehearse a launch on the emulated Ascend device (CPU): a tiny model of "

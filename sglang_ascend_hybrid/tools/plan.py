@@ -129,7 +129,26 @@ def decode_entry(lay: mf.GDNLayout, dtype: str, state: str) -> dict[str, Any]:
             "decode_entry": entry, "rungs": rungs}
 
 
-def gdn_entry(facts: mf.ModelFacts, tp: int, predicate=None, ssm_dtype: Optional[str] = None) -> dict[str, Any]:
+# What the verify-gates entry assumes: SGLang's MTP default for these models (speculative_num_steps 3, topk 1:
+# 4 draft tokens per request) unless --speculative-num-draft-tokens says otherwise, and batches up to 256.
+DEFAULT_DRAFT_TOKENS = 4
+VERIFY_GATES_MAX_BATCH = 256
+
+
+def verify_gates_entry(value_heads: int, draft_tokens: int) -> dict[str, Any]:
+    """Where SGLang's target-verify gating kernel cannot tile a step of this layout (per rank), from the
+    ``gdn_verify_gates`` ladder's rule (:func:`sglang_ascend_hybrid.ops.gdn.verify_gates.untiled_batches`),
+    and what serves those steps instead."""
+    from sglang_ascend_hybrid.ops.gdn import verify_gates
+
+    batches = verify_gates.untiled_batches(value_heads, draft_tokens, VERIFY_GATES_MAX_BATCH)
+    rungs = verify_gates.VERIFY_GATES.names
+    return {"draft_tokens": draft_tokens, "max_batch": VERIFY_GATES_MAX_BATCH, "kernel": rungs[0],
+            "untiled_batches": [list(r) for r in batches], "untiled_served_by": rungs[1] if batches else None}
+
+
+def gdn_entry(facts: mf.ModelFacts, tp: int, predicate=None, ssm_dtype: Optional[str] = None,
+              draft_tokens: int = DEFAULT_DRAFT_TOKENS) -> dict[str, Any]:
     import torch
 
     from sglang_ascend_hybrid.integration.gdn_state_dtype import plan_state
@@ -154,6 +173,7 @@ def gdn_entry(facts: mf.ModelFacts, tp: int, predicate=None, ssm_dtype: Optional
         "mega_plan": {"strategy": mega.strategy, "launches": [list(p) for p in mega.launches],
                       "overhead": float(mega.overhead) if mega.strategy != "none" else None},
         "verify_kernels": kernels.verify,
+        "verify_gates": verify_gates_entry(lay.value_heads, draft_tokens),
         "decode": decode_entry(lay, dtype, state),
     }
 
@@ -226,8 +246,11 @@ def assumptions(kernel_heads: Optional[list[int]]) -> dict[str, Any]:
 
 
 def plan(cfg: dict, tp_sizes=DEFAULT_TP, kernel_heads: Optional[list[int]] = None,
-         ssm_dtype: Optional[str] = None) -> dict[str, Any]:
-    """The plan document (``docs/plan-json.md``) of ``cfg`` at each TP size."""
+         ssm_dtype: Optional[str] = None, draft_tokens: int = DEFAULT_DRAFT_TOKENS) -> dict[str, Any]:
+    """The plan document (``docs/plan-json.md``) of ``cfg`` at each TP size (``draft_tokens``: speculative
+    decoding's tokens per request, for the verify step's gates)."""
+    if isinstance(draft_tokens, bool) or not isinstance(draft_tokens, int) or draft_tokens < 1:
+        raise ValueError(f"--speculative-num-draft-tokens {draft_tokens!r}: expected a positive integer")
     from sglang_ascend_hybrid.integration.launch.planned import planned_adjustments, planned_prefix_cache
 
     facts = mf.facts(cfg)  # the one parse: a malformed config fails as a whole, before any TP size
@@ -239,7 +262,7 @@ def plan(cfg: dict, tp_sizes=DEFAULT_TP, kernel_heads: Optional[list[int]] = Non
                                "short_conv": None, "launch_adjustments": []}
         try:
             if facts.family == "gdn":
-                row["gdn"] = gdn_entry(facts, tp, predicate, ssm_dtype)
+                row["gdn"] = gdn_entry(facts, tp, predicate, ssm_dtype, draft_tokens)
             else:
                 row["short_conv"] = short_conv_entry(facts, tp)
             row["attention_heads_per_rank"] = mf.per_rank(facts.attention_heads, tp, "num_attention_heads")
@@ -319,6 +342,7 @@ def render(doc: dict[str, Any], out: TextIO | None = None) -> None:
             for rung in d["rungs"]:
                 w(_rung_line(rung, width=13))
             w(f"         verify (MTP) {g['verify_kernels']}\n")
+            w(_verify_gates_line(g["verify_gates"]))
         if r["short_conv"]:
             s = r["short_conv"]
             w(f"  TP={r['tp']:<3} {s['kind']} width {s['width']}, {s['channels']} channels per rank: {s['kernel']}\n")
@@ -328,6 +352,16 @@ def render(doc: dict[str, Any], out: TextIO | None = None) -> None:
           f"query head{'' if heads == 1 else 's'} per rank (Ascend attention backend)\n")
         for adj in r["launch_adjustments"]:
             w(f"         launch adjustment: {adj}\n")
+
+
+def _verify_gates_line(v: dict) -> str:
+    head = f"         verify gates ({v['draft_tokens']} draft tokens): "
+    if not v["untiled_batches"]:
+        return head + f"sgl-kernel-npu's without-sigmoid gating kernel tiles every batch up to {v['max_batch']}\n"
+    shown = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in v["untiled_batches"])
+    return (head + f"sgl-kernel-npu's without-sigmoid gating kernel cannot tile batches {shown} "
+            f"(of 1-{v['max_batch']}); those steps run on {v['untiled_served_by']} (fused_gdn_gating_npu, the same "
+            "gates; gdn-verify-gates)\n")
 
 
 def parse_heads(text: str) -> list[int]:
@@ -351,7 +385,9 @@ def main(args) -> int:
         if any(tp < 1 for tp in args.tp or ()):
             raise ValueError(f"--tp {args.tp}: expected positive integers")
         ssm = getattr(args, "mamba_ssm_dtype", None)
-        doc = plan(cfg, tuple(args.tp) if args.tp else DEFAULT_TP, heads, ssm)
+        draft = getattr(args, "speculative_num_draft_tokens", None)
+        doc = plan(cfg, tuple(args.tp) if args.tp else DEFAULT_TP, heads, ssm,
+                   DEFAULT_DRAFT_TOKENS if draft is None else draft)
     except (mf.ConfigError, ValueError) as exc:
         print(f"sglang-ascend-hybrid plan: error: {exc}", file=sys.stderr)
         return 2

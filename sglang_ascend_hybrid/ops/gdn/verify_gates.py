@@ -167,3 +167,18 @@ def verify_gates(A_log: torch.Tensor, a: torch.Tensor, b: torch.Tensor, dt_bias:
     call = VerifyGatesCall(A_log, a, b, dt_bias, float(softplus_beta), float(threshold), kernel)
     sig, first, _ = checked_first(_DECIDED, VERIFY_GATES, call, "auto", check_gates_inputs)
     return VERIFY_GATES(sig, call, first=first)
+
+
+def untiled_batches(heads: int, draft_tokens: int, max_batch: int) -> list[tuple[int, int]]:
+    """The batch sizes up to ``max_batch`` whose verify step (``batch * draft_tokens`` tokens of ``heads`` value
+    heads) the without-sigmoid kernel cannot tile, as ``(first, last)`` ranges: the steps the ladder's next rung
+    serves (the ``plan`` CLI)."""
+    ranges: list[tuple[int, int]] = []
+    for batch in range(1, max_batch + 1):
+        if caps.without_sigmoid_tiling_reason(batch * draft_tokens, heads) is None:
+            continue
+        if ranges and ranges[-1][1] == batch - 1:
+            ranges[-1] = (ranges[-1][0], batch)
+        else:
+            ranges.append((batch, batch))
+    return ranges

@@ -75,24 +75,36 @@ def test_the_tiling_rule_is_the_emulated_kernels():
 
 @pytest.mark.parametrize("T, served_by", [(96, "without_sigmoid"), (97, "npu_gating"), (100, "npu_gating"),
                                           (144, "npu_gating"), (145, "without_sigmoid"), (200, "npu_gating")])
-def test_the_hook_serves_every_token_count_with_the_kernels_g(T, served_by):
+def test_the_hook_serves_every_token_count_with_the_kernels_g(T, served_by, caplog):
     """Qwen3.6-27B at TP=8 (6 value heads per rank), 4 draft tokens: 97..144 tokens are 25..36 requests."""
     x = _inputs(T, 6, seed=T)
     kernel, npu = Spy(emu.fused_gdn_gating_kernel_without_sigmoid), Spy(emu.fused_gdn_gating_npu)
-    with seam.install_emulators({OP_GATING: npu}):
+    with seam.install_emulators({OP_GATING: npu}), caplog.at_level(logging.INFO):
         g, b = gdn_hooks.ascend_verify_gates(kernel, x["A_log"], x["a"], x["b"], x["dt_bias"])
     assert b is x["b"]   # the verify op takes b as given (it applies the sigmoid)
     assert g.dtype == torch.float32 and g.shape == (1, T, 6)
     torch.testing.assert_close(g.double(), _fp64_g(x), atol=2e-6, rtol=2e-6)
     assert (kernel.calls, npu.calls) == ((1, 0) if served_by == "without_sigmoid" else (0, 1))
+    said = [r.getMessage() for r in caplog.records if "runs on the" in r.getMessage()]
+    assert said == [f"sglang-ascend-hybrid: GDN verify gates (heads=6, bfloat16) runs on the {served_by} kernel"]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
-def test_without_the_sibling_kernel_torch_serves_the_same_g():
+def test_the_first_rung_needs_the_kernel_the_hook_is_handed():
+    x = _inputs(96, 6)
+    call = vg.VerifyGatesCall(x["A_log"], x["a"], x["b"], x["dt_bias"])
+    reason = vg.VERIFY_GATES.why_not(vg.VERIFY_GATES.rungs[0], call.signature(), call)
+    assert reason == "no without-sigmoid kernel was handed to this call"
+
+
+def test_without_the_sibling_kernel_torch_serves_the_same_g(caplog):
     x = _inputs(100, 6, seed=3)
     kernel = Spy(emu.fused_gdn_gating_kernel_without_sigmoid)
-    g, b = vg.verify_gates(x["A_log"], x["a"], x["b"], x["dt_bias"], kernel=kernel)   # CPU: no device op
+    with caplog.at_level(logging.INFO):
+        g, b = vg.verify_gates(x["A_log"], x["a"], x["b"], x["dt_bias"], kernel=kernel)   # CPU: no device op
     assert kernel.calls == 0 and b is x["b"]
     torch.testing.assert_close(g.double(), _fp64_g(x), atol=2e-6, rtol=2e-6)
+    assert "GDN verify gates (heads=6, bfloat16) runs on the torch kernel" in caplog.text
 
 
 def test_softplus_beta_and_threshold_reach_every_rung():
@@ -165,21 +177,21 @@ def test_an_empty_batch_is_served_by_torch():
     assert g.shape == (1, 0, 6) and b is x["b"] and (kernel.calls, npu.calls) == (0, 0)
 
 
-@pytest.mark.parametrize("name, value, expected", [
-    ("a", lambda x: x["a"][None], "[T, H]"),
-    ("b", lambda x: x["b"][:-1], "6 x 6 = 36 entries"),
-    ("A_log", lambda x: x["A_log"][:-1], "6 entries (one per head)"),
-    ("dt_bias", lambda x: torch.zeros(7), "6 entries (one per head)"),
-    ("a.dtype", lambda x: x["a"].to(torch.int32), "a floating-point dtype"),
-    ("b", lambda x: [1.0], "a torch.Tensor"),
+@pytest.mark.parametrize("name, value, shown, expected", [
+    ("a", lambda x: x["a"][None], "shape (1, 6, 6)", "[T, H] (the kernels' hosts unpack batch, num_heads = a.shape)"),
+    ("b", lambda x: x["b"][:-1], "shape (5, 6)", "6 x 6 = 36 entries, as a"),
+    ("A_log", lambda x: x["A_log"][:-1], "shape (5,)", "6 entries (one per head)"),
+    ("dt_bias", lambda x: torch.zeros(7), "shape (7,)", "6 entries (one per head)"),
+    ("a.dtype", lambda x: x["a"].to(torch.int32), "torch.int32", "a floating-point dtype"),
+    ("b", lambda x: [1.0], "[1.0]", "a torch.Tensor"),
 ])
-def test_bad_inputs_are_refused_naming_the_argument(name, value, expected):
+def test_bad_inputs_are_refused_naming_the_argument(name, value, shown, expected):
     x = _inputs(6, 6)
     x[name.split(".")[0]] = value(x)
     kernel = Spy(emu.fused_gdn_gating_kernel_without_sigmoid)
     with pytest.raises(ValueError) as err:
         vg.verify_gates(x["A_log"], x["a"], x["b"], x["dt_bias"], kernel=kernel)
-    assert name in str(err.value) and expected in str(err.value) and "GDN verify gates" in str(err.value)
+    assert str(err.value) == f"GDN verify gates: {name}={shown}: expected {expected}"
     assert kernel.calls == 0
 
 
