@@ -64,6 +64,7 @@ class VerifyGatesCall:
     softplus_beta: float = 1.0
     threshold: float = 20.0
     kernel: Optional[Callable] = None
+    _signature: Optional[GatesSignature] = None   # the kept decision's (metadata only)
 
     @property
     def tokens(self) -> int:
@@ -74,7 +75,9 @@ class VerifyGatesCall:
         return self.a.shape[1]
 
     def signature(self) -> GatesSignature:
-        return GatesSignature(self.heads, self.a.dtype)
+        if self._signature is None:
+            self._signature = GatesSignature(self.heads, self.a.dtype)
+        return self._signature
 
 
 def _fail(name: str, value, expected: str):
@@ -165,8 +168,8 @@ def verify_gates(A_log: torch.Tensor, a: torch.Tensor, b: torch.Tensor, dt_bias:
     ``fused_gdn_gating_kernel_without_sigmoid``) where its tiling serves ``T``, else ``fused_gdn_gating_npu``,
     else torch.  a / b ``[T, H]``; A_log / dt_bias ``[H]``."""
     call = VerifyGatesCall(A_log, a, b, dt_bias, float(softplus_beta), float(threshold), kernel)
-    sig, first, _ = checked_first(_DECIDED, VERIFY_GATES, call, "auto", check_gates_inputs)
-    return VERIFY_GATES(sig, call, first=first)
+    call._signature, first, _ = checked_first(_DECIDED, VERIFY_GATES, call, "auto", check_gates_inputs)
+    return VERIFY_GATES(call._signature, call, first=first)
 
 
 def untiled_batches(heads: int, draft_tokens: int, max_batch: int) -> list[tuple[int, int]]:
