@@ -214,7 +214,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                "tests/tools/test_plan_prefill_kernels.py", "tests/tools/test_plan_short_conv_verify.py",
                "tests/tools/test_plan_startup.py", "tests/tools/test_selftest.py", "tests/tools/test_cli_malformed.py",
                "tests/tools/test_cli_startup.py", "tests/tools/test_doctor_in_process.py",
-               "tests/tools/test_plan_render.py"]),
+               "tests/tools/test_plan_render.py", "tests/tools/test_plan_verify_gates.py"]),
     # model knowledge, the environment registry, the reader of installed source
     "families": (["sglang_ascend_hybrid/model_families.py", "sglang_ascend_hybrid/envs.py",
                   "sglang_ascend_hybrid/installed_source.py"],
