@@ -45,6 +45,7 @@ from sglang_ascend_hybrid.ops import seam
 TOL_CONV = 2e-2
 TOL_GDN = 1e-2
 TOL_GDN_BF16 = 2e-2  # bf16 inputs and states (7-bit mantissa)
+TOL_GATES = 1e-4  # fp32 gates from the same bf16 inputs (the kernels compute in fp32)
 TOL_ATTN = 3e-2
 
 
@@ -362,6 +363,21 @@ def _gdn_verify_case(device: str, quick: bool) -> tuple[float, float]:
     return max(_err(out, ref), _err(dev_inter, ref_inter)), ms
 
 
+def _gdn_verify_gates_case(device: str, quick: bool) -> tuple[float, float]:
+    """A verify step's gates at a token count sgl-kernel-npu's without-sigmoid kernel cannot tile (100 tokens x 6
+    heads: blocks of 3), as the gdn-verify-gates hook serves them, against the fp64 formula."""
+    from sglang_ascend_hybrid.ops.gdn import verify_gates
+
+    T, H = 100, 6
+    gen = torch.Generator().manual_seed(13)
+    A_log, dt_bias = torch.randn(H, generator=gen) * 0.5, torch.randn(H, generator=gen)
+    a, b = (torch.randn(T, H, generator=gen) * 2).bfloat16(), torch.randn(T, H, generator=gen).bfloat16()
+    want = -A_log.double().exp() * F.softplus(a.double() + dt_bias.double())
+    (g, beta), ms = _timed(device, lambda: verify_gates.verify_gates(A_log.to(device), a.to(device), b.to(device),
+                                                                     dt_bias.to(device)))
+    return max(_err(g, want[None]), _err(beta, b)), ms
+
+
 def _gdn_emulators(*names: str) -> Callable[[], dict]:
     def build() -> dict:
         from sglang_ascend_hybrid.emulators import gdn_sets
@@ -471,6 +487,8 @@ def checks() -> list[Check]:
               npu_env={"SGLANG_ASCEND_HYBRID_GDN_BACKEND": "npu_recurrent"}),
         Check("recurrent_gated_delta_rule", "verify S<=4 D=128 bf16 (MTP)", _gdn_verify_case, TOL_GDN_BF16,
               _gdn_emulators(OP_NPU_RECURRENT), served("gdn_verify", "npu_recurrent")),
+        Check("gdn verify gates", "100 tokens x 6 heads, past the without-sigmoid kernel's tiling (fused gating)",
+              _gdn_verify_gates_case, TOL_GATES, _gdn_emulators(OP_GATING), served("gdn_verify_gates", "npu_gating")),
         # The real op takes head dim 128 (or 192 / 128): no other head dim on a device.
         Check("fused_infer_attention_varlen", "bf16 D=128 KV-only + query-only", _attention_case(torch.bfloat16),
               TOL_ATTN, _attention_emulators, served("packed_attention", "npu_fia")),
