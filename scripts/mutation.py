@@ -90,7 +90,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     # the verify step's gates (the gdn-verify-gates hook's ladder) alone
     "gdn-verify-gates": (["sglang_ascend_hybrid/ops/gdn/verify_gates.py"],
                          ["tests/ops/gdn/verify/test_gdn_verify_gates.py",
-                          "tests/integration/test_verify_gates_hook.py"]),
+                          "tests/integration/test_verify_gates_hook.py", "tests/tools/test_plan_verify_gates.py"]),
     # the pure-torch GDN paths alone (a quick run after changing the chunked path)
     "gdn-chunk": (["sglang_ascend_hybrid/ops/gdn/torch_impl.py", "sglang_ascend_hybrid/ops/gdn/naive.py"],
                   ["tests/ops/gdn/test_gdn_reference.py", "tests/ops/gdn/test_gdn_reference_branches.py",
