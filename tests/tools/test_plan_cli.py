@@ -46,6 +46,7 @@ def test_qwen36_27b_head_plans_across_tp(capsys):
     # TP=16 is a `cannot run` row (24 attention heads); the (3, 1) layout is the next test's.
     doc = plan_json(capsys, "--config", str(CONFIGS / "qwen3_6-27b"))
     assert doc["schema_version"] == 2 and doc["model"]["model_type"] == "qwen3_5"
+    assert doc["model"]["architecture"] == "Qwen3_5ForConditionalGeneration"   # the config's architectures[0]
     by_tp = {r["tp"]: r for r in doc["rows"]}
     assert sorted(by_tp) == [1, 2, 4, 8, 16]
     assert "num_attention_heads (24) is not divisible by tp=16" in by_tp[16]["error"]
