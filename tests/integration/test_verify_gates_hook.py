@@ -11,17 +11,9 @@ from sglang_ascend_hybrid.emulators import gdn_gating as emu
 from sglang_ascend_hybrid.ops.gdn import verify_gates
 from sglang_ascend_hybrid.patches import apply, registry
 from tests.e2e.plugin_install import sglang_plugin_state_restored
+from tests.support.call_counter import Counting
 
 pytestmark = pytest.mark.patch_route("gdn-verify-gates")
-
-
-class Spy:
-    def __init__(self, fn):
-        self.fn, self.calls = fn, 0
-
-    def __call__(self, *args, **kwargs):
-        self.calls += 1
-        return self.fn(*args, **kwargs)
 
 
 def _torch_g(A_log, a, dt_bias):
@@ -34,7 +26,7 @@ def test_sglangs_alias_reaches_the_ladder_after_hook_registry_applies_the_patch(
     from sglang.srt.hardware_backend.npu.attention import ascend_gdn_backend as gdn_mod
 
     name = "fused_gdn_gating_kernel_without_sigmoid"
-    kernel = Spy(emu.fused_gdn_gating_kernel_without_sigmoid)
+    kernel = Counting(emu.fused_gdn_gating_kernel_without_sigmoid)
     monkeypatch.setattr(skn_gating, name, kernel)   # what sgl-kernel-npu's module holds, and SGLang's alias of it
     monkeypatch.setattr(gdn_mod, name, kernel)
     patch = registry.by_name("gdn-verify-gates")

@@ -16,6 +16,7 @@ from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn import verify_gates as vg
 from sglang_ascend_hybrid.ops.gdn.contract import GATING_ARANGE_TEXT, OP_GATING
+from tests.support.call_counter import Counting
 from tests.support.sync_counter import SyncCounter
 
 
@@ -35,15 +36,6 @@ def _fp64_g(x, beta=1.0, threshold=20.0):
             sp = z if beta * z > threshold else math.log1p(math.exp(beta * z)) / beta
             g[0, t, h] = -math.exp(float(x["A_log"][h])) * sp
     return g
-
-
-class Spy:
-    def __init__(self, fn):
-        self.fn, self.calls = fn, 0
-
-    def __call__(self, *args, **kwargs):
-        self.calls += 1
-        return self.fn(*args, **kwargs)
 
 
 @pytest.fixture(autouse=True)
@@ -78,7 +70,7 @@ def test_the_tiling_rule_is_the_emulated_kernels():
 def test_the_hook_serves_every_token_count_with_the_kernels_g(T, served_by, caplog):
     """Qwen3.6-27B at TP=8 (6 value heads per rank), 4 draft tokens: 97..144 tokens are 25..36 requests."""
     x = _inputs(T, 6, seed=T)
-    kernel, npu = Spy(emu.fused_gdn_gating_kernel_without_sigmoid), Spy(emu.fused_gdn_gating_npu)
+    kernel, npu = Counting(emu.fused_gdn_gating_kernel_without_sigmoid), Counting(emu.fused_gdn_gating_npu)
     with seam.install_emulators({OP_GATING: npu}), caplog.at_level(logging.INFO):
         g, b = gdn_hooks.ascend_verify_gates(kernel, x["A_log"], x["a"], x["b"], x["dt_bias"])
     assert b is x["b"]   # the verify op takes b as given (it applies the sigmoid)
@@ -99,7 +91,7 @@ def test_the_first_rung_needs_the_kernel_the_hook_is_handed():
 
 def test_without_the_sibling_kernel_torch_serves_the_same_g(caplog):
     x = _inputs(100, 6, seed=3)
-    kernel = Spy(emu.fused_gdn_gating_kernel_without_sigmoid)
+    kernel = Counting(emu.fused_gdn_gating_kernel_without_sigmoid)
     with caplog.at_level(logging.INFO):
         g, b = vg.verify_gates(x["A_log"], x["a"], x["b"], x["dt_bias"], kernel=kernel)   # CPU: no device op
     assert kernel.calls == 0 and b is x["b"]
@@ -138,7 +130,7 @@ def test_a_build_that_still_refuses_is_marked_and_the_sibling_serves(caplog):
     def refusing(A_log, a, b, dt_bias, beta=1.0, threshold=20.0):
         raise ValueError(GATING_ARANGE_TEXT)
 
-    kernel = Spy(refusing)
+    kernel = Counting(refusing)
     x = _inputs(8, 6, seed=6)
     with seam.install_emulators({OP_GATING: emu.fused_gdn_gating_npu}), caplog.at_level(logging.INFO):
         g1, _ = vg.verify_gates(x["A_log"], x["a"], x["b"], x["dt_bias"], kernel=kernel)
@@ -171,7 +163,7 @@ def test_the_tiling_reason_is_said_once_per_signature(caplog):
 
 def test_an_empty_batch_is_served_by_torch():
     x = _inputs(0, 6)
-    kernel, npu = Spy(emu.fused_gdn_gating_kernel_without_sigmoid), Spy(emu.fused_gdn_gating_npu)
+    kernel, npu = Counting(emu.fused_gdn_gating_kernel_without_sigmoid), Counting(emu.fused_gdn_gating_npu)
     with seam.install_emulators({OP_GATING: npu}):
         g, b = vg.verify_gates(x["A_log"], x["a"], x["b"], x["dt_bias"], kernel=kernel)
     assert g.shape == (1, 0, 6) and b is x["b"] and (kernel.calls, npu.calls) == (0, 0)
@@ -188,7 +180,7 @@ def test_an_empty_batch_is_served_by_torch():
 def test_bad_inputs_are_refused_naming_the_argument(name, value, shown, expected):
     x = _inputs(6, 6)
     x[name.split(".")[0]] = value(x)
-    kernel = Spy(emu.fused_gdn_gating_kernel_without_sigmoid)
+    kernel = Counting(emu.fused_gdn_gating_kernel_without_sigmoid)
     with pytest.raises(ValueError) as err:
         vg.verify_gates(x["A_log"], x["a"], x["b"], x["dt_bias"], kernel=kernel)
     assert str(err.value) == f"GDN verify gates: {name}={shown}: expected {expected}"
