@@ -88,9 +88,10 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
              "tests/ops/gdn/prefill/test_gdn_prefill_kept.py", "tests/emulators/test_gdn_gating.py",
              "tests/ops/gdn/verify/test_gdn_verify_gates.py"]),
     # the verify step's gates (the gdn-verify-gates hook's ladder) alone
-    "gdn-verify-gates": (["sglang_ascend_hybrid/ops/gdn/verify_gates.py"],
+    "gdn-verify-gates": (["sglang_ascend_hybrid/ops/gdn/verify_gates.py", "sglang_ascend_hybrid/ops/gdn/gating.py"],
                          ["tests/ops/gdn/verify/test_gdn_verify_gates.py",
-                          "tests/integration/test_verify_gates_hook.py", "tests/tools/test_plan_verify_gates.py"]),
+                          "tests/integration/test_verify_gates_hook.py", "tests/tools/test_plan_verify_gates.py",
+                          "tests/ops/gdn/decode/test_gdn_decode_ladder.py"]),
     # the pure-torch GDN paths alone (a quick run after changing the chunked path)
     "gdn-chunk": (["sglang_ascend_hybrid/ops/gdn/torch_impl.py", "sglang_ascend_hybrid/ops/gdn/naive.py"],
                   ["tests/ops/gdn/test_gdn_reference.py", "tests/ops/gdn/test_gdn_reference_branches.py",

@@ -15,6 +15,7 @@ Laid out by SGLang's three linear-attention verbs, one ladder each:
   :mod:`.verify_gates`, the ``gdn_verify_gates`` ladder of the gates SGLang computes just before it.
 
 Shared by them: :mod:`.signature` (what the ladders key on), :mod:`.contract` (the NPU GDN ops),
+:mod:`.gating` (a step's decay for the decode and verify gates ladders),
 :mod:`.torch_impl` / :mod:`.pool_step` (torch rungs), :mod:`.naive` (the `naive_*` oracles),
 :mod:`.pool_layout`, :mod:`.recurrent_rows`, :mod:`.scatter`.
 """

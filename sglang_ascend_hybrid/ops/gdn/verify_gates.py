@@ -32,6 +32,7 @@ from sglang_ascend_hybrid.ops.decisions import Decisions, checked_first
 from sglang_ascend_hybrid.ops.errors import bad_input
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn.contract import OP_GATING, OP_GATING_WITHOUT_SIGMOID
+from sglang_ascend_hybrid.ops.gdn.gating import decay_in_torch, decay_on_kernel
 from sglang_ascend_hybrid.ops.gdn.signature import log_path
 from sglang_ascend_hybrid.ops.ladder import Absent, Ladder, Rung
 from sglang_ascend_hybrid.ops.signature import Signature, dtype_name
@@ -126,24 +127,16 @@ def _npu_supports(sig: GatesSignature, call: VerifyGatesCall) -> Optional[str]:
 
 def _npu_run(call: VerifyGatesCall) -> tuple[torch.Tensor, torch.Tensor]:
     T, H = call.tokens, call.heads
-    g, _ = seam.call(OP_GATING, call.A_log, call.a.contiguous(), call.b.reshape(T, H).contiguous(), call.dt_bias,
-                     call.softplus_beta, call.threshold)
+    g = decay_on_kernel(call.A_log, call.a, call.b, call.dt_bias, T, H, call.softplus_beta, call.threshold)
     log_path("verify gates", "npu_gating", call.signature())
-    return as_shape(g, (1, T, H)), call.b   # g [1, T, H] (f425bdf1) or [T, H] (after PR #747)
-
-
-def naive_verify_gates(call: VerifyGatesCall) -> torch.Tensor:
-    """``g = -exp(A_log) * softplus(a + dt_bias)`` fp32 ``[1, T, H]`` (softplus with the call's beta and
-    threshold, as the kernels compute it)."""
-    T, H = call.tokens, call.heads
-    x = call.a.float() + call.dt_bias.float().reshape(-1)
-    sp = torch.nn.functional.softplus(x, beta=call.softplus_beta, threshold=call.threshold)
-    return (-call.A_log.float().reshape(-1).exp() * sp).reshape(1, T, H)
+    return as_shape(g, (1, T, H)), call.b
 
 
 def _torch_run(call: VerifyGatesCall) -> tuple[torch.Tensor, torch.Tensor]:
+    T, H = call.tokens, call.heads
+    g = decay_in_torch(call.A_log, call.a, call.dt_bias, T, H, call.softplus_beta, call.threshold)
     log_path("verify gates", "torch", call.signature())
-    return naive_verify_gates(call), call.b
+    return g.reshape(1, T, H), call.b
 
 
 def _rejection(rung: str, sig: GatesSignature, reason) -> str:

@@ -26,12 +26,12 @@ from typing import NamedTuple, Optional
 import torch
 
 from sglang_ascend_hybrid.ops.errors import bad_input
+from sglang_ascend_hybrid.ops.gdn.gating import decay_in_torch
 from sglang_ascend_hybrid.ops.gdn.recurrent_rows import beta_logit
 from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature
 from sglang_ascend_hybrid.ops.gdn.torch_impl import l2norm
 from sglang_ascend_hybrid.ops.host import host_list
 from sglang_ascend_hybrid.ops.index_dtype import check_index_dtype
-from sglang_ascend_hybrid.ops.kept import kept
 from sglang_ascend_hybrid.ops.signature import dtype_name
 from sglang_ascend_hybrid.ops.step_cache import StepValue
 
@@ -112,10 +112,9 @@ class DecodeCall:
             B, Hv = self.batch, self.heads[2]
             if self.precomputed_gates is not None:
                 self._decay = self.precomputed_gates[0].reshape(B, Hv).float()
-            else:   # the per-layer constants are kept on the layer's weights (:mod:`...ops.kept`)
-                x = self.a.reshape(B, Hv).float() + kept(self.dt_bias, "gdn_dt_bias_fp32", _fp32)
-                sp = torch.nn.functional.softplus(x, beta=SOFTPLUS_BETA, threshold=SOFTPLUS_THRESHOLD)
-                self._decay = kept(self.A_log, "gdn_minus_exp_a_log", _minus_exp) * sp
+            else:
+                self._decay = decay_in_torch(self.A_log, self.a, self.dt_bias, B, Hv, SOFTPLUS_BETA,
+                                             SOFTPLUS_THRESHOLD)
         return self._decay
 
     def gates(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -137,14 +136,6 @@ class DecodeCall:
         if not self.qk_l2norm:
             return self.q[0], self.k[0]
         return l2norm(self.q[0].float()), l2norm(self.k[0].float())
-
-
-def _fp32(t: torch.Tensor) -> torch.Tensor:
-    return t.float().reshape(-1)
-
-
-def _minus_exp(a_log: torch.Tensor) -> torch.Tensor:
-    return -a_log.float().reshape(-1).exp()
 
 
 class StepRows(NamedTuple):

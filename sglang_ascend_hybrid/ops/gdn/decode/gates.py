@@ -25,9 +25,9 @@ from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn.contract import OP_GATING
 from sglang_ascend_hybrid.ops.gdn.decode.call import SOFTPLUS_BETA, SOFTPLUS_THRESHOLD, DecodeCall
+from sglang_ascend_hybrid.ops.gdn.gating import decay_on_kernel
 from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature, log_path, rejection_line
 from sglang_ascend_hybrid.ops.ladder import Absent, Ladder, Rung
-from sglang_ascend_hybrid.ops.tensors import as_shape
 
 logger = logging.getLogger(__name__)
 
@@ -40,17 +40,11 @@ def _npu_supports(sig: GdnSignature, call: DecodeCall) -> Optional[str]:
     return caps.gating_refusal_reason(sig.value_heads, call.A_log, call.dt_bias)
 
 
-def _rows_by_heads(t: torch.Tensor, shape: tuple) -> torch.Tensor:
-    """``t`` as the contiguous ``[B, Hv]`` the kernel addresses at ``t * Hv + h`` (its host unpacks a 2-D shape)."""
-    return as_shape(t, shape).contiguous()
-
-
 def _npu_run(call: DecodeCall) -> torch.Tensor:
-    shape = (call.batch, call.heads[2])
-    g, _ = seam.call(OP_GATING, call.A_log, _rows_by_heads(call.a, shape), _rows_by_heads(call.b, shape),
-                     call.dt_bias, SOFTPLUS_BETA, SOFTPLUS_THRESHOLD)
+    g = decay_on_kernel(call.A_log, call.a, call.b, call.dt_bias, call.batch, call.heads[2], SOFTPLUS_BETA,
+                        SOFTPLUS_THRESHOLD)
     log_path("decode gates", "npu_gating", call.signature())
-    return g   # [1, B, Hv] (f425bdf1) or [B, Hv] (the form reported after PR #747): read by its elements
+    return g   # read by its elements
 
 
 def _torch_run(call: DecodeCall) -> torch.Tensor:
