@@ -298,9 +298,10 @@ def ascend_verify_update(original, self, mix_qkv, num_heads, num_value_heads, he
     else:
         num_accepted, lengths = self.num_accept_tokens, self.actual_seq_lengths
         ssm_state_indices = self.ssm_state_indices
-    call = verify.VerifyCall(mix_qkv, recurrent_state, beta.reshape(batch_size, seq_len, num_value_heads),
-                      None if g is None else g.reshape(batch_size, seq_len, num_value_heads),
-                      1.0 / head_k_dim ** 0.5, lengths, ssm_state_indices.reshape(batch_size, seq_len),
+    per_head = (batch_size, seq_len, num_value_heads)   # as_shape: the tensor itself when it has the shape
+    call = verify.VerifyCall(mix_qkv, recurrent_state, as_shape(beta, per_head),
+                      None if g is None else as_shape(g, per_head),
+                      1.0 / head_k_dim ** 0.5, lengths, as_shape(ssm_state_indices, (batch_size, seq_len)),
                       num_heads, num_value_heads, intermediate_state=intermediate_state,
                       cache_indices=cache_indices, num_accepted_tokens=num_accepted)
     return verify.recurrent_verify(call, check_values=ENV.DEBUG_CHECKS.get())

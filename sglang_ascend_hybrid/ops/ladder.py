@@ -35,6 +35,13 @@ CPU it is the normal case.  ``True`` / ``False`` are accepted too (``False``: no
 Each rung names the seam ops it calls (``ops``), so reports of what is installed derive from the
 ladders.
 
+A rung may also say how to *prepare* a call (``Rung.prepare``): what it derives from a call's metadata
+(shapes, dtypes, layouts, the rungs of the ladders it calls in turn) derived once, giving a runner that
+serves every call of that metadata.  A call site keeps the runner beside the rung it chose
+(:meth:`Ladder.runner`, :mod:`~sglang_ascend_hybrid.ops.decisions`) and hands both back: the runner serves
+the call, and a failure of it is handled exactly as one of the rung's ``run`` (which is then
+``prepare(call)(call)``: one code path).
+
 The last rung must be the pure-torch path.  A forced rung (``backend=``) that
 cannot serve the call raises :class:`ForcedRungUnavailable`, in the same words
 for every ladder.
@@ -145,6 +152,8 @@ class Rung:
     # The seam ops the rung calls (kernel reports list them, ForcedRungUnavailable names them;
     # empty for a pure-torch rung).  What a rung needs beyond them is its predicate's reason.
     ops: tuple[str, ...] = ()
+    # prepare(call) -> runner(call): the rung for every call of this call's metadata (None: run serves)
+    prepare: Optional[Callable[..., Callable[..., Any]]] = None
 
     def classify(self, exc: BaseException) -> str:
         """``"known"`` / ``"unexpected"`` refusal, or ``"error"`` (propagate)."""
@@ -264,57 +273,83 @@ class Ladder:
                 return i
         raise RuntimeError(f"{self.op}: every rung refused {signature}")
 
+    def runner(self, call, first: Optional[int]) -> Optional[Callable[..., Any]]:
+        """The runner the rung ``first`` prepares for ``call``'s metadata (None: no rung, or one without
+        ``prepare``): what a call site keeps beside ``first`` and hands back to ``__call__``."""
+        if first is None:
+            return None
+        r = self.rungs[first]
+        return None if r.prepare is None else r.prepare(call)
+
     def __call__(self, signature: Signature, *args, backend: str = "auto", first: Optional[int] = None,
-                 **kwargs) -> Any:
+                 runner: Optional[Callable[..., Any]] = None, **kwargs) -> Any:
         """Serve the call.  ``first``: what :meth:`first` answered for this call's metadata in the
         serving state of now (kept by the caller): that rung is run without asking its predicate
-        again, the rungs before it are skipped."""
+        again, the rungs before it are skipped; ``runner``: what :meth:`runner` prepared for it, run
+        in place of the rung's ``run``."""
         if backend != "auto":
             r = self.rungs[first] if first is not None else self.forced(backend, signature, *args, **kwargs)
             try:
-                result = r.run(*args, **kwargs)
+                result = (runner if runner is not None and first is not None else r.run)(*args, **kwargs)
             except DeclinedCall as exc:
                 raise ForcedRungUnavailable(
                     f"{self.op}: the forced kernel {backend!r} declined this call for {signature} ({exc}); "
                     f"use 'auto' to let the ladder {self.names} choose") from exc
             _note_served(self.op, r.name)
             return result
-        start = 0 if first is None else first
+        if runner is not None and first is not None and not self.refused(self.names[first], signature):
+            try:  # the kept rung's runner: no predicate asked, nothing else looked up
+                result = runner(*args, **kwargs)
+            except Exception as exc:
+                self._failed(first, exc, signature, *args, **kwargs)
+                return self._walk(first + 1, None, signature, *args, **kwargs)
+            _note_served(self.op, self.names[first])
+            return result
+        return self._walk(0 if first is None else first, first, signature, *args, **kwargs)
+
+    def _walk(self, start: int, first: Optional[int], signature: Signature, *args, **kwargs) -> Any:
+        """Serve the call on the first rung from ``start`` that may (``first``: run without asking its
+        predicate, unless refused since it was chosen)."""
         for i in range(start, len(self.rungs)):
             r = self.rungs[i]
             if (i != first or self.refused(r.name, signature)) and not self._serves(r, signature, *args, **kwargs):
                 continue
             try:
                 result = r.run(*args, **kwargs)
-            except DeclinedCall as exc:
-                log_once(logger, (self.op, r.name, signature, "declined"),
-                         "sglang-ascend-hybrid: %s kernel %s declined a call on %s (%s); using %s for such calls",
-                         self.op, r.name, signature, exc, self._next(i, signature, *args, **kwargs))
-                continue
             except Exception as exc:
-                kind = r.classify(exc)
-                if kind == "error":
-                    raise
-                self.mark_refused(r.name, signature)
-                taken = self._next(i, signature, *args, **kwargs)
-                if kind == "known":
-                    log_once(
-                        logger, (self.op, r.name, signature),
-                        "sglang-ascend-hybrid: %s kernel %s refused %s (%s); using %s for this shape from now on",
-                        self.op, r.name, signature, str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
-                        taken)
-                else:
-                    log_once(
-                        logger, (self.op, r.name, signature),
-                        "sglang-ascend-hybrid: %s kernel %s failed unexpectedly on %s although its capability "
-                        "check accepted the call; treating it as a refusal and using %s for this shape from "
-                        "now on. Full error: %s: %s",
-                        self.op, r.name, signature, taken, type(exc).__name__, exc, level=logging.WARNING)
+                self._failed(i, exc, signature, *args, **kwargs)
                 continue
             _note_served(self.op, r.name)
             return result
         raise RuntimeError(f"{self.op}: every rung refused {signature}")
 
+    def _failed(self, i: int, exc: Exception, signature: Signature, *args, **kwargs) -> None:
+        """Rung ``i`` failed on a call: a decline is said once and the call goes on down the ladder; a
+        refusal marks the rung refused for the signature, said once; anything else propagates."""
+        r = self.rungs[i]
+        if isinstance(exc, DeclinedCall):
+            log_once(logger, (self.op, r.name, signature, "declined"),
+                     "sglang-ascend-hybrid: %s kernel %s declined a call on %s (%s); using %s for such calls",
+                     self.op, r.name, signature, exc, self._next(i, signature, *args, **kwargs))
+            return
+        kind = r.classify(exc)
+        if kind == "error":
+            raise exc
+        self.mark_refused(r.name, signature)
+        taken = self._next(i, signature, *args, **kwargs)
+        if kind == "known":
+            log_once(
+                logger, (self.op, r.name, signature),
+                "sglang-ascend-hybrid: %s kernel %s refused %s (%s); using %s for this shape from now on",
+                self.op, r.name, signature, str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                taken)
+        else:
+            log_once(
+                logger, (self.op, r.name, signature),
+                "sglang-ascend-hybrid: %s kernel %s failed unexpectedly on %s although its capability "
+                "check accepted the call; treating it as a refusal and using %s for this shape from "
+                "now on. Full error: %s: %s",
+                self.op, r.name, signature, taken, type(exc).__name__, exc, level=logging.WARNING)
 
 def env_forced_rung(var, names: Sequence[str], family: str, op: str) -> str:
     """The one forced-backend resolver: the rung the environment variable ``var`` (an

@@ -340,22 +340,32 @@ def forget_verdicts() -> None:
     _changed()
 
 
+# Capture regions open in any thread: while none is, no thread's depth is read (a thread-local read costs
+# as much as the rest of capturing() on a serving call)
+_regions_open = 0
+
+
 @contextlib.contextmanager
 def capture_region() -> Iterator[None]:
     """Marks a graph-capture region on this thread (the plugin's CPU tests drive SGLang's graph-runner
     sequence inside it; on an NPU :func:`capturing` also asks torch_npu)."""
+    global _regions_open
     depth = getattr(_capture, "depth", 0)
+    with _lock:
+        _regions_open += 1
     _capture.depth = depth + 1
     try:
         yield
     finally:
         _capture.depth = depth
+        with _lock:
+            _regions_open -= 1
 
 
 def capturing() -> bool:
     """Whether this thread is inside a graph capture: a :func:`capture_region`, or (with torch_npu
     importable) the current NPU stream is capturing.  Probes never run then."""
-    if getattr(_capture, "depth", 0):
+    if _regions_open and getattr(_capture, "depth", 0):
         return True
     if not package_available("torch_npu"):
         return False

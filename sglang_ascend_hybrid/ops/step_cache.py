@@ -10,15 +10,17 @@ the same storage, shape and strides, at the same in-place version; anything else
 capture: there the derivation is captured with each layer (a graph replays it with no host cost),
 and nothing derived during a capture is kept.
 
-What the key cannot see: a kernel writing an index tensor through its data pointer (no version bump).
+What the key cannot see: a kernel writing an index tensor through its data pointer (no version bump),
+and the very object given again at the same version after its storage was swapped without one
+(``t.data = ...``; it is then not re-read: storage, shape and strides are compared only for another object).
 SGLang builds these tensors per step with torch ops (new tensors, or ``copy_`` into graph buffers,
 which bumps the version), so a later step never matches an earlier one's key.
 """
 
 from __future__ import annotations
 
-import threading
 import weakref
+from threading import get_ident
 from typing import Callable, TypeVar
 
 import torch
@@ -45,24 +47,31 @@ class StepValue:
 
     def __init__(self, name: str):
         self.name = name
-        self._local = threading.local()   # per thread: TP ranks in threads never share an entry
+        # per thread (TP ranks in threads never share an entry): thread id -> (extra, tensors, identities,
+        # value); a dict keyed by the thread's id, read without a lock (one entry per thread, written by it)
+        self._entries: dict[int, tuple] = {}
 
     def get(self, tensors: tuple, extra: tuple, make: Callable[[], T]) -> T:
         """The value ``make()`` gives for ``tensors`` (and the plain values ``extra``), kept while they
         are unchanged (see the module docstring)."""
         if seam.capturing():
             return make()
-        kept = getattr(self._local, "entry", None)
+        thread = get_ident()
+        kept = self._entries.get(thread)
         if kept is not None and kept[0] == extra and len(kept[1]) == len(tensors):
-            for (ref, identity), t in zip(kept[1], tensors):  # the same objects, unchanged
-                if ref() is not _owner(t) or identity != tensor_identity(t):
+            for obj, ref, identity, t in zip(kept[1], kept[2], kept[3], tensors):
+                if obj() is t and t._version == identity[1]:   # the very object, not written since
+                    continue
+                if ref() is not _owner(t) or identity != tensor_identity(t):  # a view of the same object
                     break
             else:
-                return kept[2]
+                return kept[4]
         value = make()
-        self._local.entry = (extra, tuple((weakref.ref(_owner(t)), tensor_identity(t)) for t in tensors), value)
+        self._entries[thread] = (extra, tuple(weakref.ref(t) for t in tensors),
+                                 tuple(weakref.ref(_owner(t)) for t in tensors), tuple(tensor_identity(t) for t in tensors),
+                                 value)
         return value
 
     def forget(self) -> None:
         """Drop this thread's kept value (the next call derives it again)."""
-        self._local.entry = None
+        self._entries.pop(get_ident(), None)

@@ -30,7 +30,8 @@ def recurrent_on_rows(q, k, v, beta_logits, g, pool, slots, live, scale: float, 
     q, k ``[B, Hk, K]`` raw (the op l2-normalises them); v ``[B, Hv, V]`` (each may have a leading
     dim of 1: a decode step's ``[1, B, ...]``); ``beta_logits`` (the op applies the sigmoid) and g
     (fp32) ``B * Hv`` elements each, in row order (any shape); ``slots`` ``[B]`` in ``[0, slots)`` (padding
-    clamped there), ``live`` ``[B]`` bool.  Returns ``o [B, Hv, V]`` (padded requests' rows undefined).
+    clamped there), ``live`` ``[B]`` bool.  Returns ``o``, ``B x Hv x V`` elements in row order (the op's
+    ``[B, 1, Hv, V]``; padded requests' rows undefined).
 
     A contiguous pool is handed to the op in place: request b reads row ``slots[b]`` and, with
     ``actual_seq_lengths[b] = live[b]``, writes it back only when live (the op stores the state of
@@ -48,12 +49,11 @@ def recurrent_on_rows(q, k, v, beta_logits, g, pool, slots, live, scale: float, 
     beta = beta_logits.reshape(B, 1, Hv).contiguous()
     gates = as_dtype(g.reshape(B, 1, Hv), torch.float32).contiguous()
     if pool.is_contiguous():
-        return seam.call(OP_NPU_RECURRENT, mix, pool, beta, scale, lengths, slot_rows, Hk, Hv,
-                         g=gates).reshape(B, Hv, V)
+        return seam.call(OP_NPU_RECURRENT, mix, pool, beta, scale, lengths, slot_rows, Hk, Hv, g=gates)
     slots = slots.long()
     states = pool.index_select(0, slots)   # the kernel updates in place: a gathered copy
     idx = torch.arange(B, dtype=torch.int32, device=q.device)
     ones = torch.ones(B, dtype=torch.int32, device=q.device)
     o = seam.call(OP_NPU_RECURRENT, mix, states, beta, scale, ones, idx.view(B, 1), Hk, Hv, g=gates)
     scatter_live_rows(pool, slots, live, states)
-    return o.reshape(B, Hv, V)
+    return o

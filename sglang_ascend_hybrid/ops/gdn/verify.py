@@ -348,21 +348,34 @@ def _step_rows(call: VerifyCall, rows: int) -> _StepRows:
 _STEP_ROWS = StepValue("gdn verify step rows")
 
 
+def _npu_prepare(call: VerifyCall):
+    """The npu_recurrent verify rung for every call of ``call``'s metadata: the scratch's rows, the step's
+    index tensors and the signature read once."""
+    sig, rows = call.signature(), call.intermediate_state.shape[0]
+    accepted = call.num_accepted_tokens is not None
+    said = []
+
+    def run(c: VerifyCall) -> torch.Tensor:
+        index_tensors = (c.ssm_state_indices, c.actual_seq_lengths, c.cache_indices)
+        if accepted:
+            index_tensors += (c.num_accepted_tokens,)
+        step = _STEP_ROWS.get(index_tensors, (rows,), lambda: _step_rows(c, rows))
+        out = seam.call(OP_NPU_RECURRENT, c.mix_qkv.contiguous(), c.recurrent_state,
+                        as_dtype(c.beta, torch.bfloat16).contiguous(), c.scale, step.lengths, step.indices,
+                        c.nk, c.nv, intermediate_state=c.intermediate_state, cache_indices=step.cache,
+                        num_accepted_tokens=step.accepted,
+                        g=None if c.g is None else as_dtype(c.g, torch.float32).contiguous())
+        if not said:
+            log_once(logger, ("gdn-verify-path", "npu", sig),
+                     "sglang-ascend-hybrid: GDN verify %s runs on torch.ops.npu.recurrent_gated_delta_rule", sig)
+            said.append(True)
+        return out.masked_fill_(step.dead, 0.0)  # rows the op leaves unwritten, padding
+
+    return run
+
+
 def _npu_run(call: VerifyCall) -> torch.Tensor:
-    rows = call.intermediate_state.shape[0]
-    index_tensors = (call.ssm_state_indices, call.actual_seq_lengths, call.cache_indices)
-    if call.num_accepted_tokens is not None:
-        index_tensors += (call.num_accepted_tokens,)
-    step = _STEP_ROWS.get(index_tensors, (rows,), lambda: _step_rows(call, rows))
-    out = seam.call(OP_NPU_RECURRENT, call.mix_qkv.contiguous(), call.recurrent_state,
-                    as_dtype(call.beta, torch.bfloat16).contiguous(), call.scale, step.lengths, step.indices,
-                    call.nk, call.nv, intermediate_state=call.intermediate_state, cache_indices=step.cache,
-                    num_accepted_tokens=step.accepted,
-                    g=None if call.g is None else as_dtype(call.g, torch.float32).contiguous())
-    log_once(logger, ("gdn-verify-path", "npu", call.signature()),
-             "sglang-ascend-hybrid: GDN verify %s runs on torch.ops.npu.recurrent_gated_delta_rule",
-             call.signature())
-    return out.masked_fill_(step.dead, 0.0)  # rows the op leaves unwritten, padding
+    return _npu_prepare(call)(call)
 
 
 def _torch_run(call: VerifyCall) -> torch.Tensor:
@@ -373,7 +386,7 @@ def _torch_run(call: VerifyCall) -> torch.Tensor:
 
 VERIFY = Ladder("gdn_verify", [
     Rung("npu_recurrent", lambda sig, call: _npu_supports(sig, call), _npu_run, caps.is_recurrent_refusal,
-         device=True, ops=(OP_NPU_RECURRENT,)),
+         device=True, ops=(OP_NPU_RECURRENT,), prepare=_npu_prepare),
     Rung("torch", lambda sig, call: None, _torch_run),
 ], rejection=_rejection, log=logger)
 
@@ -390,7 +403,7 @@ def recurrent_verify(call: VerifyCall, *, backend: str = "auto", check_values: O
     """Run one verify step through the ladder; returns ``[B, S, nv, dv]`` in mix_qkv's dtype
     (rows past a sequence's length are 0).  ``check_values`` (default True) reads the index
     tensors on the host first; the serving hook passes ``SGLANG_ASCEND_HYBRID_DEBUG_CHECKS``."""
-    call._signature, first, _ = checked_first(_DECIDED, VERIFY, call, backend, check_verify_inputs)
+    call._signature, first, runner = checked_first(_DECIDED, VERIFY, call, backend, check_verify_inputs, VERIFY.runner)
     if check_values is None or check_values:
         check_verify_values(call)
-    return VERIFY(call._signature, call, backend=backend, first=first)
+    return VERIFY(call._signature, call, backend=backend, first=first, runner=runner)

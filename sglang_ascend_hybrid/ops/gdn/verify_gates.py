@@ -111,10 +111,23 @@ def _without_sigmoid_supports(sig: GatesSignature, call: VerifyGatesCall) -> Opt
     return caps.without_sigmoid_tiling_reason(call.tokens, call.heads)
 
 
+def _without_sigmoid_prepare(call: VerifyGatesCall):
+    """The without-sigmoid rung for every call of ``call``'s metadata (its signature read once)."""
+    sig = call.signature()
+    said = []
+
+    def run(c: VerifyGatesCall) -> tuple[torch.Tensor, torch.Tensor]:
+        out = c.kernel(c.A_log, c.a, c.b, c.dt_bias, c.softplus_beta, c.threshold)
+        if not said:
+            log_path("verify gates", "without_sigmoid", sig)
+            said.append(True)
+        return out
+
+    return run
+
+
 def _without_sigmoid_run(call: VerifyGatesCall) -> tuple[torch.Tensor, torch.Tensor]:
-    out = call.kernel(call.A_log, call.a, call.b, call.dt_bias, call.softplus_beta, call.threshold)
-    log_path("verify gates", "without_sigmoid", call.signature())
-    return out
+    return _without_sigmoid_prepare(call)(call)
 
 
 def _npu_supports(sig: GatesSignature, call: VerifyGatesCall) -> Optional[str]:
@@ -125,11 +138,23 @@ def _npu_supports(sig: GatesSignature, call: VerifyGatesCall) -> Optional[str]:
     return caps.gating_refusal_reason(call.heads, call.A_log, call.dt_bias)
 
 
+def _npu_prepare(call: VerifyGatesCall):
+    """The npu_gating rung for every call of ``call``'s metadata (tokens, heads and signature read once)."""
+    sig, T, H = call.signature(), call.tokens, call.heads
+    said = []
+
+    def run(c: VerifyGatesCall) -> tuple[torch.Tensor, torch.Tensor]:
+        g = decay_on_kernel(c.A_log, c.a, c.b, c.dt_bias, T, H, c.softplus_beta, c.threshold)
+        if not said:
+            log_path("verify gates", "npu_gating", sig)
+            said.append(True)
+        return as_shape(g, (1, T, H)), c.b
+
+    return run
+
+
 def _npu_run(call: VerifyGatesCall) -> tuple[torch.Tensor, torch.Tensor]:
-    T, H = call.tokens, call.heads
-    g = decay_on_kernel(call.A_log, call.a, call.b, call.dt_bias, T, H, call.softplus_beta, call.threshold)
-    log_path("verify gates", "npu_gating", call.signature())
-    return as_shape(g, (1, T, H)), call.b
+    return _npu_prepare(call)(call)
 
 
 def _torch_run(call: VerifyGatesCall) -> tuple[torch.Tensor, torch.Tensor]:
@@ -146,8 +171,8 @@ def _rejection(rung: str, sig: GatesSignature, reason) -> str:
 VERIFY_GATES = Ladder("gdn_verify_gates", [
     # runs the kernel the hook is handed (the op's name would resolve to the hook once it is applied)
     Rung("without_sigmoid", _without_sigmoid_supports, _without_sigmoid_run, caps.is_gating_tiling_refusal,
-         device=True, ops=(OP_GATING_WITHOUT_SIGMOID,)),
-    Rung("npu_gating", _npu_supports, _npu_run, device=True, ops=(OP_GATING,)),
+         device=True, ops=(OP_GATING_WITHOUT_SIGMOID,), prepare=_without_sigmoid_prepare),
+    Rung("npu_gating", _npu_supports, _npu_run, device=True, ops=(OP_GATING,), prepare=_npu_prepare),
     Rung("torch", lambda sig, call: None, _torch_run),
 ], rejection=_rejection, log=logger)
 
@@ -161,8 +186,9 @@ def verify_gates(A_log: torch.Tensor, a: torch.Tensor, b: torch.Tensor, dt_bias:
     ``fused_gdn_gating_kernel_without_sigmoid``) where its tiling serves ``T``, else ``fused_gdn_gating_npu``,
     else torch.  a / b ``[T, H]``; A_log / dt_bias ``[H]``."""
     call = VerifyGatesCall(A_log, a, b, dt_bias, float(softplus_beta), float(threshold), kernel)
-    call._signature, first, _ = checked_first(_DECIDED, VERIFY_GATES, call, "auto", check_gates_inputs)
-    return VERIFY_GATES(call._signature, call, first=first)
+    call._signature, first, runner = checked_first(_DECIDED, VERIFY_GATES, call, "auto", check_gates_inputs,
+                                                   VERIFY_GATES.runner)
+    return VERIFY_GATES(call._signature, call, first=first, runner=runner)
 
 
 def untiled_batches(heads: int, draft_tokens: int, max_batch: int) -> list[tuple[int, int]]:

@@ -60,7 +60,6 @@ class DecodeCall:
     _decay: Optional[torch.Tensor] = None
     _rows: Optional["StepRows"] = None
     _signature: Optional[GdnSignature] = None
-    _gates_first: Optional[int] = None   # the gates ladder's rung kept for this metadata (.gates)
 
     @classmethod
     def with_gates(cls, q, k, v, g, beta, pool, cache_indices, *, scale: Optional[float] = None,

@@ -40,11 +40,23 @@ def _npu_supports(sig: GdnSignature, call: DecodeCall) -> Optional[str]:
     return caps.gating_refusal_reason(sig.value_heads, call.A_log, call.dt_bias)
 
 
+def _npu_prepare(call: DecodeCall):
+    """npu_gating for every call of ``call``'s metadata (its rows, heads and signature read once)."""
+    sig, rows, heads = call.signature(), call.batch, call.heads[2]
+    said = []
+
+    def run(c: DecodeCall) -> torch.Tensor:
+        g = decay_on_kernel(c.A_log, c.a, c.b, c.dt_bias, rows, heads, SOFTPLUS_BETA, SOFTPLUS_THRESHOLD)
+        if not said:
+            log_path("decode gates", "npu_gating", sig)
+            said.append(True)
+        return g   # read by its elements
+
+    return run
+
+
 def _npu_run(call: DecodeCall) -> torch.Tensor:
-    g = decay_on_kernel(call.A_log, call.a, call.b, call.dt_bias, call.batch, call.heads[2], SOFTPLUS_BETA,
-                        SOFTPLUS_THRESHOLD)
-    log_path("decode gates", "npu_gating", call.signature())
-    return g   # read by its elements
+    return _npu_prepare(call)(call)
 
 
 def _torch_run(call: DecodeCall) -> torch.Tensor:
@@ -53,7 +65,7 @@ def _torch_run(call: DecodeCall) -> torch.Tensor:
 
 
 GATES = Ladder("gdn_decode_gates", [
-    Rung("npu_gating", _npu_supports, _npu_run, device=True, ops=(OP_GATING,)),
+    Rung("npu_gating", _npu_supports, _npu_run, device=True, ops=(OP_GATING,), prepare=_npu_prepare),
     Rung("torch", lambda sig, call: None, _torch_run),
 ], rejection=rejection_line("decode gates"), log=logger)
 

@@ -113,13 +113,32 @@ def _recurrent_supports(sig, call: DecodeCall) -> Optional[str]:
     return npu_recurrent_reason(sig, (call.q.dtype, call.k.dtype, call.v.dtype, *beta))
 
 
+def _recurrent_prepare(call: DecodeCall):
+    """The npu_recurrent rung for every call of ``call``'s metadata: its signature, scale and the gates
+    ladder's rung and runner decided once."""
+    sig, scale = call.signature(), call.step_scale
+    gates_ladder = gates.GATES
+    if call.precomputed_gates is None:
+        gates_first = gates_ladder.first(sig, call)
+        gates_runner = gates_ladder.runner(call, gates_first)
+    said = []
+
+    def run(c: DecodeCall) -> torch.Tensor:
+        rows = c.rows()
+        g = (c.decay() if c.precomputed_gates is not None
+             else gates_ladder(sig, c, first=gates_first, runner=gates_runner))
+        o = recurrent_on_rows(c.q, c.k, c.v, c.beta_logits(), g, c.pool, rows.slots, rows.live, scale,
+                              lengths=rows.lengths, slot_rows=rows.slot_rows)
+        if not said:
+            log_path("decode", "npu_recurrent", sig)
+            said.append(True)
+        return o
+
+    return run
+
+
 def _recurrent_run(call: DecodeCall) -> torch.Tensor:
-    rows = call.rows()
-    g = gates.decay(call, call._gates_first) if call.precomputed_gates is None else call.decay()
-    o = recurrent_on_rows(call.q, call.k, call.v, call.beta_logits(), g, call.pool, rows.slots, rows.live,
-                          call.step_scale, lengths=rows.lengths, slot_rows=rows.slot_rows)
-    log_path("decode", "npu_recurrent", call.signature())
-    return o
+    return _recurrent_prepare(call)(call)
 
 
 # ---------------------------------------------------------------- torch
@@ -137,18 +156,9 @@ DECODE = Ladder("gdn_serving_decode", [
     Rung("triton_decode", _triton_supports, _triton_run, dc.is_decode_refusal, device=True,
          ops=tuple(dc.DECODE_ENTRIES.values())),
     Rung("npu_recurrent", _recurrent_supports, _recurrent_run, caps.is_recurrent_refusal, device=True,
-         ops=(OP_NPU_RECURRENT,)),
+         ops=(OP_NPU_RECURRENT,), prepare=_recurrent_prepare),
     Rung("torch", lambda sig, call: None, _torch_run),
 ], rejection=rejection_line("decode"), log=logger)
-
-
-_RECURRENT = DECODE.names.index("npu_recurrent")
-
-
-def _gates_first(call: DecodeCall, first: Optional[int]) -> Optional[int]:
-    """Kept beside the rung: the gates ladder's first rung when npu_recurrent runs first (None otherwise;
-    a fallback that reaches npu_recurrent lets the gates ladder decide then)."""
-    return gates.GATES.first(call.signature(), call) if first == _RECURRENT else None
 
 
 def decode_rungs() -> tuple[str, ...]:
@@ -185,14 +195,14 @@ def run_decode(call: DecodeCall, backend: str = "auto", *, check_values: Optiona
     (padded requests' rows 0).  Shapes and dtypes are checked (metadata only: no host sync);
     ``check_values`` (None: ``SGLANG_ASCEND_HYBRID_DEBUG_CHECKS``) also reads the offsets and slots
     on the host first (:func:`check_decode_values`)."""
-    call._signature, first, call._gates_first = checked_first(_DECIDED, DECODE, call, backend, check_decode_inputs,
-                                                              _gates_first)
+    call._signature, first, runner = checked_first(_DECIDED, DECODE, call, backend, check_decode_inputs,
+                                                   DECODE.runner)
     if ENV.DEBUG_CHECKS.get() if check_values is None else check_values:
         check_decode_values(call)
-    o = DECODE(call._signature, call, backend=backend, first=first)   # [B, Hv, V], a new tensor
-    o = as_dtype(o, call.q.dtype)
+    o = DECODE(call._signature, call, backend=backend, first=first, runner=runner)   # B x Hv x V, a new tensor
+    o = as_dtype(o, call.q.dtype).reshape(*call.v.shape)   # ints: a torch.Size argument costs twice
     o.masked_fill_(call.rows().padding, 0.0)   # whatever a rung left in padded requests' rows
-    return o.unsqueeze(0)
+    return o
 
 
 def probe_before_serving(entry: Optional[str], q_dtype: torch.dtype, pool_dtype: torch.dtype, head_dim_k: int,
