@@ -132,7 +132,7 @@ def chunk_with_states(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale
     if scale is None:
         scale = q.shape[-1] ** -0.5
     # given: a caller that ran the checks; the signatures are made here unless a kept decision has them
-    lengths, l2_first, first, l2_sig, sig = _checked_lengths, None, None, None, None
+    lengths, l2_first, first, l2_sig, sig, runner = _checked_lengths, None, None, None, None, None
     if lengths is None:
         backend = resolve_backend(backend, prefill.prefill_rungs(), "prefill")
         if host_offsets is None:
@@ -140,7 +140,7 @@ def chunk_with_states(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale
         else:   # the serving hook: checks and first rungs kept per metadata and offsets (ops/decisions.py)
             key = (backend, skip, use_qk_l2norm, chunk_states, float(scale), tuple(host_offsets),
                    tensors_key(q, k, v, g, beta, cu_seqlens, initial_state))
-            lengths, l2_first, first, l2_sig, sig = _SERVED.decide(key, lambda: _served_decision(
+            lengths, l2_first, first, l2_sig, sig, runner = _SERVED.decide(key, lambda: _served_decision(
                 q, k, v, g, beta, cu_seqlens, initial_state, host_offsets, float(scale), chunk_states,
                 use_qk_l2norm, backend, skip))
     if use_qk_l2norm:
@@ -149,7 +149,7 @@ def chunk_with_states(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale
                              _lengths=lengths, _signature=sig)
     if exact_chunks is not None:
         call.exact_chunks = _check_exact_chunks(exact_chunks, call.lengths)
-    return prefill.run_prefill(call, backend, skip=skip, first=first)
+    return prefill.run_prefill(call, backend, skip=skip, first=first, runner=runner)
 
 
 def _l2norm_signature(q, v) -> GdnSignature:
@@ -157,8 +157,8 @@ def _l2norm_signature(q, v) -> GdnSignature:
 
 
 # What a serving prefill call decides from its metadata and host offsets: its checks' lengths, the first
-# rung of the q / k l2norm and of the prefill ladder (None: decided per call), and the two ladders'
-# signatures (metadata only).
+# rung of the q / k l2norm and of the prefill ladder (None: decided per call), the two ladders' signatures
+# (metadata only), and the prefill rung's runner (None without a kept rung).
 _SERVED = Decisions("gdn extend")
 
 
@@ -171,7 +171,7 @@ def _served_decision(q, k, v, g, beta, cu_seqlens, initial_state, host_offsets, 
     call = prefill.ChunkCall(q, k, v, g, beta, cu_seqlens, initial_state, scale, chunk_states, _lengths=lengths)
     # a forced rung is checked on every call (its predicate may read values)
     first = prefill.first_without_values(call, skip) if backend == "auto" else None
-    return lengths, l2_first, first, l2_sig, call.signature()
+    return lengths, l2_first, first, l2_sig, call.signature(), prefill.PREFILL.runner(call, first)
 
 
 def _check_exact_chunks(exact_chunks, lengths: list) -> tuple:

@@ -108,26 +108,42 @@ def _npu_chunk_supports(sig: GdnSignature, call: ChunkCall) -> Optional[str]:
 _STEP_LENGTHS = StepValue("gdn npu_chunk lengths")
 
 
-def _npu_chunk_run(call: ChunkCall):
-    q, k, v = call.q[0], call.k[0], call.v[0]
-    T, Hv, V, K = q.shape[0], v.shape[1], v.shape[2], q.shape[2]
-    n = call.num_sequences
-    state_dtype = npu_chunk_state_dtype(call.signature().state_dtype, seam.chip_generation())
+def _npu_chunk_prepare(call: ChunkCall):
+    """The npu_chunk rung for every call of ``call``'s metadata and lengths: shapes, the state dtype it hands
+    the op (and whether the caller's rows go in as they are) and the signature decided once."""
+    T, Hv, V, K = call.q.shape[1], call.v.shape[2], call.v.shape[3], call.q.shape[3]
+    n, sig, out_dtype = call.num_sequences, call.signature(), call.q.dtype
+    state_dtype = npu_chunk_state_dtype(sig.state_dtype, seam.chip_generation())
     # the op reads the initial state and returns the final one apart (SKN-747 host: final_state is its
     # own output), so the caller's rows go in as they are when their dtype and layout are the op's
-    state = (as_dtype(call.initial_state, state_dtype).contiguous() if call.initial_state is not None
-             else q.new_zeros(n, Hv, V, K, dtype=state_dtype))
-    lens, num_chunks, rows = _STEP_LENGTHS.get((call.cu_seqlens,), (T, q.device), lambda: (
-        torch.tensor(call.lengths, dtype=torch.int32, device=q.device), call.num_chunks(),
-        max(call.num_chunks(), caps.npu_chunk_min_chunk_states(T, n))))
-    h = q.new_empty(rows, Hv, V, K, dtype=state_dtype)
-    o, final = seam.call(OP_NPU_CHUNK, q.contiguous(), k.contiguous(), v.contiguous(),
-                         beta=as_dtype(call.beta.reshape(T, Hv), torch.bfloat16).contiguous(), initial_state=state,
-                         actual_seq_lengths=lens, scale=call.scale, chunk_state=h,
-                         g=as_dtype(call.g.reshape(T, Hv), torch.float32).contiguous())
-    log_path("prefill", "npu_chunk", call.signature())
-    # final and h in the op's state dtype, which keeps the pool's precision (no fp32 round trip)
-    return as_dtype(o.reshape(1, T, Hv, V), call.q.dtype), final, h[:num_chunks] if call.chunk_states else None
+    initial = call.initial_state
+    state_as_given = initial is not None and initial.dtype == state_dtype and initial.is_contiguous()
+    said = []
+
+    def run(c: ChunkCall):
+        q, k, v = c.q[0], c.k[0], c.v[0]
+        state = (c.initial_state if state_as_given else
+                 c.initial_state.to(state_dtype).contiguous() if c.initial_state is not None
+                 else q.new_zeros(n, Hv, V, K, dtype=state_dtype))
+        lens, num_chunks, rows = _STEP_LENGTHS.get((c.cu_seqlens,), (T, q.device), lambda: (
+            torch.tensor(c.lengths, dtype=torch.int32, device=q.device), c.num_chunks(),
+            max(c.num_chunks(), caps.npu_chunk_min_chunk_states(T, n))))
+        h = q.new_empty(rows, Hv, V, K, dtype=state_dtype)
+        o, final = seam.call(OP_NPU_CHUNK, q.contiguous(), k.contiguous(), v.contiguous(),
+                             beta=as_dtype(c.beta[0], torch.bfloat16).contiguous(), initial_state=state,
+                             actual_seq_lengths=lens, scale=c.scale, chunk_state=h,
+                             g=as_dtype(c.g[0], torch.float32).contiguous())
+        if not said:
+            log_path("prefill", "npu_chunk", sig)
+            said.append(True)
+        # final and h in the op's state dtype, which keeps the pool's precision (no fp32 round trip)
+        return as_dtype(o.reshape(1, T, Hv, V), out_dtype), final, h[:num_chunks] if c.chunk_states else None
+
+    return run
+
+
+def _npu_chunk_run(call: ChunkCall):
+    return _npu_chunk_prepare(call)(call)
 
 
 def plan_for_layout(value_heads: int, key_heads: int, head_dim_k: int, head_dim_v: int, dtype: torch.dtype,
@@ -362,7 +378,7 @@ def _torch_run(call: ChunkCall):
 
 PREFILL = Ladder("gdn_prefill", [
     Rung("npu_chunk", lambda sig, call: _npu_chunk_supports(sig, call), _npu_chunk_run, caps.is_npu_chunk_refusal,
-         device=True, ops=(OP_NPU_CHUNK,)),
+         device=True, ops=(OP_NPU_CHUNK,), prepare=_npu_chunk_prepare),
     Rung("mega", lambda sig, call: _mega_supports(sig, call), without_empty_sequences(_mega_run), caps.is_mega_refusal,
          device=True, ops=(OP_MEGA,)),
     Rung("triton", lambda sig, call: _triton_supports(sig, call), without_empty_sequences(_triton_run),
@@ -414,12 +430,14 @@ def first_without_values(call: ChunkCall, skip: tuple = ()) -> Optional[int]:
     return 0 if PREFILL.why_not(PREFILL.rungs[0], call.signature(), call) is None else None
 
 
-def run_prefill(call: ChunkCall, backend: str = "auto", *, skip: tuple = (), first: Optional[int] = None):
+def run_prefill(call: ChunkCall, backend: str = "auto", *, skip: tuple = (), first: Optional[int] = None,
+                runner=None):
     """Walk the prefill ladder (``skip``: rung names not to try, e.g. the caller's own kernel; ``first``:
-    :func:`first_without_values`'s answer for this call's metadata and lengths, kept by the caller)."""
+    :func:`first_without_values`'s answer for this call's metadata and lengths, kept by the caller, and
+    ``runner`` what ``PREFILL.runner`` prepared for it)."""
     sig = call.signature()
     if backend != "auto" or not skip:
-        return PREFILL(sig, call, backend=backend, first=first)
+        return PREFILL(sig, call, backend=backend, first=first, runner=runner)
     # Mark the skipped rungs as unsuitable for this call only, via the capability check.
     for name in skip:
         PREFILL.rung(name)  # validates the names
