@@ -93,22 +93,15 @@ class Decisions:
         self.name = name
         self.capacity = capacity
         self._table: dict[Hashable, tuple[int, object]] = {}
-        # (key, generation, value) of the decision given last, read and written whole: every layer of a step
-        # asks with the same metadata, and comparing with it costs about half of hashing the key
-        self._last: Optional[tuple] = None
 
     def decide(self, key: Hashable, make: Callable[[], T]) -> T:
         """``make()``'s value for ``key``, kept while the serving state's generation is unchanged."""
         gen = _generation
-        last = self._last
-        if last is not None and last[1] == gen and last[0] == key:
-            return last[2]  # type: ignore[return-value]
         try:
             kept = self._table.get(key)
         except TypeError:  # a field value that is not hashable: decided on every call
             return make()
         if kept is not None and kept[0] == gen:
-            self._last = (key, gen, kept[1])
             return kept[1]  # type: ignore[return-value]
         value = make()
         from sglang_ascend_hybrid.ops import seam  # seam calls changed(): imported here, not at the top
@@ -117,7 +110,6 @@ class Decisions:
             if len(self._table) >= self.capacity:
                 self._table = {}
             self._table[key] = (gen, value)
-            self._last = (key, gen, value)
         return value
 
 
