@@ -174,10 +174,11 @@ def tracked_chunks(metadata, cu_seqlens):
     return pairs
 
 
-def _serve_extend(metadata, q, k, v, g, beta, initial_state, cu_seqlens):
+def _serve_extend(metadata, q, k, v, g, beta, initial_state, cu_seqlens, packed: bool = False):
     """One GDN prefill of SGLang's Ascend backend through the ladder: q / k ``[1, T, Hk, K]`` (not
-    normalised), v ``[1, T, Hv, V]``, g / beta ``[1, T, Hv]``, ``initial_state`` the requests' rows of
-    the value-first pool ``[N, Hv, V, K]`` in its dtype.  Returns ``(o [1, T, Hv, V], final
+    normalised), v ``[1, T, Hv, V]``, g / beta ``[1, T, Hv]`` (``packed``: without the leading 1, as
+    ``chunk_gdn`` hands them), ``initial_state`` the requests' rows of the value-first pool
+    ``[N, Hv, V, K]`` in its dtype.  Returns ``(o [1, T, Hv, V] ([T, Hv, V] packed), final
     [N, Hv, V, K], h)``: h the per-chunk states ``[NT, Hv, V, K]`` in the pool's dtype when the step's
     radix-cache tracking may read them (``metadata.has_mamba_track_mask``; exact for the chunks
     ``track_ssm_h_src`` names), else None."""
@@ -190,7 +191,7 @@ def _serve_extend(metadata, q, k, v, g, beta, initial_state, cu_seqlens):
         q, k, v, as_dtype(g, torch.float32), beta, cu_seqlens=cu_seqlens, initial_state=initial_state,
         use_qk_l2norm=True, chunk_states=need_h,
         exact_chunks=tracked_chunks(metadata, cu_seqlens) if need_h else None, skip=skip,
-        host_offsets=step_offsets(metadata, cu_seqlens))
+        host_offsets=step_offsets(metadata, cu_seqlens), packed=packed)
     # the per-chunk states in the pool's dtype: SGLang's _track_mamba_state_extend copies h[...] into
     # track slots, and a radix-cache hit resumes from them; rounding an fp32 pool's snapshot through
     # the activation dtype would make a hit differ from a fresh prefill of the same prefix
@@ -213,19 +214,18 @@ def ascend_chunk_gdn(original, self, q, k, v, g, beta, initial_state, cu_seqlens
     is not called.  ``initial_state`` is SGLang's gathered copy ``ssm_states[cache_indices]`` in the
     order of its view of the pool; final and h go back in that order."""
     del original
-    T, Hk, K = q.shape
-    Hv, V = v.shape[-2], v.shape[-1]
+    T, Hv, V = v.shape[-3], v.shape[-2], v.shape[-1]
     layout = backend_pool_layout(self)
-    o, final, h = _serve_extend(getattr(self, "forward_metadata", None), q.reshape(1, T, Hk, K),
-                                k.reshape(1, T, Hk, K), v.reshape(1, T, Hv, V), as_shape(g, (1, T, Hv)),
-                                as_shape(beta, (1, T, Hv)), pool_layout.in_view_order(initial_state, layout),
-                                cu_seqlens)
+    # packed, as SGLang hands them (q / k [T, Hk, K], v [T, Hv, V]): the npu_chunk op takes them so
+    o, final, h = _serve_extend(getattr(self, "forward_metadata", None), q, k, v, as_shape(g, (T, Hv)),
+                                as_shape(beta, (T, Hv)), pool_layout.in_view_order(initial_state, layout),
+                                cu_seqlens, packed=True)
     if h is None:  # upstream's shape, never read: SGLang's _track_mamba_state_extend reads h only
         # under forward_metadata.has_mamba_track_mask, the flag that asked for no chunk states here
         num_chunks = step_chunk_offsets(getattr(self, "forward_metadata", None), cu_seqlens)[-1]
         state_dtype = initial_state.dtype if initial_state is not None else k.dtype
-        h = k.new_empty(num_chunks, Hv, V, K, dtype=state_dtype)
-    return o.reshape(T, Hv, V), pool_layout.in_view_order(final, layout), pool_layout.in_view_order(h, layout)
+        h = k.new_empty(num_chunks, Hv, V, k.shape[-1], dtype=state_dtype)
+    return o, pool_layout.in_view_order(final, layout), pool_layout.in_view_order(h, layout)
 
 
 # ------------------------------------------------- SGLang 0.5.20: GDNKernelDispatcher.extend route

@@ -115,7 +115,7 @@ def _watch_plugin_ops(mp, shapes: dict) -> None:
     from sglang_ascend_hybrid.ops.gdn import decode
 
     mp.setattr(gdn_hooks, "chunk_with_states", _recorder(
-        shapes, "gdn_prefill", gdn_hooks.chunk_with_states, lambda q, k, v, *a, **kw: (q.shape[2], v.shape[2])))
+        shapes, "gdn_prefill", gdn_hooks.chunk_with_states, lambda q, k, v, *a, **kw: (q.shape[-2], v.shape[-2])))
     mp.setattr(decode, "run_decode", _recorder(
         shapes, "gdn_decode", decode.run_decode, lambda call, *a, **kw: tuple(call.heads)))
     mp.setattr(plugin_conv, "causal_conv1d_fn", _recorder(

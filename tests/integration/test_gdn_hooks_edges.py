@@ -271,22 +271,25 @@ def test_ascend_hook_without_forward_metadata_keeps_the_chunk_states(monkeypatch
 
 
 def test_ascend_hook_takes_the_gates_packed_or_batched(monkeypatch):
-    """g / beta ``[1, T, Hv]`` (SGLang's gating output) go to the prefill as they are, no view made;
-    ``[T, Hv]`` ones are viewed so, with the same result."""
+    """The prefill is served packed, as chunk_gdn hands q / k / v: g / beta ``[1, T, Hv]`` (SGLang's gating
+    output) are viewed ``[T, Hv]``; ``[T, Hv]`` ones go as they are, with the same result."""
     monkeypatch.delenv("GDN_ATTN_BACKEND_TRITON", raising=False)
     q, k, v, g, beta, state, cu = _ascend_inputs(seed=48)
     backend = SimpleNamespace(forward_metadata=SimpleNamespace(has_mamba_track_mask=False))
     seen = []
     serve = gdn_hooks._serve_extend
 
-    def spy(metadata, q, k, v, g, beta, *rest):
-        seen.append((g, beta))
-        return serve(metadata, q, k, v, g, beta, *rest)
+    def spy(metadata, q, k, v, g, beta, *rest, **kw):
+        seen.append((q, g, beta, kw))
+        return serve(metadata, q, k, v, g, beta, *rest, **kw)
 
     monkeypatch.setattr(gdn_hooks, "_serve_extend", spy)
     batched = gdn_hooks.ascend_chunk_gdn(None, backend, q, k, v, g, beta, state, cu)
-    assert seen[0][0] is g and seen[0][1] is beta
-    packed = gdn_hooks.ascend_chunk_gdn(None, backend, q, k, v, g[0], beta[0], state, cu)
-    assert tuple(seen[1][0].shape) == tuple(g.shape) and tuple(seen[1][1].shape) == tuple(beta.shape)
+    T, Hv = g.shape[1], g.shape[2]
+    assert seen[0][0] is q and seen[0][3] == {"packed": True}
+    assert tuple(seen[0][1].shape) == (T, Hv) and tuple(seen[0][2].shape) == (T, Hv)
+    g2, beta2 = g[0], beta[0]
+    packed = gdn_hooks.ascend_chunk_gdn(None, backend, q, k, v, g2, beta2, state, cu)
+    assert seen[1][1] is g2 and seen[1][2] is beta2
     for a, b in zip(batched[:2], packed[:2]):
         assert torch.equal(a, b)

@@ -118,7 +118,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, cu_seqlens, initial_state=None, 
 
 def chunk_with_states(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale=None, use_qk_l2norm=False,
                       chunk_states: bool = False, exact_chunks=None, backend: str = "auto", skip: tuple = (),
-                      host_offsets: Optional[list] = None, _checked_lengths: Optional[list] = None):
+                      host_offsets: Optional[list] = None, packed: bool = False,
+                      _checked_lengths: Optional[list] = None):
     """Like :func:`chunk_gated_delta_rule`, returning ``(o, final, h)``; ``h`` is the state at
     the start of every 64-token chunk ``[num_chunks, Hv, V, K]`` when ``chunk_states``, each in the
     initial state's precision; ``final`` and ``h`` in fp32 or in a dtype that keeps that precision
@@ -126,7 +127,11 @@ def chunk_with_states(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale
     caller reads (radix-cache tracking); only those are then promised the initial state's precision,
     which lets a kernel that rounds its chunk states serve (it recomputes those few).
     ``skip`` names rungs not to try (used by integration hooks); ``host_offsets``: ``cu_seqlens`` as
-    the caller already read it on the host (checked against it, not read again)."""
+    the caller already read it on the host (checked against it, not read again).  ``packed`` (with
+    ``host_offsets``: the serving hook): the tensors come without their batch dim, q / k ``[T, Hk, K]``,
+    v ``[T, Hv, V]``, g / beta ``[T, Hv]``, and o goes back ``[T, Hv, V]`` (:class:`.prefill.ChunkCall`)."""
+    if packed and host_offsets is None:
+        _fail("packed", packed, "False unless host_offsets is given (packed tensors are the serving hook's)")
     if exact_chunks is not None and not chunk_states:
         _fail("exact_chunks", exact_chunks, "None unless chunk_states=True (they name chunk states)")
     if scale is None:
@@ -138,22 +143,22 @@ def chunk_with_states(q, k, v, g, beta, *, cu_seqlens, initial_state=None, scale
         if host_offsets is None:
             lengths = _check_prefill(q, k, v, g, beta, cu_seqlens, initial_state)
         else:   # the serving hook: checks and first rungs kept per metadata and offsets (ops/decisions.py)
-            key = (backend, skip, use_qk_l2norm, chunk_states, float(scale), tuple(host_offsets),
+            key = (backend, skip, use_qk_l2norm, chunk_states, float(scale), packed, tuple(host_offsets),
                    tensors_key(q, k, v, g, beta, cu_seqlens, initial_state))
             lengths, l2_first, first, l2_sig, sig, runner = _SERVED.decide(key, lambda: _served_decision(
                 q, k, v, g, beta, cu_seqlens, initial_state, host_offsets, float(scale), chunk_states,
-                use_qk_l2norm, backend, skip))
+                use_qk_l2norm, backend, skip, packed))
     if use_qk_l2norm:
         q, k = qk_l2norm(l2_sig or _l2norm_signature(q, v), q, k, first=l2_first)
     call = prefill.ChunkCall(q, k, v, g, beta, cu_seqlens, initial_state, float(scale), chunk_states,
-                             _lengths=lengths, _signature=sig)
+                             packed=packed, _lengths=lengths, _signature=sig)
     if exact_chunks is not None:
         call.exact_chunks = _check_exact_chunks(exact_chunks, call.lengths)
     return prefill.run_prefill(call, backend, skip=skip, first=first, runner=runner)
 
 
 def _l2norm_signature(q, v) -> GdnSignature:
-    return GdnSignature(v.shape[2], q.shape[2], q.shape[3], v.shape[3], q.dtype)
+    return GdnSignature(v.shape[-2], q.shape[-2], q.shape[-1], v.shape[-1], q.dtype)
 
 
 # What a serving prefill call decides from its metadata and host offsets: its checks' lengths, the first
@@ -163,12 +168,15 @@ _SERVED = Decisions("gdn extend")
 
 
 def _served_decision(q, k, v, g, beta, cu_seqlens, initial_state, host_offsets, scale, chunk_states,
-                     use_qk_l2norm, backend, skip) -> tuple:
-    lengths = _check_prefill(q, k, v, g, beta, cu_seqlens, initial_state, host_offsets)
+                     use_qk_l2norm, backend, skip, packed) -> tuple:
+    # a packed call is checked as the batched one it stands for
+    lengths = _check_prefill(*((x.unsqueeze(0) for x in (q, k, v, g, beta)) if packed else (q, k, v, g, beta)),
+                             cu_seqlens, initial_state, host_offsets)
     l2_sig = _l2norm_signature(q, v)
     l2_first = L2NORM.first(l2_sig, q, k) if use_qk_l2norm else None   # its rungs read q / k metadata only
     # the prefill rungs are asked with q / k before their normalisation: the same metadata
-    call = prefill.ChunkCall(q, k, v, g, beta, cu_seqlens, initial_state, scale, chunk_states, _lengths=lengths)
+    call = prefill.ChunkCall(q, k, v, g, beta, cu_seqlens, initial_state, scale, chunk_states, packed=packed,
+                             _lengths=lengths)
     # a forced rung is checked on every call (its predicate may read values)
     first = prefill.first_without_values(call, skip) if backend == "auto" else None
     return lengths, l2_first, first, l2_sig, call.signature(), prefill.PREFILL.runner(call, first)

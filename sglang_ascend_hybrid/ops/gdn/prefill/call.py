@@ -24,7 +24,13 @@ def chunk_offsets(lengths, chunk: int = CHUNK_SIZE) -> list:
 
 @dataclass
 class ChunkCall:
-    """One prefill call, q / k already l2-normalised.  States value-first [N, Hv, V, K]."""
+    """One prefill call, q / k already l2-normalised.  States value-first [N, Hv, V, K].
+
+    Batched: q / k ``[B, T, Hk, K]``, v ``[B, T, Hv, V]``, g / beta ``[B, T, Hv]`` and o ``[B, T, Hv, V]``
+    (packed varlen: B = 1).  ``packed``: the batch-1 call without its batch dim, as SGLang's Ascend extend
+    hands it (q / k ``[T, Hk, K]``, v ``[T, Hv, V]``, g / beta ``[T, Hv]``, o ``[T, Hv, V]``): the npu_chunk
+    op takes those tensors as they are; every other rung is handed :meth:`batched` (:func:`on_batched`).
+    """
 
     q: torch.Tensor
     k: torch.Tensor
@@ -38,9 +44,11 @@ class ChunkCall:
     # (sequence, chunk) pairs whose chunk state must keep the initial state's precision; None: every
     # chunk state must (a rung whose chunk states are rounded then does not serve)
     exact_chunks: Optional[tuple] = None
+    packed: bool = False
     _lengths: Optional[list] = None
     _max_abs: Optional[float] = None
     _signature: Optional[GdnSignature] = None
+    _batched: Optional["ChunkCall"] = None
 
     @property
     def num_sequences(self) -> int:
@@ -56,10 +64,21 @@ class ChunkCall:
 
     def signature(self) -> GdnSignature:
         if self._signature is None:
-            self._signature = GdnSignature(self.v.shape[2], self.q.shape[2], self.q.shape[3], self.v.shape[3],
+            self._signature = GdnSignature(self.v.shape[-2], self.q.shape[-2], self.q.shape[-1], self.v.shape[-1],
                                            self.q.dtype, self.chunk_states,
                                            None if self.initial_state is None else self.initial_state.dtype)
         return self._signature
+
+    def batched(self) -> "ChunkCall":
+        """This call with batched tensors (itself when it is; a packed call's views ``[1, T, ...]``, made once)."""
+        if not self.packed:
+            return self
+        if self._batched is None:
+            self._batched = ChunkCall(self.q.unsqueeze(0), self.k.unsqueeze(0), self.v.unsqueeze(0),
+                                      self.g.unsqueeze(0), self.beta.unsqueeze(0), self.cu_seqlens,
+                                      self.initial_state, self.scale, self.chunk_states, self.exact_chunks,
+                                      _lengths=self._lengths, _max_abs=self._max_abs, _signature=self._signature)
+        return self._batched
 
     def key_first_state(self) -> Optional[torch.Tensor]:
         """Fresh key-first [N, Hv, K, V] fp32 copy of the initial state (FLA-layout kernels)."""
@@ -79,6 +98,20 @@ class ChunkCall:
                      if t is not None and t.numel()]
             self._max_abs = float(torch.stack(parts).max()) if parts else 0.0
         return self._max_abs
+
+
+def on_batched(run):
+    """``run`` (a rung's runner of batched calls) for any call: a packed call is handed as :meth:`ChunkCall.batched`
+    and its o given back packed ``[T, Hv, V]``."""
+
+    def batched_run(call: ChunkCall):
+        if not call.packed:
+            return run(call)
+        o, final, h = run(call.batched())
+        return o[0], final, h
+
+    batched_run.__name__ = getattr(run, "__name__", "run")
+    return batched_run
 
 
 def without_empty_sequences(run):

@@ -45,7 +45,7 @@ from sglang_ascend_hybrid.ops import seam
 from sglang_ascend_hybrid.ops.gdn import contract as caps
 from sglang_ascend_hybrid.ops.gdn.contract import OP_MEGA, OP_NPU_CHUNK, OP_TRITON
 from sglang_ascend_hybrid.ops.gdn.prefill import chunk_stride_probe, planner
-from sglang_ascend_hybrid.ops.gdn.prefill.call import ChunkCall, chunk_offsets, without_empty_sequences
+from sglang_ascend_hybrid.ops.gdn.prefill.call import ChunkCall, chunk_offsets, on_batched, without_empty_sequences
 from sglang_ascend_hybrid.ops.gdn.prefill.entries import call_triton_entry, resolve_entry
 from sglang_ascend_hybrid.ops.gdn.prefill.plan_exec import execute_plan
 from sglang_ascend_hybrid.ops.gdn.signature import GdnSignature, keeps_precision, log_path, rejection_line
@@ -91,7 +91,7 @@ def npu_chunk_reason(sig: GdnSignature, chip: Optional[str]) -> Optional[str]:
 
 
 def _npu_chunk_supports(sig: GdnSignature, call: ChunkCall) -> Optional[str]:
-    if not (seam.serves(OP_NPU_CHUNK, call.q) and call.q.shape[0] == 1):
+    if not (seam.serves(OP_NPU_CHUNK, call.q) and (call.packed or call.q.shape[0] == 1)):
         return Absent(f"torch.ops.npu.{OP_NPU_CHUNK} is not installed for these tensors")
     chip = seam.chip_generation()
     reason = npu_chunk_reason(sig, chip)
@@ -111,8 +111,8 @@ _STEP_LENGTHS = StepValue("gdn npu_chunk lengths")
 def _npu_chunk_prepare(call: ChunkCall):
     """The npu_chunk rung for every call of ``call``'s metadata and lengths: shapes, the state dtype it hands
     the op (and whether the caller's rows go in as they are) and the signature decided once."""
-    T, Hv, V, K = call.q.shape[1], call.v.shape[2], call.v.shape[3], call.q.shape[3]
-    n, sig, out_dtype = call.num_sequences, call.signature(), call.q.dtype
+    T, Hv, V, K = call.q.shape[-3], call.v.shape[-2], call.v.shape[-1], call.q.shape[-1]
+    n, sig, out_dtype, packed = call.num_sequences, call.signature(), call.q.dtype, call.packed
     state_dtype = npu_chunk_state_dtype(sig.state_dtype, seam.chip_generation())
     # the op reads the initial state and returns the final one apart (SKN-747 host: final_state is its
     # own output), so the caller's rows go in as they are when their dtype and layout are the op's
@@ -121,7 +121,7 @@ def _npu_chunk_prepare(call: ChunkCall):
     said = []
 
     def run(c: ChunkCall):
-        q, k, v = c.q[0], c.k[0], c.v[0]
+        q, k, v, g, beta = (c.q, c.k, c.v, c.g, c.beta) if packed else (c.q[0], c.k[0], c.v[0], c.g[0], c.beta[0])
         state = (c.initial_state if state_as_given else
                  c.initial_state.to(state_dtype).contiguous() if c.initial_state is not None
                  else q.new_zeros(n, Hv, V, K, dtype=state_dtype))
@@ -130,14 +130,15 @@ def _npu_chunk_prepare(call: ChunkCall):
             max(c.num_chunks(), caps.npu_chunk_min_chunk_states(T, n))))
         h = q.new_empty(rows, Hv, V, K, dtype=state_dtype)
         o, final = seam.call(OP_NPU_CHUNK, q.contiguous(), k.contiguous(), v.contiguous(),
-                             beta=as_dtype(c.beta[0], torch.bfloat16).contiguous(), initial_state=state,
+                             beta=as_dtype(beta, torch.bfloat16).contiguous(), initial_state=state,
                              actual_seq_lengths=lens, scale=c.scale, chunk_state=h,
-                             g=as_dtype(c.g[0], torch.float32).contiguous())
+                             g=as_dtype(g, torch.float32).contiguous())
         if not said:
             log_path("prefill", "npu_chunk", sig)
             said.append(True)
         # final and h in the op's state dtype, which keeps the pool's precision (no fp32 round trip)
-        return as_dtype(o.reshape(1, T, Hv, V), out_dtype), final, h[:num_chunks] if c.chunk_states else None
+        return (as_dtype(o if packed else o.reshape(1, T, Hv, V), out_dtype), final,
+                h[:num_chunks] if c.chunk_states else None)
 
     return run
 
@@ -379,11 +380,12 @@ def _torch_run(call: ChunkCall):
 PREFILL = Ladder("gdn_prefill", [
     Rung("npu_chunk", lambda sig, call: _npu_chunk_supports(sig, call), _npu_chunk_run, caps.is_npu_chunk_refusal,
          device=True, ops=(OP_NPU_CHUNK,), prepare=_npu_chunk_prepare),
-    Rung("mega", lambda sig, call: _mega_supports(sig, call), without_empty_sequences(_mega_run), caps.is_mega_refusal,
-         device=True, ops=(OP_MEGA,)),
-    Rung("triton", lambda sig, call: _triton_supports(sig, call), without_empty_sequences(_triton_run),
-         caps.is_triton_refusal, device=True, ops=(OP_TRITON,)),
-    Rung("torch", lambda sig, call: None, _torch_run),
+    # the rungs after npu_chunk take batched calls: a packed one is handed as its batched views
+    Rung("mega", lambda sig, call: _mega_supports(sig, call.batched()),
+         on_batched(without_empty_sequences(_mega_run)), caps.is_mega_refusal, device=True, ops=(OP_MEGA,)),
+    Rung("triton", lambda sig, call: _triton_supports(sig, call.batched()),
+         on_batched(without_empty_sequences(_triton_run)), caps.is_triton_refusal, device=True, ops=(OP_TRITON,)),
+    Rung("torch", lambda sig, call: None, on_batched(_torch_run)),
 ], rejection=rejection_line("prefill"), log=logger)
 
 
