@@ -166,7 +166,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                   "tests/ops/gdn/verify/test_gdn_verify_padding.py", "tests/ops/test_signature.py",
                   "tests/ops/test_decisions.py", "tests/ops/conv/test_conv_weights.py",
                   "tests/ops/gdn/decode/test_gdn_decode_ladder.py", "tests/ops/conv/test_causal_conv1d_dispatch.py",
-                  "tests/ops/gdn/prefill/test_gdn_prefill_kept.py"]),
+                  "tests/ops/gdn/prefill/test_gdn_prefill_kept.py", "tests/ops/test_ladder_runner.py"]),
     # the GDN pool's physical layout: the hooks' view handling, the layout module, the commit emulator
     "gdn-layout": (["sglang_ascend_hybrid/ops/gdn/pool_layout.py", "sglang_ascend_hybrid/integration/gdn_hooks.py",
                     "sglang_ascend_hybrid/emulators/mamba_state_update.py"],

@@ -47,8 +47,10 @@ class StepValue:
 
     def __init__(self, name: str):
         self.name = name
-        # per thread (TP ranks in threads never share an entry): thread id -> (extra, tensors, identities,
-        # value); a dict keyed by the thread's id, read without a lock (one entry per thread, written by it)
+        # per thread (TP ranks in threads never share an entry): thread id -> (extra, weak references to the
+        # tensors and to their owners, their identities, value), read without a lock (each thread writes only
+        # its own entry; a thread-local costs as much as the rest of a hit).  A thread's entry outlives it
+        # until a thread of the same id replaces it: one small value per thread id.
         self._entries: dict[int, tuple] = {}
 
     def get(self, tensors: tuple, extra: tuple, make: Callable[[], T]) -> T:
@@ -68,8 +70,8 @@ class StepValue:
                 return kept[4]
         value = make()
         self._entries[thread] = (extra, tuple(weakref.ref(t) for t in tensors),
-                                 tuple(weakref.ref(_owner(t)) for t in tensors), tuple(tensor_identity(t) for t in tensors),
-                                 value)
+                                 tuple(weakref.ref(_owner(t)) for t in tensors),
+                                 tuple(tensor_identity(t) for t in tensors), value)
         return value
 
     def forget(self) -> None:

@@ -85,3 +85,47 @@ def test_kept_per_thread():
     assert derive.calls == 2
     cache.get((t,), (), derive(t))
     assert derive.calls == 2
+
+
+def test_the_very_object_at_its_version_is_kept_without_reading_its_storage(monkeypatch):
+    from sglang_ascend_hybrid.ops import step_cache
+
+    cache, derive = StepValue("t"), Derive()
+    t, view = torch.arange(6), torch.arange(6)[1:]
+    cache.get((t, view), (), derive(t))
+    read = []
+    real = step_cache.tensor_identity
+    monkeypatch.setattr(step_cache, "tensor_identity", lambda x: read.append(x) or real(x))
+    kept = cache.get((t, view), (), derive(t))
+    assert derive.calls == 1 and read == []          # the same objects, not written: nothing re-read
+    again = view.view(5)                             # another view object of the same base: compared whole
+    assert cache.get((t, again), (), derive(t)) == kept and len(read) == 1 and read[0] is again
+    view.add_(1)                                     # written through the view: its base's version moves
+    cache.get((t, view), (), derive(t))
+    assert derive.calls == 2
+
+
+def test_a_capture_in_another_thread_is_not_this_threads():
+    inside, seen = threading.Event(), []
+    leave = threading.Event()
+
+    def capture():
+        with seam.capture_region():
+            seen.append(seam.capturing())
+            inside.set()
+            leave.wait(10)
+
+    other = threading.Thread(target=capture)
+    other.start()
+    inside.wait(10)
+    try:
+        assert seen == [True] and not seam.capturing()
+        with seam.capture_region():
+            with seam.capture_region():
+                assert seam.capturing()
+            assert seam.capturing()                  # the outer region is still open
+        assert not seam.capturing()
+    finally:
+        leave.set()
+        other.join()
+    assert not seam.capturing() and seam._regions_open == 0

@@ -165,3 +165,55 @@ def test_a_call_the_npu_chunk_rung_cannot_serve_decides_per_call(counted):
             _serve(x)
     assert counted["_check_prefill"] == 1               # the checks and the l2norm rung are still kept
     assert counted["_mega_supports"] == 3
+
+
+def _serve_packed(x, **kw):
+    q, k, v, g, beta, cu, state = x
+    return api.chunk_with_states(q[0], k[0], v[0], g[0], beta[0], cu_seqlens=cu, initial_state=state,
+                                 use_qk_l2norm=True, host_offsets=cu.tolist(), packed=True, **kw)
+
+
+@pytest.mark.parametrize("device", ["npu_chunk", "mega", "torch"])
+def test_a_packed_call_is_served_as_the_batched_one_with_o_packed(device):
+    """chunk_gdn's packed tensors (no batch dim) reach the npu_chunk op as they are; the rungs after it are
+    handed the batched views; every rung's result equals the batched call's, o ``[T, Hv, V]``."""
+    x = _inputs()
+    facts, ops = _device(npu_chunk=device == "npu_chunk", mega_variant=None if device == "torch" else
+                         gdn_sets.caps.MEGA_CURRENT)
+    with facts, ops:
+        batched = _serve(x)
+        packed = _serve_packed(x, chunk_states=True)
+        batched_h = api.chunk_with_states(*x[:5], cu_seqlens=x[5], initial_state=x[6], use_qk_l2norm=True,
+                                          host_offsets=x[5].tolist(), chunk_states=True)
+    T, Hv, V = x[2].shape[1:]
+    assert tuple(packed[0].shape) == (T, Hv, V) and torch.equal(packed[0], batched[0][0])
+    assert torch.equal(packed[1], batched[1]) and torch.equal(packed[2], batched_h[2])
+
+
+def test_a_packed_call_the_npu_chunk_op_refuses_at_call_time_goes_down_the_ladder_packed():
+    x = _inputs()
+    facts, ops = _device()
+    calls = []
+
+    def refusing(*args, **kwargs):
+        calls.append(args[0].shape)
+        raise RuntimeError(next(iter(gdn_sets.caps.NPU_CHUNK_TEXTS.values())))   # one of its own texts
+
+    with facts, ops:
+        expected = _serve_packed(x)               # served by the op
+        with seam.install_emulators({prefill_ladder.OP_NPU_CHUNK: refusing}):
+            try:
+                got = _serve_packed(x)            # the kept runner's op refuses: mega serves the same call
+                again = _serve_packed(x)          # decided again: npu_chunk is refused for the signature
+            finally:
+                prefill_ladder.forget_refusals()
+    T, Hk, K = x[0].shape[1:]
+    assert calls == [(T, Hk, K)]                  # the packed q, once
+    assert tuple(got[0].shape) == tuple(expected[0].shape) and torch.equal(got[0], again[0])
+    assert (got[0].float() - expected[0].float()).abs().max() < 0.1
+
+
+def test_packed_needs_the_serving_hooks_host_offsets():
+    q, k, v, g, beta, cu, state = _inputs()
+    with pytest.raises(ValueError, match="packed"):
+        api.chunk_with_states(q[0], k[0], v[0], g[0], beta[0], cu_seqlens=cu, initial_state=state, packed=True)
