@@ -259,3 +259,16 @@ def test_the_serving_ops_ask_their_predicates_once_per_metadata(monkeypatch):
         decisions.changed()
         run()
         assert count.asked == 2 * first, ladder.op                # a new generation: decided again
+
+
+def test_the_key_of_a_call_type_met_for_the_first_time():
+    """A call class key_of has not seen yet (defined here, so no earlier test or process warmed its cache)."""
+
+    @dataclass
+    class Fresh:
+        t: torch.Tensor
+        mode: str
+        _private: int = 0
+
+    call = Fresh(torch.zeros(2, 3), "m", 7)
+    assert key_of(call) == (Fresh, (torch.Size([2, 3]), (3, 1), 0, torch.float32, torch.device("cpu")), "m")

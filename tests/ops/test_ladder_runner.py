@@ -96,3 +96,18 @@ def test_a_forced_rung_runs_its_runner():
     ladder = _ladder(kernel, [])
     runner = ladder.runner(1, 0)
     assert ladder(SIG, 4, backend="fast", first=0, runner=runner) == ("fast", 4) and kernel.prepared == [1]
+
+
+def test_keyword_arguments_reach_the_runner():
+    seen = []
+
+    def prepare(x, *, scale):
+        return lambda y, *, scale: seen.append((y, scale)) or y * scale
+
+    ladder = Ladder("demo_runner_kwargs", [
+        Rung("fast", lambda sig, x, scale: None, lambda x, scale: prepare(x, scale=scale)(x, scale=scale),
+             prepare=prepare),
+        Rung("torch", lambda sig, x, scale: None, lambda x, scale: -1),
+    ])
+    runner = prepare(1, scale=2)
+    assert ladder(SIG, 3, scale=5, first=0, runner=runner) == 15 and seen == [(3, 5)]

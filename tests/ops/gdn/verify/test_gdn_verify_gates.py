@@ -130,12 +130,13 @@ def test_a_build_that_still_refuses_is_marked_and_the_sibling_serves(caplog):
     def refusing(A_log, a, b, dt_bias, beta=1.0, threshold=20.0):
         raise ValueError(GATING_ARANGE_TEXT)
 
-    kernel = Counting(refusing)
+    kernel, sibling = Counting(refusing), Counting(emu.fused_gdn_gating_npu)
     x = _inputs(8, 6, seed=6)
-    with seam.install_emulators({OP_GATING: emu.fused_gdn_gating_npu}), caplog.at_level(logging.INFO):
+    with seam.install_emulators({OP_GATING: sibling}), caplog.at_level(logging.INFO):
         g1, _ = vg.verify_gates(x["A_log"], x["a"], x["b"], x["dt_bias"], kernel=kernel)
         g2, _ = vg.verify_gates(x["A_log"], x["a"], x["b"], x["dt_bias"], kernel=kernel)
-    assert kernel.calls == 1
+    assert kernel.calls == 1 and sibling.calls == 2   # the sibling serves the refused call itself, then the next
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     for g in (g1, g2):
         torch.testing.assert_close(g.double(), _fp64_g(x), atol=2e-6, rtol=2e-6)
     refused = [r.getMessage() for r in caplog.records if "without_sigmoid refused" in r.getMessage()]
@@ -198,3 +199,18 @@ def test_under_capture_no_host_sync_and_the_same_gates():
                                           kernel=emu.fused_gdn_gating_kernel_without_sigmoid)
     assert syncs.total == 0, syncs.counts
     assert torch.equal(eager, captured)
+
+
+def test_the_ladder_walked_without_a_kept_decision_runs_the_same_kernels():
+    """Each rung's ``run`` (what a walk down the ladder calls) is its prepared runner: the same kernel call."""
+    x = _inputs(8, 6, seed=9)
+    kernel, sibling = Counting(emu.fused_gdn_gating_kernel_without_sigmoid), Counting(emu.fused_gdn_gating_npu)
+    with seam.install_emulators({OP_GATING: sibling}):
+        kept = vg.verify_gates(x["A_log"], x["a"], x["b"], x["dt_bias"], kernel=kernel)
+        call = vg.VerifyGatesCall(x["A_log"], x["a"], x["b"], x["dt_bias"], kernel=kernel)
+        walked = vg.VERIFY_GATES(call.signature(), call)
+        rows = vg.VerifyGatesCall(x["A_log"], x["a"], x["b"], x["dt_bias"])   # no kernel handed: the sibling
+        sibling_walked = vg.VERIFY_GATES(rows.signature(), rows)
+    assert kernel.calls == 2 and sibling.calls == 1
+    assert torch.equal(kept[0], walked[0]) and walked[1] is x["b"]
+    torch.testing.assert_close(sibling_walked[0].double(), _fp64_g(x), atol=2e-6, rtol=2e-6)
