@@ -217,3 +217,19 @@ def test_packed_needs_the_serving_hooks_host_offsets():
     q, k, v, g, beta, cu, state = _inputs()
     with pytest.raises(ValueError, match="packed"):
         api.chunk_with_states(q[0], k[0], v[0], g[0], beta[0], cu_seqlens=cu, initial_state=state, packed=True)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_float32_gates_reach_the_op_in_its_dtypes(packed):
+    """The op takes bf16 beta and fp32 g (its host checks them): an fp32 beta / bf16 g is cast, not refused."""
+    q, k, v, g, beta, cu, state = _inputs(seed=3)
+    x = (q, k, v, g.bfloat16(), beta.float(), cu, state)
+    facts, ops = _device()
+    npu_chunk = Counting(gdn_sets.emulators()[prefill_ladder.OP_NPU_CHUNK])
+    with facts, ops, seam.install_emulators({prefill_ladder.OP_NPU_CHUNK: npu_chunk}):
+        try:
+            o = (_serve_packed if packed else _serve)(x)[0]
+            refused = prefill_ladder.PREFILL._refused
+        finally:
+            prefill_ladder.forget_refusals()
+    assert npu_chunk.calls == 1 and not refused and o.isfinite().all()
