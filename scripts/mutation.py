@@ -173,7 +173,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                    ["tests/integration/test_gdn_pool_layout.py", "tests/emulators/test_mamba_state_update.py",
                     "tests/integration/test_gdn_entry_pool_kwargs.py", "tests/integration/test_gdn_hooks.py",
                     "tests/integration/test_gdn_hooks_edges.py", "tests/integration/test_gdn_extend_route.py",
-                    "tests/integration/test_gdn_hooks_more_edges.py", "tests/integration/test_integration_edges.py"]),
+                    "tests/integration/test_gdn_hooks_more_edges.py", "tests/integration/test_integration_edges.py",
+                    "tests/integration/test_verify_gates_hook.py"]),
     # short-conv speculative decoding: the verify integration, the draft-window views, the sidecar
     "short-conv-verify": (["sglang_ascend_hybrid/integration/short_conv_verify.py",
                            "sglang_ascend_hybrid/integration/conv_state_layout.py",

@@ -18,7 +18,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sglang_ascend_hybrid.emulators import gdn_npu_chunk
+from sglang_ascend_hybrid.emulators import gdn_npu_chunk, gdn_sets
 from sglang_ascend_hybrid.integration import gdn_hooks
 from sglang_ascend_hybrid.integration.launch import resolution
 from sglang_ascend_hybrid.integration.launch.decision import LaunchConfigError
@@ -293,3 +293,16 @@ def test_ascend_hook_takes_the_gates_packed_or_batched(monkeypatch):
     assert seen[1][1] is g2 and seen[1][2] is beta2
     for a, b in zip(batched[:2], packed[:2]):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("track", [False, True])
+def test_a_prefill_without_initial_states_gives_states_in_ks_dtype(track):
+    """No gathered state (every request starts from zeros): final and h come back in k's dtype whether the
+    step's tracking asks for the chunk states (the ladder's) or not (upstream's shape, made by the hook)."""
+    q, k, v, g, beta, _, cu = _ascend_inputs(seed=50)
+    backend = SimpleNamespace(forward_metadata=SimpleNamespace(has_mamba_track_mask=track))
+    with seam.install_device_facts(chip="A3"), seam.install_emulators(gdn_sets.emulators(chip="A3")):
+        o, final, h = gdn_hooks.ascend_chunk_gdn(None, backend, q, k, v, g, beta, None, cu)
+    hv, K = v.shape[1], k.shape[-1]
+    assert tuple(o.shape) == tuple(v.shape) and tuple(final.shape) == (2, hv, K, K)
+    assert h.dtype == k.dtype and tuple(h.shape) == (1 + 2, hv, K, K)   # ceil(40/64) + ceil(70/64) chunks
