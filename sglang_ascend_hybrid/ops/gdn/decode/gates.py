@@ -69,8 +69,3 @@ GATES = Ladder("gdn_decode_gates", [
     Rung("torch", lambda sig, call: None, _torch_run),
 ], rejection=rejection_line("decode gates"), log=logger)
 
-
-def decay(call: DecodeCall, first: Optional[int] = None) -> torch.Tensor:
-    """g fp32 of SGLang's gating inputs, ``B * Hv`` elements in row order (``[B, Hv]`` or ``[1, B, Hv]``);
-    ``first``: what ``GATES.first`` answered for this call's metadata, kept by the decode op beside its rung."""
-    return GATES(call.signature(), call, first=first)
