@@ -351,6 +351,7 @@ class Ladder:
                 "now on. Full error: %s: %s",
                 self.op, r.name, signature, taken, type(exc).__name__, exc, level=logging.WARNING)
 
+
 def env_forced_rung(var, names: Sequence[str], family: str, op: str) -> str:
     """The one forced-backend resolver: the rung the environment variable ``var`` (an
     :mod:`sglang_ascend_hybrid.envs` entry, validated there against every rung name of its op
