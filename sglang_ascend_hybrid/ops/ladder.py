@@ -39,8 +39,8 @@ A rung may also say how to *prepare* a call (``Rung.prepare``): what it derives 
 (shapes, dtypes, layouts, the rungs of the ladders it calls in turn) derived once, giving a runner that
 serves every call of that metadata.  A call site keeps the runner beside the rung it chose
 (:meth:`Ladder.runner`, :mod:`~sglang_ascend_hybrid.ops.decisions`) and hands both back: the runner serves
-the call, and a failure of it is handled exactly as one of the rung's ``run`` (which is then
-``prepare(call)(call)``: one code path).
+the call, and a failure of it is handled exactly as one of the rung's ``run`` (which such a rung does not
+write: it is ``prepare(call)(call)``, one code path).
 
 The last rung must be the pure-torch path.  A forced rung (``backend=``) that
 cannot serve the call raises :class:`ForcedRungUnavailable`, in the same words
@@ -144,7 +144,8 @@ class Rung:
     name: str
     # Capability table: None when this rung may serve the signature on these inputs, else why not.
     supports: Callable[..., Optional[str] | bool]
-    run: Callable[..., Any]
+    # Serves one call; None with a prepare step: ``prepare(call)(call)`` (one code path).
+    run: Optional[Callable[..., Any]] = None
     # Does this exception mean "kernel refused the shape" with one of its known texts?
     is_refusal: Callable[[BaseException], bool] = lambda exc: False
     # A device kernel: an unexpected RuntimeError after the predicate passed is a refusal too.
@@ -154,6 +155,14 @@ class Rung:
     ops: tuple[str, ...] = ()
     # prepare(call) -> runner(call): the rung for every call of this call's metadata (None: run serves)
     prepare: Optional[Callable[..., Callable[..., Any]]] = None
+
+    def __post_init__(self) -> None:
+        if self.run is not None:
+            return
+        prepare = self.prepare
+        if prepare is None:
+            raise bad_input("run", None, "a callable, or a prepare step to derive it from", op=f"Rung {self.name!r}")
+        object.__setattr__(self, "run", lambda *args, **kwargs: prepare(*args, **kwargs)(*args, **kwargs))
 
     def classify(self, exc: BaseException) -> str:
         """``"known"`` / ``"unexpected"`` refusal, or ``"error"`` (propagate)."""

@@ -111,3 +111,18 @@ def test_keyword_arguments_reach_the_runner():
     ])
     runner = prepare(1, scale=2)
     assert ladder(SIG, 3, scale=5, first=0, runner=runner) == 15 and seen == [(3, 5)]
+
+
+def test_a_rung_with_a_prepare_step_derives_its_run():
+    kernel, torch_calls = Kernel(), []
+    ladder = Ladder("demo_derived_run", [
+        Rung("fast", lambda sig, x: None, device=True, prepare=kernel.prepare),
+        Rung("torch", lambda sig, x: None, lambda x: torch_calls.append(x) or ("torch", x)),
+    ])
+    assert ladder(SIG, 4) == ("fast", 4) and kernel.prepared == [4] and kernel.ran == [4]   # walked: prepare(x)(x)
+
+
+def test_a_rung_without_run_or_prepare_is_refused_naming_it():
+    with pytest.raises(ValueError) as err:
+        Rung("lost", lambda sig, x: None)
+    assert "run" in str(err.value) and "'lost'" in str(err.value) and "prepare step" in str(err.value)

@@ -353,7 +353,6 @@ def _npu_prepare(call: VerifyCall):
     index tensors and the signature read once."""
     sig, rows = call.signature(), call.intermediate_state.shape[0]
     accepted = call.num_accepted_tokens is not None
-    said = []
 
     def run(c: VerifyCall) -> torch.Tensor:
         index_tensors = (c.ssm_state_indices, c.actual_seq_lengths, c.cache_indices)
@@ -365,17 +364,11 @@ def _npu_prepare(call: VerifyCall):
                         c.nk, c.nv, intermediate_state=c.intermediate_state, cache_indices=step.cache,
                         num_accepted_tokens=step.accepted,
                         g=None if c.g is None else as_dtype(c.g, torch.float32).contiguous())
-        if not said:
-            log_once(logger, ("gdn-verify-path", "npu", sig),
-                     "sglang-ascend-hybrid: GDN verify %s runs on torch.ops.npu.recurrent_gated_delta_rule", sig)
-            said.append(True)
+        log_once(logger, ("gdn-verify-path", "npu", sig),
+                 "sglang-ascend-hybrid: GDN verify %s runs on torch.ops.npu.recurrent_gated_delta_rule", sig)
         return out.masked_fill_(step.dead, 0.0)  # rows the op leaves unwritten, padding
 
     return run
-
-
-def _npu_run(call: VerifyCall) -> torch.Tensor:
-    return _npu_prepare(call)(call)
 
 
 def _torch_run(call: VerifyCall) -> torch.Tensor:
@@ -385,7 +378,7 @@ def _torch_run(call: VerifyCall) -> torch.Tensor:
 
 
 VERIFY = Ladder("gdn_verify", [
-    Rung("npu_recurrent", lambda sig, call: _npu_supports(sig, call), _npu_run, caps.is_recurrent_refusal,
+    Rung("npu_recurrent", lambda sig, call: _npu_supports(sig, call), is_refusal=caps.is_recurrent_refusal,
          device=True, ops=(OP_NPU_RECURRENT,), prepare=_npu_prepare),
     Rung("torch", lambda sig, call: None, _torch_run),
 ], rejection=_rejection, log=logger)

@@ -114,20 +114,13 @@ def _without_sigmoid_supports(sig: GatesSignature, call: VerifyGatesCall) -> Opt
 def _without_sigmoid_prepare(call: VerifyGatesCall):
     """The without-sigmoid rung for every call of ``call``'s metadata (its signature read once)."""
     sig = call.signature()
-    said = []
 
     def run(c: VerifyGatesCall) -> tuple[torch.Tensor, torch.Tensor]:
         out = c.kernel(c.A_log, c.a, c.b, c.dt_bias, c.softplus_beta, c.threshold)
-        if not said:
-            log_path("verify gates", "without_sigmoid", sig)
-            said.append(True)
+        log_path("verify gates", "without_sigmoid", sig)
         return out
 
     return run
-
-
-def _without_sigmoid_run(call: VerifyGatesCall) -> tuple[torch.Tensor, torch.Tensor]:
-    return _without_sigmoid_prepare(call)(call)
 
 
 def _npu_supports(sig: GatesSignature, call: VerifyGatesCall) -> Optional[str]:
@@ -141,20 +134,13 @@ def _npu_supports(sig: GatesSignature, call: VerifyGatesCall) -> Optional[str]:
 def _npu_prepare(call: VerifyGatesCall):
     """The npu_gating rung for every call of ``call``'s metadata (tokens, heads and signature read once)."""
     sig, T, H = call.signature(), call.tokens, call.heads
-    said = []
 
     def run(c: VerifyGatesCall) -> tuple[torch.Tensor, torch.Tensor]:
         g = decay_on_kernel(c.A_log, c.a, c.b, c.dt_bias, T, H, c.softplus_beta, c.threshold)
-        if not said:
-            log_path("verify gates", "npu_gating", sig)
-            said.append(True)
+        log_path("verify gates", "npu_gating", sig)
         return as_shape(g, (1, T, H)), c.b
 
     return run
-
-
-def _npu_run(call: VerifyGatesCall) -> tuple[torch.Tensor, torch.Tensor]:
-    return _npu_prepare(call)(call)
 
 
 def _torch_run(call: VerifyGatesCall) -> tuple[torch.Tensor, torch.Tensor]:
@@ -170,9 +156,9 @@ def _rejection(rung: str, sig: GatesSignature, reason) -> str:
 
 VERIFY_GATES = Ladder("gdn_verify_gates", [
     # runs the kernel the hook is handed (the op's name would resolve to the hook once it is applied)
-    Rung("without_sigmoid", _without_sigmoid_supports, _without_sigmoid_run, caps.is_gating_tiling_refusal,
+    Rung("without_sigmoid", _without_sigmoid_supports, is_refusal=caps.is_gating_tiling_refusal,
          device=True, ops=(OP_GATING_WITHOUT_SIGMOID,), prepare=_without_sigmoid_prepare),
-    Rung("npu_gating", _npu_supports, _npu_run, device=True, ops=(OP_GATING,), prepare=_npu_prepare),
+    Rung("npu_gating", _npu_supports, device=True, ops=(OP_GATING,), prepare=_npu_prepare),
     Rung("torch", lambda sig, call: None, _torch_run),
 ], rejection=_rejection, log=logger)
 

@@ -43,20 +43,13 @@ def _npu_supports(sig: GdnSignature, call: DecodeCall) -> Optional[str]:
 def _npu_prepare(call: DecodeCall):
     """npu_gating for every call of ``call``'s metadata (its rows, heads and signature read once)."""
     sig, rows, heads = call.signature(), call.batch, call.heads[2]
-    said = []
 
     def run(c: DecodeCall) -> torch.Tensor:
         g = decay_on_kernel(c.A_log, c.a, c.b, c.dt_bias, rows, heads, SOFTPLUS_BETA, SOFTPLUS_THRESHOLD)
-        if not said:
-            log_path("decode gates", "npu_gating", sig)
-            said.append(True)
+        log_path("decode gates", "npu_gating", sig)
         return g   # read by its elements
 
     return run
-
-
-def _npu_run(call: DecodeCall) -> torch.Tensor:
-    return _npu_prepare(call)(call)
 
 
 def _torch_run(call: DecodeCall) -> torch.Tensor:
@@ -65,7 +58,7 @@ def _torch_run(call: DecodeCall) -> torch.Tensor:
 
 
 GATES = Ladder("gdn_decode_gates", [
-    Rung("npu_gating", _npu_supports, _npu_run, device=True, ops=(OP_GATING,), prepare=_npu_prepare),
+    Rung("npu_gating", _npu_supports, device=True, ops=(OP_GATING,), prepare=_npu_prepare),
     Rung("torch", lambda sig, call: None, _torch_run),
 ], rejection=rejection_line("decode gates"), log=logger)
 

@@ -121,7 +121,6 @@ def _recurrent_prepare(call: DecodeCall):
     if call.precomputed_gates is None:
         gates_first = gates_ladder.first(sig, call)
         gates_runner = gates_ladder.runner(call, gates_first)
-    said = []
 
     def run(c: DecodeCall) -> torch.Tensor:
         rows = c.rows()
@@ -129,16 +128,10 @@ def _recurrent_prepare(call: DecodeCall):
              else gates_ladder(sig, c, first=gates_first, runner=gates_runner))
         o = recurrent_on_rows(c.q, c.k, c.v, c.beta_logits(), g, c.pool, rows.slots, rows.live, scale,
                               lengths=rows.lengths, slot_rows=rows.slot_rows)
-        if not said:
-            log_path("decode", "npu_recurrent", sig)
-            said.append(True)
+        log_path("decode", "npu_recurrent", sig)
         return o
 
     return run
-
-
-def _recurrent_run(call: DecodeCall) -> torch.Tensor:
-    return _recurrent_prepare(call)(call)
 
 
 # ---------------------------------------------------------------- torch
@@ -155,7 +148,7 @@ def _torch_run(call: DecodeCall) -> torch.Tensor:
 DECODE = Ladder("gdn_serving_decode", [
     Rung("triton_decode", _triton_supports, _triton_run, dc.is_decode_refusal, device=True,
          ops=tuple(dc.DECODE_ENTRIES.values())),
-    Rung("npu_recurrent", _recurrent_supports, _recurrent_run, caps.is_recurrent_refusal, device=True,
+    Rung("npu_recurrent", _recurrent_supports, is_refusal=caps.is_recurrent_refusal, device=True,
          ops=(OP_NPU_RECURRENT,), prepare=_recurrent_prepare),
     Rung("torch", lambda sig, call: None, _torch_run),
 ], rejection=rejection_line("decode"), log=logger)

@@ -118,7 +118,6 @@ def _npu_chunk_prepare(call: ChunkCall):
     # own output), so the caller's rows go in as they are when their dtype and layout are the op's
     initial = call.initial_state
     state_as_given = initial is not None and initial.dtype == state_dtype and initial.is_contiguous()
-    said = []
 
     def run(c: ChunkCall):
         q, k, v, g, beta = (c.q, c.k, c.v, c.g, c.beta) if packed else (c.q[0], c.k[0], c.v[0], c.g[0], c.beta[0])
@@ -133,18 +132,12 @@ def _npu_chunk_prepare(call: ChunkCall):
                              beta=as_dtype(beta, torch.bfloat16).contiguous(), initial_state=state,
                              actual_seq_lengths=lens, scale=c.scale, chunk_state=h,
                              g=as_dtype(g, torch.float32).contiguous())
-        if not said:
-            log_path("prefill", "npu_chunk", sig)
-            said.append(True)
+        log_path("prefill", "npu_chunk", sig)
         # final and h in the op's state dtype, which keeps the pool's precision (no fp32 round trip)
         return (as_dtype(o if packed else o.reshape(1, T, Hv, V), out_dtype), final,
                 h[:num_chunks] if c.chunk_states else None)
 
     return run
-
-
-def _npu_chunk_run(call: ChunkCall):
-    return _npu_chunk_prepare(call)(call)
 
 
 def plan_for_layout(value_heads: int, key_heads: int, head_dim_k: int, head_dim_v: int, dtype: torch.dtype,
@@ -378,7 +371,7 @@ def _torch_run(call: ChunkCall):
 
 
 PREFILL = Ladder("gdn_prefill", [
-    Rung("npu_chunk", lambda sig, call: _npu_chunk_supports(sig, call), _npu_chunk_run, caps.is_npu_chunk_refusal,
+    Rung("npu_chunk", lambda sig, call: _npu_chunk_supports(sig, call), is_refusal=caps.is_npu_chunk_refusal,
          device=True, ops=(OP_NPU_CHUNK,), prepare=_npu_chunk_prepare),
     # the rungs after npu_chunk take batched calls: a packed one is handed as its batched views
     Rung("mega", lambda sig, call: _mega_supports(sig, call.batched()),
